@@ -1,0 +1,30 @@
+# canna's two set-up commands (README): `make demo` runs the main job, `make test` runs the tests.
+# Both create and reuse a virtual environment in .venv with every extra installed; torch is pinned
+# to the 2.13.0 CPU build by constraints.txt.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+# sources of the C libraries built at install: a change rebuilds them
+NATIVE := setup.py $(wildcard acl_rt/_cdef/*.h acl_rt/_sim/*.c acl_rt/_sim/*.h kernels/_sim/*.c kernels/_sim/*.h kernels/include/*.h)
+
+.PHONY: demo test clean
+
+$(VENV)/.deps: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet "setuptools>=69" wheel "cffi>=1.16"
+	$(PIP) install --quiet -c constraints.txt -e '.[all]'
+	touch $@
+
+$(VENV)/.built: $(VENV)/.deps $(NATIVE)
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+demo: $(VENV)/.built
+	$(PY) tools/demo.py
+
+test: $(VENV)/.built
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info acl_rt/_acl_ffi.py acl_rt/_sim/*.so kernels/_sim/*.so

@@ -1,0 +1,34 @@
+"""acl_rt — canna's runtime: a Pythonic binding of AscendCL (Huawei Ascend's runtime API).
+
+Devices, streams, events and memory, on a real CANN install or on canna's simulator (chosen by
+``CANNA_BACKEND``; see :func:`backend_info`)::
+
+    import acl_rt
+    dev = acl_rt.Device(0)
+    s = dev.create_stream()
+    buf = acl_rt.alloc(1024, stream=s)
+    buf.copy_from(b"\\x01" * 1024, stream=s)
+    start = s.record(); ...; end = s.record(); end.synchronize(); print(end - start, "ms")
+
+The runtime initializes itself on first use and finalizes at exit. Every failure raises an
+:class:`AclError` subclass carrying the ACL code, its name and the runtime's message.
+"""
+from ._errors import (AclError, AclTimeoutError, BackendNotFoundError, ContextError, DeviceError,
+                      ForkedProcessError, InvalidArgumentError, InvalidHandleError, KernelError,
+                      NotInitializedError, NotSupportedError, OutOfMemoryError, error_name)
+from ._runtime import backend_info, device_count, finalize, init, is_initialized
+from ._device import Device, DeviceProperties, MemInfo, Utilization, current_device
+from ._stream import Event, Stream, current_stream, synchronize
+from ._memory import DeviceBuffer, DeviceMemoryResource, HostBuffer, MemoryResource, alloc, alloc_host
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AclError", "AclTimeoutError", "BackendNotFoundError", "ContextError", "DeviceError",
+    "ForkedProcessError", "InvalidArgumentError", "InvalidHandleError", "KernelError",
+    "NotInitializedError", "NotSupportedError", "OutOfMemoryError", "error_name",
+    "backend_info", "device_count", "finalize", "init", "is_initialized",
+    "Device", "DeviceProperties", "MemInfo", "Utilization", "current_device",
+    "Event", "Stream", "current_stream", "synchronize",
+    "DeviceBuffer", "DeviceMemoryResource", "HostBuffer", "MemoryResource", "alloc", "alloc_host",
+]

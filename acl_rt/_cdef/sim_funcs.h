@@ -1,0 +1,63 @@
+/* canna: functions only the simulator exports (DESIGN.md §3.4).
+ *
+ * Real CANN has none of these. Only acl_rt calls them, and only when the simulator
+ * backend is loaded (acl_rt.backend_info()["simulator"] is True). Read by cffi's cdef()
+ * and by the C compiler.
+ */
+
+#define ACLSIM_MEMORY_UNIFIED 0
+#define ACLSIM_MEMORY_DISCRETE 1
+
+/* engines a task occupies, for utilization accounting */
+#define ACLSIM_ENGINE_NONE 0
+#define ACLSIM_ENGINE_VECTOR 1
+#define ACLSIM_ENGINE_CUBE 2
+
+typedef aclError (*aclsimTaskFn)(void *arg);
+typedef void (*aclsimReleaseFn)(void *arg);
+typedef aclError (*aclsimBlockFn)(uint32_t blockIdx, uint32_t numBlocks, void *arg);
+
+typedef struct aclsimDeviceStats {
+    uint64_t memTotal;          /* bytes, the capacity of the device (after aclsimSetDeviceMemoryCapacity) */
+    uint64_t memUsed;           /* bytes counted against the capacity by live aclrtMalloc* allocations */
+    uint64_t memPeak;           /* bytes, high-water mark of memUsed */
+    uint64_t numAllocs;         /* live device allocations */
+    uint64_t numMallocCalls;    /* successful aclrtMalloc* calls since aclInit */
+    uint64_t numFreeCalls;      /* successful aclrtFree calls since aclInit */
+    uint64_t numStreams;        /* live streams, default streams included */
+    uint64_t numEvents;         /* live events */
+    uint64_t tasksExecuted;     /* stream tasks run to completion (inline ones included) */
+    uint64_t tasksInline;       /* of which ran on the calling thread because the stream was idle */
+    uint64_t busyNs[3];         /* core-nanoseconds spent per engine (index ACLSIM_ENGINE_*) */
+    uint32_t aiCoreNum;         /* cores of the SoC profile */
+    uint32_t vectorCoreNum;
+} aclsimDeviceStats;
+
+/* the simulator's own version, e.g. "0.1.0" (aclsysGetVersionStr reports the CANN version it emulates) */
+const char *aclsimGetVersion(void);
+/* ACLSIM_MEMORY_UNIFIED or ACLSIM_MEMORY_DISCRETE (CANNA_SIM_MEMORY, read at aclInit) */
+int32_t aclsimGetMemoryModel(void);
+/* 1 when memcheck (CANNA_SIM_CHECK=1) is on */
+int32_t aclsimGetCheckMode(void);
+/* set a device's memory capacity in bytes; fails with ACL_ERROR_RT_PARAM_INVALID below current use */
+aclError aclsimSetDeviceMemoryCapacity(int32_t deviceId, uint64_t bytes);
+aclError aclsimGetDeviceStats(int32_t deviceId, aclsimDeviceStats *stats);
+
+/* enqueue a task that keeps the stream busy for `microseconds` (engine/numCores: what it occupies) */
+aclError aclsimLaunchDelay(aclrtStream stream, uint64_t microseconds, int32_t engine, uint32_t numCores);
+/* enqueue a task that fails with `code` (an asynchronous error, reported at the next synchronize) */
+aclError aclsimLaunchFault(aclrtStream stream, aclError code, const char *message);
+
+/* for the simulator's op and kernel libraries: enqueue fn(arg) on `stream`, in order. release(arg),
+ * if not NULL, is called exactly once after fn ran or was skipped. costNs is an estimate of the run
+ * time; small tasks may run inline on the calling thread when the stream is idle. */
+aclError aclsimLaunchTask(aclrtStream stream, aclsimTaskFn fn, void *arg, aclsimReleaseFn release,
+                          int32_t engine, uint32_t numCores, uint64_t costNs);
+/* run fn(i, numBlocks, arg) for i in [0, numBlocks) on the device's AI-core threads and wait; the
+ * result is the first non-zero block result. Callable from inside a task. */
+aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimBlockFn fn, void *arg);
+/* 0 when [ptr, ptr+size) lies inside one live device allocation (its device in *deviceId);
+ * ACL_ERROR_RT_PARAM_INVALID with a message naming the problem (freed, out of bounds, foreign) otherwise */
+aclError aclsimCheckDevicePointer(const void *ptr, uint64_t size, int32_t *deviceId);
+/* the stream's device id (for op libraries) */
+aclError aclsimStreamGetDevice(aclrtStream stream, int32_t *deviceId);

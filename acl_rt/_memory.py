@@ -1,0 +1,378 @@
+"""Device and host memory: buffers, memory resources, copies and fills.
+
+A :class:`DeviceBuffer` is a range of device memory owned by a :class:`MemoryResource` (the raw
+``aclrtMalloc`` resource here; the caching pool plugs in the same way). It remembers the stream
+that last used it, copies to and from host objects (anything with the buffer protocol: bytes,
+bytearray, memoryview, NumPy arrays, :class:`HostBuffer`) and other device buffers, and fills.
+
+Host memory in copies: AscendCL copies from pageable host memory are not truly asynchronous, and
+the host object may change or die as soon as the call returns, so copies with a pageable host side
+wait for their stream before returning. Copies with a :class:`HostBuffer` (page-locked,
+``aclrtMallocHost``) side are asynchronous; synchronize the stream before reading the result.
+"""
+from __future__ import annotations
+
+import abc
+import warnings
+
+from . import _runtime as rt
+from ._device import Device
+from ._errors import InvalidArgumentError, InvalidHandleError
+from ._lib import backend, ffi
+from ._stream import Stream, _resolve_stream
+
+__all__ = ["MemoryResource", "DeviceMemoryResource", "DeviceBuffer", "HostBuffer", "alloc", "alloc_host"]
+
+# aclrtMemcpyKind
+_H2H, _H2D, _D2H, _D2D = 0, 1, 2, 3
+_MAX_ALLOC = 1 << 62
+
+
+def _check_nbytes(nbytes, api, *, allow_zero=False) -> int:
+    if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
+        raise TypeError(f"{api}: size must be an int number of bytes, not {type(nbytes).__name__}")
+    n = nbytes.__index__()
+    if n < 0 or (n == 0 and not allow_zero):
+        raise InvalidArgumentError(100000, api, f"size must be {'>= 0' if allow_zero else '> 0'} bytes, got {n}")
+    if n > _MAX_ALLOC:
+        raise InvalidArgumentError(100000, api, f"size {n} bytes is larger than any device")
+    return n
+
+
+class MemoryResource(abc.ABC):
+    """Where device memory comes from (after ``cuda.core``'s ``MemoryResource``)."""
+
+    @property
+    @abc.abstractmethod
+    def device(self) -> Device:
+        """The device whose memory this resource hands out."""
+
+    @abc.abstractmethod
+    def allocate(self, nbytes: int, *, stream: Stream | None = None) -> "DeviceBuffer":
+        """A new buffer of ``nbytes`` bytes, usable in order on ``stream``."""
+
+    @abc.abstractmethod
+    def deallocate(self, ptr: int, nbytes: int, *, stream: Stream | None = None) -> None:
+        """Give back memory obtained from :meth:`allocate`; ``stream`` is the last stream that used
+        it (the memory may be reused only after that stream's queued work)."""
+
+
+class DeviceMemoryResource(MemoryResource):
+    """Raw device memory straight from ``aclrtMalloc`` / ``aclrtFree`` (no caching).
+
+    Each allocation is a runtime call (tens of microseconds on a device); the caching pool is the
+    fast path. Freeing first waits for the buffer's last stream, so queued work never touches
+    freed memory."""
+
+    def __init__(self, device=None):
+        self._device = Device(device)
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    def allocate(self, nbytes: int, *, stream: Stream | None = None) -> "DeviceBuffer":
+        api = "acl_rt.alloc"
+        n = _check_nbytes(nbytes, api)
+        stream = _resolve_stream(stream, self._device, api)
+        rt.activate(self._device._id, api)
+        cell = ffi.new("void **")
+        rt.check(backend().lib.aclrtMalloc(cell, n, 0), "aclrtMalloc")  # ACL_MEM_MALLOC_HUGE_FIRST
+        return DeviceBuffer._wrap(int(ffi.cast("uintptr_t", cell[0])), n, self, stream)
+
+    def deallocate(self, ptr: int, nbytes: int, *, stream: Stream | None = None) -> None:
+        if stream is not None and stream._alive_quiet():
+            stream.synchronize()
+        rt.activate(self._device._id, "aclrtFree")
+        rt.check(backend().lib.aclrtFree(ffi.cast("void *", ptr)), "aclrtFree")
+
+    def __repr__(self):
+        return f"<acl_rt.DeviceMemoryResource device={self._device._id}>"
+
+
+def _host_view(obj, api, *, writable):
+    """(cdata pointer, nbytes, keepalive) of a C-contiguous buffer-protocol object."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{api}: expected a DeviceBuffer, a HostBuffer or an object supporting the "
+                        f"buffer protocol (bytes, bytearray, NumPy array, ...), not {type(obj).__name__}") from None
+    if not mv.c_contiguous:
+        raise InvalidArgumentError(100000, api, "host buffer must be C-contiguous")
+    if writable and mv.readonly:
+        raise InvalidArgumentError(100000, api, "host destination is read-only")
+    if mv.nbytes == 0:
+        return ffi.NULL, 0, mv
+    return ffi.from_buffer(mv, require_writable=writable), mv.nbytes, mv
+
+
+class DeviceBuffer:
+    """A range of device memory (no public constructor: use :func:`acl_rt.alloc`).
+
+    Attributes:
+        ptr: the device address (int).
+        size / nbytes: its length in bytes.
+        device: the :class:`Device` it lives on.
+        stream: the stream that last used it (where it is freed in order).
+    """
+
+    __slots__ = ("_ptr", "_size", "_mr", "_stream", "_gen", "__weakref__")
+
+    def __init__(self, *a, **k):
+        raise TypeError("device buffers are created with acl_rt.alloc() or a MemoryResource")
+
+    @classmethod
+    def _wrap(cls, ptr: int, size: int, mr: MemoryResource, stream: Stream) -> "DeviceBuffer":
+        self = object.__new__(cls)
+        self._ptr = ptr
+        self._size = size
+        self._mr = mr
+        self._stream = stream
+        self._gen = rt.generation()
+        return self
+
+    # -- identity --------------------------------------------------------------------------------
+    @property
+    def ptr(self) -> int:
+        """Device address of the first byte (int)."""
+        self._live("DeviceBuffer.ptr")
+        return self._ptr
+
+    handle = ptr
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    nbytes = size
+
+    def __len__(self):
+        return self._size
+
+    @property
+    def device(self) -> Device:
+        return self._mr.device
+
+    @property
+    def memory_resource(self) -> MemoryResource:
+        return self._mr
+
+    @property
+    def stream(self) -> Stream:
+        return self._stream
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def __repr__(self):
+        if self._ptr is None:
+            return f"<acl_rt.DeviceBuffer (freed) size={self._size}>"
+        return f"<acl_rt.DeviceBuffer ptr={self._ptr:#x} size={self._size} device={self.device.device_id}>"
+
+    def _live(self, api) -> int:
+        if self._ptr is None:
+            raise InvalidHandleError(107017, api, "the buffer was freed")
+        if self._gen != rt.generation():
+            raise InvalidHandleError(107017, api, "the buffer was allocated before acl_rt.finalize() and is no longer valid")
+        return self._ptr
+
+    def _cptr(self, api):
+        return ffi.cast("void *", self._live(api))
+
+    def record_stream(self, stream: Stream) -> None:
+        """Note that ``stream`` now uses this buffer: it is freed in order on that stream."""
+        if not isinstance(stream, Stream):
+            raise TypeError(f"DeviceBuffer.record_stream: expected an acl_rt.Stream, not {type(stream).__name__}")
+        self._stream = stream
+
+    # -- copies ----------------------------------------------------------------------------------
+    def copy_from(self, src, *, stream: Stream | None = None) -> None:
+        """Copy ``src`` into the start of this buffer: a :class:`DeviceBuffer`, a
+        :class:`HostBuffer`, or any C-contiguous buffer-protocol object. ``len(src)`` bytes are
+        copied; it may be shorter than this buffer but not longer.
+
+        Raises:
+            InvalidArgumentError: ``src`` is larger than this buffer, or not C-contiguous.
+            InvalidHandleError: either buffer was freed.
+        """
+        api = "DeviceBuffer.copy_from"
+        dst = self._cptr(api)
+        s = _resolve_stream(stream, self.device, api)
+        sync = False
+        if isinstance(src, DeviceBuffer):
+            sp, n, keep, kind = src._cptr(api), src._size, src, _D2D
+        elif isinstance(src, HostBuffer):
+            sp, n, keep, kind = src._cptr(api), src._size, src, _H2D
+        else:
+            sp, n, keep = _host_view(src, api, writable=False)
+            kind, sync = _H2D, True
+        if n > self._size:
+            raise InvalidArgumentError(100000, api, f"source is {n} bytes but the destination buffer has only {self._size}")
+        _memcpy(dst, self._size, sp, n, kind, s, api, sync, keep)
+        if kind == _D2D and stream is not None:
+            self._stream = s
+
+    def copy_to(self, dst, *, stream: Stream | None = None) -> None:
+        """Copy the start of this buffer into ``dst`` (a :class:`DeviceBuffer`, :class:`HostBuffer`
+        or writable C-contiguous buffer-protocol object); ``len(dst)`` bytes are copied, which may
+        be fewer than this buffer holds but not more.
+
+        Raises:
+            InvalidArgumentError: ``dst`` is larger than this buffer, read-only or not contiguous.
+        """
+        api = "DeviceBuffer.copy_to"
+        src = self._cptr(api)
+        s = _resolve_stream(stream, self.device, api)
+        sync = False
+        if isinstance(dst, DeviceBuffer):
+            dp, n, keep, kind = dst._cptr(api), dst._size, dst, _D2D
+        elif isinstance(dst, HostBuffer):
+            dp, n, keep, kind = dst._cptr(api), dst._size, dst, _D2H
+        else:
+            dp, n, keep = _host_view(dst, api, writable=True)
+            kind, sync = _D2H, True
+        if n > self._size:
+            raise InvalidArgumentError(100000, api, f"destination is {n} bytes but this buffer has only {self._size}")
+        _memcpy(dp, n, src, n, kind, s, api, sync, keep)
+
+    def tobytes(self, *, stream: Stream | None = None) -> bytes:
+        """The buffer's contents as ``bytes`` (waits for ``stream``)."""
+        out = bytearray(self._size)
+        self.copy_to(out, stream=stream)
+        return bytes(out)
+
+    def fill(self, value: int, *, stream: Stream | None = None) -> None:
+        """Set every byte to ``value`` (0..255), in order on ``stream`` (``aclrtMemsetAsync``)."""
+        api = "DeviceBuffer.fill"
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"{api}: value must be an int byte value, not {type(value).__name__}")
+        v = value.__index__()
+        if not 0 <= v <= 255:
+            raise InvalidArgumentError(100000, api, f"value must be a byte (0..255), got {v}")
+        p = self._cptr(api)
+        s = _resolve_stream(stream, self.device, api)
+        rt.check(backend().lib.aclrtMemsetAsync(p, self._size, v, self._size, s._handle(api)), "aclrtMemsetAsync")
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def close(self, *, stream: Stream | None = None) -> None:
+        """Give the memory back to its resource, in order on ``stream`` (default: the stream that
+        last used it). Idempotent; using the buffer afterwards raises InvalidHandleError."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is None or self._gen != rt.generation() or not rt.is_initialized():
+            return
+        self._mr.deallocate(ptr, self._size, stream=stream if stream is not None else self._stream)
+
+    free = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if self._ptr is not None and self._gen == rt.generation() and rt.is_initialized():
+                self.close()
+        except Exception as e:
+            try:
+                warnings.warn(f"acl_rt: could not free device buffer ({e}); the memory is leaked", ResourceWarning)
+            except Exception:
+                pass
+
+
+def _memcpy(dst, dst_max, src, n, kind, stream: Stream, api, sync, keep):
+    """Copy in order on ``stream``. ``sync`` (a pageable host side): wait for the stream's queued
+    work, then copy on this thread (``aclrtMemcpy``), so the host object is done with on return."""
+    if n == 0:
+        return
+    h = stream._handle(api)
+    if sync:
+        stream.synchronize()
+        rt.check(backend().lib.aclrtMemcpy(dst, dst_max, src, n, kind), "aclrtMemcpy")
+    else:
+        rt.check(backend().lib.aclrtMemcpyAsync(dst, dst_max, src, n, kind, h), "aclrtMemcpyAsync")
+
+
+class HostBuffer:
+    """Page-locked host memory (``aclrtMallocHost``), the partner of asynchronous copies.
+
+    ``memoryview(buf.view())`` / ``numpy.frombuffer(buf.view(), dtype)`` read and write it without
+    a copy. The memory is returned to the runtime when the buffer and every view of it are gone.
+    """
+
+    __slots__ = ("_cdata", "_size", "__weakref__")
+
+    def __init__(self, *a, **k):
+        raise TypeError("host buffers are created with acl_rt.alloc_host()")
+
+    @classmethod
+    def _create(cls, nbytes: int) -> "HostBuffer":
+        api = "acl_rt.alloc_host"
+        n = _check_nbytes(nbytes, api)
+        rt.activate(rt.current_device_id(), api)
+        cell = ffi.new("void **")
+        lib = backend().lib
+        rt.check(lib.aclrtMallocHost(cell, n), "aclrtMallocHost")
+        gen = rt.generation()
+
+        def release(p, _lib=lib, _gen=gen):
+            if _gen == rt.generation() and rt.is_initialized():
+                _lib.aclrtFreeHost(p)
+
+        self = object.__new__(cls)
+        self._cdata = ffi.gc(ffi.cast("char *", cell[0]), release, size=n)
+        self._size = n
+        return self
+
+    @property
+    def ptr(self) -> int:
+        return int(ffi.cast("uintptr_t", self._cptr("HostBuffer.ptr")))
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    nbytes = size
+
+    def __len__(self):
+        return self._size
+
+    def _cptr(self, api):
+        if self._cdata is None:
+            raise InvalidHandleError(107017, api, "the host buffer was closed")
+        return self._cdata
+
+    def view(self) -> memoryview:
+        """A writable ``memoryview`` of the whole buffer (keeps the memory alive)."""
+        return memoryview(ffi.buffer(self._cptr("HostBuffer.view"), self._size))
+
+    def close(self) -> None:
+        """Drop this object's reference; the memory is freed once no view uses it either."""
+        self._cdata = None
+
+    def __repr__(self):
+        state = f"ptr={self.ptr:#x} " if self._cdata is not None else "(closed) "
+        return f"<acl_rt.HostBuffer {state}size={self._size}>"
+
+
+def alloc(nbytes: int, *, stream: Stream | None = None, device=None) -> DeviceBuffer:
+    """``nbytes`` bytes of device memory on ``device`` (default: the current device), from its
+    memory resource, usable in order on ``stream`` (default: the current stream).
+
+    Fresh memory is not zeroed (the simulator fills it with a NaN pattern, ``0x7FFF`` per 16 bits).
+
+    Raises:
+        TypeError: ``nbytes`` is not an int.
+        InvalidArgumentError: ``nbytes`` <= 0.
+        OutOfMemoryError: the device (or the memory limit) cannot hold it.
+    """
+    dev = Device(device)
+    return dev.memory_resource.allocate(nbytes, stream=stream)
+
+
+def alloc_host(nbytes: int) -> HostBuffer:
+    """``nbytes`` of page-locked host memory for asynchronous copies (``aclrtMallocHost``)."""
+    return HostBuffer._create(nbytes)

@@ -1,0 +1,294 @@
+"""Process and thread state of the runtime: init/finalize, fork guard, per-thread contexts.
+
+AscendCL rules this module follows (shared/reference/acl_api.md §2):
+
+- ``aclInit`` once per process (a second call returns ACL_ERROR_REPEAT_INITIALIZE, ignored here),
+  ``aclFinalize`` before exit. canna calls both implicitly: on first use and at exit (``atexit``).
+- ``aclrtSetDevice`` creates a device's default context; a context is current **per thread**, and
+  a thread with no current context cannot allocate, copy or create streams. canna makes the right
+  context current on the calling thread before every call that needs one (:func:`activate`).
+- AscendCL does not support ``fork()`` after ``aclInit``: a forked child gets
+  :class:`ForkedProcessError` from canna instead of undefined behaviour.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import warnings
+
+from ._errors import ForkedProcessError, InvalidArgumentError, NotInitializedError, error_class
+from ._lib import backend, ffi
+
+__all__ = ["init", "finalize", "is_initialized", "device_count", "backend_info", "check", "raise_error",
+           "ensure", "activate", "generation", "on_finalize"]
+
+
+class _State:
+    __slots__ = ("ready", "finalized", "forked", "generation", "pid", "devices", "atexit", "hooks", "count")
+
+    def __init__(self):
+        self.ready = False        # aclInit done in this process and not finalized
+        self.finalized = False    # acl_rt.finalize() was called (use is an error until init())
+        self.forked = False       # this process is a fork of one that had initialized
+        self.generation = 0       # bumped at every init; handles from older generations are dead
+        self.pid = None
+        self.devices = {}         # device id -> _DeviceContext (this generation)
+        self.atexit = False
+        self.hooks = []           # callables run first thing in finalize (e.g. the memory pool)
+        self.count = None
+
+
+class _DeviceContext:
+    __slots__ = ("ctx", "default_stream")
+
+    def __init__(self, ctx, default_stream):
+        self.ctx = ctx
+        self.default_stream = default_stream
+
+
+_state = _State()
+_lock = threading.RLock()
+_tls = threading.local()
+
+
+def _after_fork_in_child():
+    if _state.ready or _state.pid is not None:
+        _state.forked = True
+        _state.ready = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def raise_error(rc: int, api: str, message: str | None = None):
+    """Raise the :class:`AclError` subclass for ``rc``, with the runtime's recent error message."""
+    if message is None:
+        try:
+            p = backend().lib.aclGetRecentErrMsg()
+            if p != ffi.NULL:
+                message = ffi.string(p).decode("utf-8", "replace")
+        except Exception:  # the message is a courtesy; never mask the real error
+            message = None
+    raise error_class(rc)(rc, api, message)
+
+
+def check(rc: int, api: str) -> None:
+    """Raise for a non-zero ACL return code."""
+    if rc:
+        raise_error(rc, api)
+
+
+def _forked_error(api):
+    return ForkedProcessError(
+        207006, api, f"the runtime was initialized in process {_state.pid}; this forked child "
+        f"(pid {os.getpid()}) cannot use it. AscendCL does not support fork() after aclInit: start "
+        "workers with multiprocessing's 'spawn' or 'forkserver' method")
+
+
+def init() -> None:
+    """Initialize the runtime (``aclInit``). Idempotent; called implicitly on first use.
+
+    After :func:`finalize`, ``init()`` starts a new session: objects created before the finalize
+    (streams, events, buffers) stay invalid and raise :class:`InvalidHandleError` when used.
+
+    Raises:
+        ForkedProcessError: in a child forked after the parent initialized the runtime.
+        BackendNotFoundError: ``CANNA_BACKEND=ascend`` and no CANN install was found.
+        AclError: ``aclInit`` failed (e.g. an invalid simulator setting in the environment).
+    """
+    if _state.ready:
+        return
+    with _lock:
+        if _state.ready:
+            return
+        if _state.forked:
+            raise _forked_error("acl_rt.init")
+        lib = backend().lib
+        rc = lib.aclInit(ffi.NULL)
+        if rc not in (0, 100002):  # ACL_ERROR_REPEAT_INITIALIZE is documented as ignorable
+            raise_error(rc, "aclInit")
+        _state.generation += 1
+        _state.pid = os.getpid()
+        _state.devices = {}
+        _state.count = None
+        _state.finalized = False
+        _state.ready = True
+        if not _state.atexit:
+            atexit.register(_finalize_at_exit)
+            _state.atexit = True
+
+
+def ensure(api: str = "acl_rt") -> None:
+    """Make sure the runtime is usable from this process (the cheap check before every call)."""
+    if _state.ready:
+        return
+    if _state.forked:
+        raise _forked_error(api)
+    if _state.finalized:
+        raise NotInitializedError(100001, api, "the runtime was finalized (acl_rt.finalize()); "
+                                  "call acl_rt.init() to start it again")
+    init()
+
+
+def is_initialized() -> bool:
+    """Whether the runtime is initialized in this process (and not finalized)."""
+    return _state.ready
+
+
+def generation() -> int:
+    """The current init generation (objects remember theirs; a mismatch means finalized since)."""
+    return _state.generation
+
+
+def on_finalize(hook) -> None:
+    """Register ``hook()`` to run at the start of every :func:`finalize` (e.g. to free a pool)."""
+    _state.hooks.append(hook)
+
+
+def device_count() -> int:
+    """Number of devices visible to this process (``aclrtGetDeviceCount``)."""
+    ensure("acl_rt.device_count")
+    n = _state.count
+    if n is None:
+        out = ffi.new("uint32_t *")
+        check(backend().lib.aclrtGetDeviceCount(out), "aclrtGetDeviceCount")
+        n = _state.count = int(out[0])
+    return n
+
+
+def validate_device_id(device_id, api: str) -> int:
+    """An int device id in range, or a clear TypeError / InvalidArgumentError."""
+    if isinstance(device_id, bool) or not hasattr(device_id, "__index__"):
+        raise TypeError(f"{api}: device id must be an int, not {type(device_id).__name__}")
+    idx = device_id.__index__()
+    n = device_count()
+    if not 0 <= idx < n:
+        raise InvalidArgumentError(107001, api, f"device id {idx} is out of range: this process "
+                                   f"has {n} device{'s' if n != 1 else ''} (0..{n - 1})")
+    return idx
+
+
+def _device_context(device_id: int) -> _DeviceContext:
+    st = _state.devices.get(device_id)
+    if st is not None:
+        return st
+    with _lock:
+        st = _state.devices.get(device_id)
+        if st is not None:
+            return st
+        lib = backend().lib
+        check(lib.aclrtSetDevice(device_id), "aclrtSetDevice")
+        cell = ffi.new("void **")
+        check(lib.aclrtGetCurrentContext(cell), "aclrtGetCurrentContext")
+        ctx = cell[0]
+        stream = ffi.NULL
+        if lib.has("aclrtCtxGetCurrentDefaultStream"):
+            check(lib.aclrtCtxGetCurrentDefaultStream(cell), "aclrtCtxGetCurrentDefaultStream")
+            stream = cell[0]
+        st = _DeviceContext(ctx, stream)
+        _state.devices[device_id] = st
+        _tls.ctx_key = (_state.generation, device_id)
+        return st
+
+
+def activate(device_id: int, api: str = "acl_rt") -> _DeviceContext:
+    """Make ``device_id``'s context current on the calling thread (no C call when it already is)."""
+    if not _state.ready:
+        ensure(api)
+    key = (_state.generation, device_id)
+    st = _device_context(device_id)
+    if getattr(_tls, "ctx_key", None) != key:
+        check(backend().lib.aclrtSetCurrentContext(st.ctx), "aclrtSetCurrentContext")
+        _tls.ctx_key = key
+    return st
+
+
+def finalize() -> None:
+    """Shut the runtime down: synchronize every device, run cleanup hooks (the memory pool frees
+    its cache), reset devices, ``aclFinalize``. Idempotent; runs automatically at exit.
+
+    Safe whatever is still alive: streams, events and buffers created before become invalid
+    (their destructors do nothing; using them raises :class:`InvalidHandleError`), and memory that
+    DLPack consumers still view stays mapped until the process exits.
+    """
+    with _lock:
+        if not _state.ready:
+            _state.finalized = _state.finalized or _state.pid is not None
+            return
+        lib = backend().lib
+        for hook in list(_state.hooks):
+            try:
+                hook()
+            except Exception as e:  # finalize must finish
+                warnings.warn(f"acl_rt.finalize: cleanup hook {hook!r} failed: {e}", RuntimeWarning, stacklevel=2)
+        for device_id, st in list(_state.devices.items()):
+            if lib.aclrtSetCurrentContext(st.ctx) == 0:
+                lib.aclrtSynchronizeDevice()
+            lib.aclrtResetDevice(device_id)
+        lib.aclFinalize()
+        _state.devices = {}
+        _state.ready = False
+        _state.finalized = True
+        _tls.__dict__.pop("ctx_key", None)
+
+
+def _finalize_at_exit():
+    if _state.forked or not _state.ready:
+        return
+    try:
+        finalize()
+    except Exception:
+        pass
+
+
+def backend_info() -> dict:
+    """Which runtime is loaded and how it was found.
+
+    Returns a dict with keys ``backend`` (``"sim"`` or ``"ascend"``), ``simulator`` (bool: the
+    loaded library is canna's simulator), ``library`` (path), ``found_via`` (how it was found),
+    ``searched`` (list of ``(place, result)`` tried before), ``cann_version`` (the runtime package
+    version from ``aclsysGetVersionStr``, or None), ``acl_version`` (AscendCL interface version,
+    ``aclrtGetVersion``), ``simulator_version``, ``memory_model`` (``"unified"``/``"discrete"``
+    for the simulator, else None), ``run_mode`` (``"device"``/``"host"``), ``soc_name``,
+    ``device_count``.
+    """
+    b = backend()
+    lib = b.lib
+    ensure("acl_rt.backend_info")
+    info = {"backend": b.name, "simulator": b.is_sim, "library": b.path, "found_via": b.found_via,
+            "searched": list(b.searched), "cann_version": None, "acl_version": None,
+            "simulator_version": None, "memory_model": None, "run_mode": None, "soc_name": None,
+            "device_count": device_count()}
+    if lib.has("aclsysGetVersionStr"):
+        buf = ffi.new("char[]", 128)
+        if lib.aclsysGetVersionStr(ffi.new("char[]", b"runtime"), buf) == 0:
+            info["cann_version"] = ffi.string(buf).decode()
+    v = ffi.new("int32_t[3]")
+    if lib.aclrtGetVersion(v, v + 1, v + 2) == 0:
+        info["acl_version"] = f"{v[0]}.{v[1]}.{v[2]}"
+    if b.is_sim:
+        info["simulator_version"] = ffi.string(lib.aclsimGetVersion()).decode()
+        info["memory_model"] = "discrete" if lib.aclsimGetMemoryModel() == 1 else "unified"
+    activate(current_device_id(), "acl_rt.backend_info")
+    mode = ffi.new("aclrtRunMode *")
+    if lib.aclrtGetRunMode(mode) == 0:
+        info["run_mode"] = "device" if mode[0] == 0 else "host"
+    p = lib.aclrtGetSocName()
+    if p != ffi.NULL:
+        info["soc_name"] = ffi.string(p).decode()
+    return info
+
+
+def current_device_id() -> int:
+    """The calling thread's current device id (0 until :meth:`Device.set_current` is called)."""
+    return getattr(_tls, "device_id", 0)
+
+
+def set_current_device_id(device_id: int) -> None:
+    _tls.device_id = device_id
+
+
+def thread_state():
+    """The thread-local namespace (current device, current-stream stacks)."""
+    return _tls

@@ -1,0 +1,388 @@
+/* canna simulator: private header shared by every source of libascendcl_sim.so.
+ *
+ * The behaviour implemented here is specified in README.md next to this file.
+ * Declarations of the exported API come from ../_cdef (our own ABI text) or, with
+ * -DCANNA_WITH_CANN_HEADERS, from CANN's real headers followed by our prototypes, so the
+ * compiler checks that both agree.
+ *
+ * Locking order (outer to inner; never take an outer lock while holding an inner one):
+ *   g_state_lock > device lock > stream lock > event lock > report lock
+ *   the handle registry lock, the memory-table lock, device mem_lock / util_lock, the worker
+ *   count lock and pool locks are leaves (nothing else is acquired while holding them, except
+ *   that sim_mem free takes mem_lock after the table lock).
+ * Objects are freed only by sim_obj_unref() and their free functions take no lock.
+ */
+#ifndef CANNA_SIM_H
+#define CANNA_SIM_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <time.h>
+#include <pthread.h>
+
+#ifdef CANNA_WITH_CANN_HEADERS
+#include <acl/acl.h>
+#include <acl/error_codes/rt_error_codes.h>
+#else
+#include "../_cdef/rt_types.h"
+#include "../_cdef/rt_errors.h"
+#endif
+#include "../_cdef/rt_funcs.h"
+#include "../_cdef/sim_funcs.h"
+
+#define SIM_API __attribute__((visibility("default")))
+#define SIM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SIM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define SIM_VERSION "0.1.0"
+#define SIM_CANN_VERSION "9.1.0"
+#define SIM_MAX_DEVICES 64
+#define SIM_MAX_STREAMS_PER_DEVICE 1984
+#define SIM_MSG_MAX 512
+#define SIM_WORKER_IDLE_NS (2000ull * 1000 * 1000)   /* a stream worker exits after ~2 s idle */
+#define SIM_INLINE_COPY_MAX (64u * 1024u)            /* memcpy/memset inline threshold (bytes) */
+#define SIM_INLINE_COST_MAX_NS 20000u                 /* aclsimLaunchTask inline threshold */
+#define SIM_FREED_RING 4096                           /* remembered freed ranges */
+#define SIM_UTIL_BUCKET_NS (100ull * 1000 * 1000)     /* utilization bucket width: 100 ms */
+#define SIM_UTIL_BUCKETS 16                           /* ring of buckets (window uses ~11) */
+#define SIM_UTIL_WINDOW_BUCKETS 10                    /* full buckets in the ~1 s window */
+
+/* ------------------------------------------------------------------ small helpers */
+
+static inline uint64_t sim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sim_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* intrusive doubly-linked list */
+typedef struct sim_list {
+    struct sim_list *prev, *next;
+} sim_list_t;
+
+static inline void sim_list_init(sim_list_t *h) { h->prev = h->next = h; }
+static inline void sim_list_add(sim_list_t *h, sim_list_t *n)
+{
+    n->prev = h->prev;
+    n->next = h;
+    h->prev->next = n;
+    h->prev = n;
+}
+static inline void sim_list_del(sim_list_t *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+#define SIM_CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+void sim_cond_init(pthread_cond_t *cv);          /* CLOCK_MONOTONIC condition variable */
+/* absolute CLOCK_MONOTONIC deadline `ms` from now */
+void sim_deadline(struct timespec *ts, uint64_t ns_from_now);
+int sim_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *deadline);
+
+/* ------------------------------------------------------------------ configuration */
+
+typedef struct sim_profile {
+    const char *name;
+    uint64_t hbm;
+    uint32_t ai_cores;
+    uint32_t vector_cores;
+    uint32_t aicpus;
+    uint64_t l2;
+} sim_profile_t;
+
+typedef struct sim_config {
+    int32_t ndev;
+    const sim_profile_t *profile;
+    uint64_t hbm;
+    int32_t memory_model;   /* ACLSIM_MEMORY_* */
+    int32_t check;          /* 1 = memcheck */
+} sim_config_t;
+
+extern sim_config_t g_cfg;
+extern atomic_int g_cfg_loaded;
+extern atomic_int g_inited;        /* 1 between aclInit and aclFinalize */
+extern atomic_int g_finalizing;    /* 1 while aclFinalize tears down */
+extern volatile int g_forked;      /* set in a forked child of an initialized process */
+extern pthread_mutex_t g_state_lock;
+
+/* load the configuration from the environment once (first aclInit or first aclsim* call) */
+aclError sim_config_ensure(const char *api);
+
+/* ------------------------------------------------------------------ errors */
+
+aclError sim_err(aclError code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+aclError sim_forked_err(const char *api);
+/* save / restore the calling thread's recent error (around tasks run inline) */
+typedef struct sim_errsave {
+    bool has;
+    aclError last;
+    char msg[SIM_MSG_MAX];
+} sim_errsave_t;
+void sim_err_save(sim_errsave_t *s);
+void sim_err_restore(const sim_errsave_t *s);
+/* the thread's pending message (NULL if none), without clearing */
+const char *sim_err_peek(void);
+void sim_err_clear(void);
+
+#define SIM_CHECK_FORK(api, failret)                         \
+    do {                                                     \
+        if (SIM_UNLIKELY(g_forked)) {                        \
+            sim_forked_err(api);                             \
+            return failret;                                  \
+        }                                                    \
+    } while (0)
+
+#define SIM_ENTER(api)                                                               \
+    do {                                                                             \
+        if (SIM_UNLIKELY(g_forked))                                                  \
+            return sim_forked_err(api);                                              \
+        if (SIM_UNLIKELY(!atomic_load_explicit(&g_inited, memory_order_acquire)))     \
+            return sim_err(ACL_ERROR_UNINITIALIZE,                                   \
+                           "%s: AscendCL is not initialized (call aclInit first)", api); \
+    } while (0)
+
+#define SIM_NULL_CHECK(api, p)                                                       \
+    do {                                                                             \
+        if (SIM_UNLIKELY((p) == NULL))                                               \
+            return sim_err(ACL_ERROR_INVALID_PARAM, "%s: %s must not be NULL", api, #p); \
+    } while (0)
+
+/* ------------------------------------------------------------------ handle registry */
+
+enum { SIM_KIND_CTX = 1, SIM_KIND_STREAM = 2, SIM_KIND_EVENT = 3 };
+#define SIM_OBJ_MAGIC 0x43414e4eu  /* "CANN" */
+#define SIM_HANDLE_BASE 0x5a00000000000000ull   /* non-canonical on x86-64 and arm64: never a real address */
+#define SIM_H(o) ((o)->obj.handle)
+
+typedef struct sim_obj {
+    uint32_t magic;
+    uint32_t kind;
+    atomic_int refs;
+    void *handle;   /* the value the user sees: a unique, never reused, non-dereferenceable id */
+    void (*free_fn)(struct sim_obj *);
+} sim_obj_t;
+
+void sim_obj_init(sim_obj_t *o, uint32_t kind, void (*free_fn)(sim_obj_t *));
+void sim_obj_ref(sim_obj_t *o);
+void sim_obj_unref(sim_obj_t *o);
+/* register o under a fresh handle (o->handle); the registry takes a reference */
+bool sim_reg_add(sim_obj_t *o);
+bool sim_reg_remove(sim_obj_t *o);   /* true if it was registered (drop the registry's ref yourself) */
+/* look a handle up; returns a new reference or NULL. *kind_found = kind of a live handle of another kind (0 if unknown)
+ * Handles are ids, not object addresses, so a destroyed handle never becomes valid again. */
+sim_obj_t *sim_reg_get(const void *h, uint32_t kind, uint32_t *kind_found);
+const char *sim_kind_name(uint32_t kind);
+
+/* ------------------------------------------------------------------ devices */
+
+typedef struct sim_util {
+    uint64_t cum_ns;                       /* core-ns integral up to `last` */
+    uint64_t last;                         /* time of the last advance */
+    uint32_t active;                       /* cores busy now */
+    uint64_t bucket_id[SIM_UTIL_BUCKETS];
+    uint64_t bucket_ns[SIM_UTIL_BUCKETS];
+} sim_util_t;
+
+struct sim_pfjob;
+typedef struct sim_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t cv_work;
+    pthread_cond_t cv_done;
+    struct sim_pfjob *jobs;        /* jobs with unclaimed blocks (FIFO) */
+    struct sim_pfjob *jobs_tail;
+    pthread_t *threads;
+    uint32_t nthreads;
+    bool started;
+    bool stop;
+} sim_pool_t;
+
+struct sim_ctx;
+struct sim_stream;
+
+typedef struct sim_device {
+    int32_t id;
+    pthread_mutex_t lock;            /* contexts, stream/event lists, peer flags */
+    struct sim_ctx *primary;
+    uint32_t primary_refs;
+    sim_list_t streams;              /* live and draining streams (list holds a ref) */
+    uint32_t nstreams_live;
+    sim_list_t events;
+    uint32_t nevents;
+    sim_list_t ctxs;                 /* non-primary contexts */
+    uint8_t peer[SIM_MAX_DEVICES];   /* peer[p]: this device enabled access to p */
+
+    pthread_mutex_t mem_lock;        /* memory accounting */
+    uint64_t capacity, used, peak, nallocs, nmalloc_calls, nfree_calls;
+
+    pthread_mutex_t util_lock;
+    sim_util_t util[3];
+
+    atomic_uint_fast64_t tasks_executed;
+    atomic_uint_fast64_t tasks_inline;
+
+    sim_pool_t pool;
+} sim_device_t;
+
+extern sim_device_t g_dev[SIM_MAX_DEVICES];
+
+void sim_devices_setup(void);   /* once, when the configuration is loaded */
+bool sim_dev_valid(int64_t id);
+bool sim_peer_enabled(int32_t a, int32_t b);
+void sim_util_begin(sim_device_t *d, int32_t engine, uint32_t cores, uint64_t now);
+void sim_util_end(sim_device_t *d, int32_t engine, uint32_t cores, uint64_t now);
+
+typedef struct sim_ctx {
+    sim_obj_t obj;
+    sim_device_t *dev;
+    struct sim_stream *def_stream;   /* ref held */
+    bool primary;
+    bool dead;
+    sim_list_t link;
+} sim_ctx_t;
+
+/* the calling thread's current context with a new reference, or NULL */
+sim_ctx_t *sim_ctx_current(void);
+/* as above, failing with 107002 naming api */
+aclError sim_need_ctx(const char *api, sim_ctx_t **out);
+void sim_ctx_clear_tls_if(sim_ctx_t *c);
+
+/* tear-down helpers used by aclFinalize */
+void sim_devices_finalize(void);
+void sim_pools_stop(void);
+
+/* ------------------------------------------------------------------ streams and tasks */
+
+typedef struct sim_stream {
+    sim_obj_t obj;
+    sim_device_t *dev;
+    sim_list_t link;          /* in dev->streams, under dev->lock */
+    bool listed;
+    bool is_default;
+    bool counted;             /* counted in dev->nstreams_live */
+    uint32_t priority, flags;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cv_work;   /* worker waits for work / for an inline task to finish */
+    pthread_cond_t cv_done;   /* synchronizers wait for completion */
+    struct sim_task *head, *tail;
+    atomic_uint_fast64_t enq_seq;
+    atomic_uint_fast64_t done_seq;
+    bool running;             /* a task is executing (worker or inline) */
+    bool worker_alive;
+    bool worker_sleeping;
+    bool dead;                /* destroyed: no new tasks; worker exits when drained */
+    int waiters;
+
+    atomic_int err_code;      /* sticky asynchronous error (0 = none) */
+    char err_msg[SIM_MSG_MAX];
+    uint64_t err_id;
+
+    bool subscribed;          /* aclrtSubscribeReport */
+    uint64_t sub_tid;
+} sim_stream_t;
+
+typedef struct sim_event {
+    sim_obj_t obj;
+    sim_device_t *dev;
+    sim_list_t link;
+    bool listed;
+    uint32_t flags;
+    bool timing;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    uint64_t recorded_gen;    /* bumped by every aclrtRecordEvent / aclrtResetEvent call */
+    uint64_t completed_gen;   /* the latest record/reset that executed */
+    uint64_t ts_ns;
+    bool has_ts;              /* completed state is "recorded" with a timestamp */
+    sim_stream_t *err_stream; /* stream that had a sticky error when the record executed (ref) */
+    uint64_t err_id;
+} sim_event_t;
+
+typedef struct sim_task sim_task_t;
+typedef aclError (*sim_task_run_fn)(sim_task_t *t, sim_stream_t *s);
+typedef void (*sim_task_rel_fn)(sim_task_t *t);
+
+struct sim_task {
+    sim_task_t *next;
+    uint64_t seq;
+    bool control;        /* control tasks run even after a sticky error */
+    bool launch_failed;  /* submit failed: release must not call user callbacks */
+    bool skipped;
+    int32_t engine;
+    uint32_t cores;
+    sim_task_run_fn run;
+    sim_task_rel_fn release;   /* always called exactly once (frees payload) */
+    sim_task_rel_fn on_enqueue; /* called under the stream lock once the task is sure to run */
+    union {
+        struct { aclsimTaskFn fn; void *arg; aclsimReleaseFn rel; } user;
+        struct { uint64_t us; } delay;
+        struct { aclError code; char *msg; } fault;
+        struct { void *dst; const void *src; size_t n; void *staging; bool dst_dev, src_dev; } copy;
+        struct { void *ptr; size_t n; int value; bool dev; } set;
+        struct { sim_event_t *ev; uint64_t gen; } ev;
+        struct { aclrtHostFunc fn; void *args; } host;
+        struct { aclrtCallback fn; void *data; int block; uint64_t tid; } cb;
+    } u;
+};
+
+extern __thread sim_stream_t *tls_running_stream;
+
+/* resolve a stream handle (NULL = current context's default stream); returns a reference */
+aclError sim_stream_resolve(aclrtStream h, const char *api, sim_stream_t **out);
+/* create a stream (caller holds d->lock); returns it with one reference for the caller */
+sim_stream_t *sim_stream_create(sim_device_t *d, bool is_default, uint32_t prio, uint32_t flags,
+                                const char *api, aclError *rc);
+/* invalidate the handle; queued work still drains (caller keeps its own reference).
+ * dev_locked: the caller holds s->dev->lock. */
+void sim_stream_destroy(sim_stream_t *s, bool dev_locked);
+/* invalidate an event handle and unlist it; caller holds e->dev->lock */
+void sim_event_kill_locked(sim_event_t *e);
+sim_task_t *sim_task_new(void);
+/* queue t on s (or run it inline when `small` and the stream is idle). On failure t is released
+ * with launch_failed set and the error code is returned. */
+aclError sim_stream_submit(sim_stream_t *s, sim_task_t *t, bool small, const char *api);
+/* wait for everything queued before the call; timeout_ms -1 = forever. report: take the sticky error */
+aclError sim_stream_sync(sim_stream_t *s, int64_t timeout_ms, bool report, const char *api,
+                         aclError timeout_code);
+/* wait until every stream of the device is drained; report: first sticky error */
+aclError sim_device_sync(sim_device_t *d, int64_t timeout_ms, bool report, const char *api);
+void sim_stream_set_fault(sim_stream_t *s, aclError code, const char *msg);
+/* take and clear the sticky error (0 if none) */
+aclError sim_stream_take_error(sim_stream_t *s, const char *api);
+void sim_workers_wait_all(void);
+void sim_report_shutdown(void);
+
+/* ------------------------------------------------------------------ memory */
+
+enum { SIM_PTR_HOST = 0, SIM_PTR_DEVICE = 1 };
+/* classify [p, p+n) for a copy/memset; returns 0 and *where (SIM_PTR_*) and *dev, or an error
+ * (message mentions api and side) */
+aclError sim_mem_classify(const void *p, size_t n, const char *api, const char *side,
+                          int *where, int32_t *dev);
+/* true when [p, p+n) is still inside a live device allocation (tasks revalidate at run time) */
+bool sim_mem_still_live(const void *p, size_t n);
+
+#endif /* CANNA_SIM_H */

@@ -1,0 +1,709 @@
+/* canna simulator: streams, their worker threads, tasks, sticky errors, simulator launches. */
+#include "sim.h"
+
+#include <signal.h>
+
+__thread sim_stream_t *tls_running_stream;
+
+static pthread_mutex_t g_wk_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_wk_cv = PTHREAD_COND_INITIALIZER;
+static int g_wk_count;
+static atomic_uint_fast64_t g_err_id;
+
+#define SIM_SPIN_NS 10000u   /* spin this long before sleeping on a condition variable */
+
+/* ------------------------------------------------------------------ lifetime */
+
+static void stream_free(sim_obj_t *o)
+{
+    sim_stream_t *s = (sim_stream_t *)o;
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cv_work);
+    pthread_cond_destroy(&s->cv_done);
+    free(s);
+}
+
+sim_stream_t *sim_stream_create(sim_device_t *d, bool is_default, uint32_t prio, uint32_t flags, const char *api,
+                                aclError *rc)
+{
+    if (!atomic_load(&g_inited)) {
+        *rc = sim_err(ACL_ERROR_UNINITIALIZE, "%s: AscendCL is not initialized (call aclInit first)", api);
+        return NULL;
+    }
+    if (d->nstreams_live >= SIM_MAX_STREAMS_PER_DEVICE) {
+        *rc = sim_err(ACL_ERROR_RT_NO_STREAM_RESOURCE, "%s: device %d already has %d streams (the maximum)", api, d->id,
+                      SIM_MAX_STREAMS_PER_DEVICE);
+        return NULL;
+    }
+    sim_stream_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        *rc = sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
+        return NULL;
+    }
+    sim_obj_init(&s->obj, SIM_KIND_STREAM, stream_free);
+    s->dev = d;
+    s->is_default = is_default;
+    s->priority = prio;
+    s->flags = flags;
+    pthread_mutex_init(&s->lock, NULL);
+    sim_cond_init(&s->cv_work);
+    sim_cond_init(&s->cv_done);
+    sim_list_init(&s->link);
+    if (!sim_reg_add(&s->obj)) {
+        sim_obj_unref(&s->obj);
+        *rc = sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
+        return NULL;
+    }
+    sim_obj_ref(&s->obj);   /* the device list's reference */
+    sim_list_add(&d->streams, &s->link);
+    s->listed = true;
+    s->counted = true;
+    d->nstreams_live++;
+    return s;
+}
+
+/* unlist a destroyed stream once nothing runs on it any more; caller holds d->lock */
+static void stream_maybe_unlist_locked(sim_stream_t *s)
+{
+    if (!s->listed)
+        return;
+    pthread_mutex_lock(&s->lock);
+    bool idle = s->dead && !s->worker_alive && !s->head && !s->running;
+    pthread_mutex_unlock(&s->lock);
+    if (idle) {
+        s->listed = false;
+        sim_list_del(&s->link);
+        sim_obj_unref(&s->obj);   /* the caller still holds a reference */
+    }
+}
+
+static void stream_maybe_unlist(sim_stream_t *s)
+{
+    pthread_mutex_lock(&s->dev->lock);
+    stream_maybe_unlist_locked(s);
+    pthread_mutex_unlock(&s->dev->lock);
+}
+
+void sim_stream_destroy(sim_stream_t *s, bool dev_locked)
+{
+    if (sim_reg_remove(&s->obj))
+        sim_obj_unref(&s->obj);
+    pthread_mutex_lock(&s->lock);
+    s->dead = true;
+    if (s->worker_alive)
+        pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->lock);
+    sim_device_t *d = s->dev;
+    if (!dev_locked)
+        pthread_mutex_lock(&d->lock);
+    if (s->counted) {
+        s->counted = false;
+        d->nstreams_live--;
+    }
+    stream_maybe_unlist_locked(s);
+    if (!dev_locked)
+        pthread_mutex_unlock(&d->lock);
+}
+
+aclError sim_stream_resolve(aclrtStream h, const char *api, sim_stream_t **out)
+{
+    if (!h) {
+        sim_ctx_t *c = NULL;
+        aclError rc = sim_need_ctx(api, &c);
+        if (rc)
+            return rc;
+        sim_stream_t *s = c->def_stream;
+        sim_obj_ref(&s->obj);
+        sim_obj_unref(&c->obj);
+        *out = s;
+        return ACL_SUCCESS;
+    }
+    uint32_t kf;
+    sim_obj_t *o = sim_reg_get(h, SIM_KIND_STREAM, &kf);
+    if (!o) {
+        if (kf)
+            return sim_err(ACL_ERROR_RT_INVALID_HANDLE, "%s: handle %p is %s, not a stream", api, h, sim_kind_name(kf));
+        return sim_err(ACL_ERROR_RT_INVALID_HANDLE, "%s: invalid stream handle %p (unknown or destroyed)", api, h);
+    }
+    *out = (sim_stream_t *)o;
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ sticky errors */
+
+void sim_stream_set_fault(sim_stream_t *s, aclError code, const char *msg)
+{
+    pthread_mutex_lock(&s->lock);
+    if (atomic_load(&s->err_code) == 0) {
+        snprintf(s->err_msg, sizeof s->err_msg, "%s", msg ? msg : "task failed");
+        s->err_id = atomic_fetch_add(&g_err_id, 1) + 1;
+        atomic_store(&s->err_code, code);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+aclError sim_stream_take_error(sim_stream_t *s, const char *api)
+{
+    if (atomic_load_explicit(&s->err_code, memory_order_acquire) == 0)
+        return ACL_SUCCESS;
+    char msg[SIM_MSG_MAX];
+    pthread_mutex_lock(&s->lock);
+    aclError code = atomic_load(&s->err_code);
+    if (code) {
+        memcpy(msg, s->err_msg, sizeof msg);
+        atomic_store(&s->err_code, 0);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!code)
+        return ACL_SUCCESS;
+    return sim_err(code, "%s: asynchronous error on stream %p: %s", api, SIM_H(s), msg);
+}
+
+/* ------------------------------------------------------------------ execution */
+
+sim_task_t *sim_task_new(void) { return calloc(1, sizeof(sim_task_t)); }
+
+static void stream_exec(sim_stream_t *s, sim_task_t *t)
+{
+    sim_stream_t *prev = tls_running_stream;
+    tls_running_stream = s;
+    sim_errsave_t save;
+    sim_err_save(&save);
+    if (!t->control && atomic_load_explicit(&s->err_code, memory_order_acquire)) {
+        t->skipped = true;
+    } else {
+        bool acct = t->engine == ACLSIM_ENGINE_VECTOR || t->engine == ACLSIM_ENGINE_CUBE;
+        if (acct)
+            sim_util_begin(s->dev, t->engine, t->cores, sim_now_ns());
+        aclError rc = t->run(t, s);
+        if (acct)
+            sim_util_end(s->dev, t->engine, t->cores, sim_now_ns());
+        if (rc != ACL_SUCCESS) {
+            const char *m = sim_err_peek();
+            char buf[96];
+            if (!m) {
+                snprintf(buf, sizeof buf, "task failed with error %d", rc);
+                m = buf;
+            }
+            sim_stream_set_fault(s, rc, m);
+        }
+        atomic_fetch_add_explicit(&s->dev->tasks_executed, 1, memory_order_relaxed);
+    }
+    if (t->release)
+        t->release(t);
+    sim_err_restore(&save);
+    tls_running_stream = prev;
+    free(t);
+}
+
+/* caller holds s->lock */
+static void stream_finish_locked(sim_stream_t *s, uint64_t seq)
+{
+    atomic_store_explicit(&s->done_seq, seq, memory_order_release);
+    s->running = false;
+    if (s->waiters)
+        pthread_cond_broadcast(&s->cv_done);
+}
+
+static void *stream_worker(void *arg)
+{
+    sim_stream_t *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        if (s->head && !s->running) {
+            sim_task_t *t = s->head;
+            s->head = t->next;
+            if (!s->head)
+                s->tail = NULL;
+            s->running = true;
+            uint64_t seq = t->seq;
+            pthread_mutex_unlock(&s->lock);
+            stream_exec(s, t);
+            pthread_mutex_lock(&s->lock);
+            stream_finish_locked(s, seq);
+            continue;
+        }
+        if (s->running) {   /* an inline task is executing on another thread */
+            s->worker_sleeping = true;
+            pthread_cond_wait(&s->cv_work, &s->lock);
+            s->worker_sleeping = false;
+            continue;
+        }
+        if (s->dead)
+            break;
+        /* idle: spin briefly, then sleep up to the idle limit */
+        uint64_t seen = atomic_load_explicit(&s->enq_seq, memory_order_acquire);
+        pthread_mutex_unlock(&s->lock);
+        uint64_t t0 = sim_now_ns();
+        for (unsigned i = 0;; i++) {
+            if (atomic_load_explicit(&s->enq_seq, memory_order_acquire) != seen)
+                break;
+            sim_cpu_relax();
+            if ((i & 63) == 63 && sim_now_ns() - t0 > SIM_SPIN_NS)
+                break;
+        }
+        pthread_mutex_lock(&s->lock);
+        if (s->head || s->running || s->dead)
+            continue;
+        struct timespec dl;
+        sim_deadline(&dl, SIM_WORKER_IDLE_NS);
+        s->worker_sleeping = true;
+        int rc = pthread_cond_timedwait(&s->cv_work, &s->lock, &dl);
+        s->worker_sleeping = false;
+        if (rc == ETIMEDOUT && !s->head && !s->running)
+            break;
+    }
+    s->worker_alive = false;
+    bool dead = s->dead;
+    pthread_mutex_unlock(&s->lock);
+    if (dead)
+        stream_maybe_unlist(s);
+    sim_obj_unref(&s->obj);
+    pthread_mutex_lock(&g_wk_lock);
+    if (--g_wk_count == 0)
+        pthread_cond_broadcast(&g_wk_cv);
+    pthread_mutex_unlock(&g_wk_lock);
+    return NULL;
+}
+
+/* caller holds s->lock */
+static bool stream_spawn_worker_locked(sim_stream_t *s)
+{
+    pthread_attr_t attr;
+    sigset_t all, old;
+    pthread_t th;
+    sim_obj_ref(&s->obj);   /* the worker's reference */
+    pthread_mutex_lock(&g_wk_lock);
+    g_wk_count++;
+    pthread_mutex_unlock(&g_wk_lock);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* workers never take process signals */
+    int rc = pthread_create(&th, &attr, stream_worker, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        pthread_mutex_lock(&g_wk_lock);
+        if (--g_wk_count == 0)
+            pthread_cond_broadcast(&g_wk_cv);
+        pthread_mutex_unlock(&g_wk_lock);
+        sim_obj_unref(&s->obj);   /* not the last: the caller holds one */
+        return false;
+    }
+    s->worker_alive = true;
+    return true;
+}
+
+void sim_workers_wait_all(void)
+{
+    pthread_mutex_lock(&g_wk_lock);
+    while (g_wk_count > 0)
+        pthread_cond_wait(&g_wk_cv, &g_wk_lock);
+    pthread_mutex_unlock(&g_wk_lock);
+}
+
+aclError sim_stream_submit(sim_stream_t *s, sim_task_t *t, bool small, const char *api)
+{
+    aclError rc;
+    pthread_mutex_lock(&s->lock);
+    if (s->dead) {
+        pthread_mutex_unlock(&s->lock);
+        rc = sim_err(ACL_ERROR_RT_INVALID_HANDLE, "%s: stream %p was destroyed", api, SIM_H(s));
+        goto fail;
+    }
+    if (small && !g_cfg.check && !s->head && !s->running) {
+        if (t->on_enqueue)
+            t->on_enqueue(t);
+        uint64_t seq = atomic_load_explicit(&s->enq_seq, memory_order_relaxed) + 1;
+        atomic_store_explicit(&s->enq_seq, seq, memory_order_release);
+        t->seq = seq;
+        s->running = true;
+        pthread_mutex_unlock(&s->lock);
+        stream_exec(s, t);
+        pthread_mutex_lock(&s->lock);
+        stream_finish_locked(s, seq);
+        if (s->worker_alive)
+            pthread_cond_signal(&s->cv_work);
+        bool dead = s->dead;
+        pthread_mutex_unlock(&s->lock);
+        atomic_fetch_add_explicit(&s->dev->tasks_inline, 1, memory_order_relaxed);
+        if (dead)
+            stream_maybe_unlist(s);
+        return ACL_SUCCESS;
+    }
+    if (!s->worker_alive && !stream_spawn_worker_locked(s)) {
+        pthread_mutex_unlock(&s->lock);
+        rc = sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: cannot start the stream's worker thread", api);
+        goto fail;
+    }
+    if (t->on_enqueue)
+        t->on_enqueue(t);
+    uint64_t seq = atomic_load_explicit(&s->enq_seq, memory_order_relaxed) + 1;
+    t->seq = seq;
+    t->next = NULL;
+    if (s->tail)
+        s->tail->next = t;
+    else
+        s->head = t;
+    s->tail = t;
+    atomic_store_explicit(&s->enq_seq, seq, memory_order_release);
+    if (s->worker_sleeping)
+        pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->lock);
+    return ACL_SUCCESS;
+fail:
+    t->launch_failed = true;
+    if (t->release)
+        t->release(t);
+    free(t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ waiting */
+
+/* wait until done_seq >= target; deadline NULL = forever. true when reached. */
+static bool stream_wait_seq(sim_stream_t *s, uint64_t target, const struct timespec *deadline)
+{
+    if (atomic_load_explicit(&s->done_seq, memory_order_acquire) >= target)
+        return true;
+    uint64_t t0 = sim_now_ns();
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(&s->done_seq, memory_order_acquire) >= target)
+            return true;
+        sim_cpu_relax();
+        if ((i & 63) == 63 && sim_now_ns() - t0 > SIM_SPIN_NS)
+            break;
+    }
+    bool ok = true;
+    pthread_mutex_lock(&s->lock);
+    s->waiters++;
+    while (atomic_load_explicit(&s->done_seq, memory_order_acquire) < target) {
+        if (sim_cond_wait_until(&s->cv_done, &s->lock, deadline) == ETIMEDOUT &&
+            atomic_load_explicit(&s->done_seq, memory_order_acquire) < target) {
+            ok = false;
+            break;
+        }
+    }
+    s->waiters--;
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+static const struct timespec *make_deadline(struct timespec *ts, int64_t timeout_ms)
+{
+    if (timeout_ms < 0)
+        return NULL;
+    sim_deadline(ts, (uint64_t)timeout_ms * 1000000ull);
+    return ts;
+}
+
+aclError sim_stream_sync(sim_stream_t *s, int64_t timeout_ms, bool report, const char *api, aclError timeout_code)
+{
+    if (tls_running_stream == s)
+        return sim_err(ACL_ERROR_RT_PARAM_INVALID,
+                       "%s: cannot synchronize stream %p from inside one of its own tasks (it would deadlock)", api,
+                       SIM_H(s));
+    uint64_t target = atomic_load_explicit(&s->enq_seq, memory_order_acquire);
+    struct timespec ts;
+    if (!stream_wait_seq(s, target, make_deadline(&ts, timeout_ms)))
+        return sim_err(timeout_code, "%s: stream %p did not complete within %lld ms", api, SIM_H(s),
+                       (long long)timeout_ms);
+    return report ? sim_stream_take_error(s, api) : ACL_SUCCESS;
+}
+
+aclError sim_device_sync(sim_device_t *d, int64_t timeout_ms, bool report, const char *api)
+{
+    sim_stream_t **arr = NULL;
+    size_t n = 0, cap = 0;
+    pthread_mutex_lock(&d->lock);
+    for (sim_list_t *l = d->streams.next; l != &d->streams; l = l->next)
+        cap++;
+    arr = malloc((cap ? cap : 1) * sizeof *arr);
+    if (arr) {
+        for (sim_list_t *l = d->streams.next; l != &d->streams; l = l->next) {
+            sim_stream_t *s = SIM_CONTAINER(l, sim_stream_t, link);
+            sim_obj_ref(&s->obj);
+            arr[n++] = s;
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (!arr)
+        return sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
+    struct timespec ts;
+    const struct timespec *dl = make_deadline(&ts, timeout_ms);
+    aclError rc = ACL_SUCCESS;
+    for (size_t i = 0; i < n && rc == ACL_SUCCESS; i++) {
+        if (arr[i] == tls_running_stream)
+            continue;
+        uint64_t target = atomic_load_explicit(&arr[i]->enq_seq, memory_order_acquire);
+        if (!stream_wait_seq(arr[i], target, dl))
+            rc = sim_err(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "%s: device %d did not complete within %lld ms", api, d->id,
+                         (long long)timeout_ms);
+    }
+    for (size_t i = 0; i < n && rc == ACL_SUCCESS && report; i++)
+        rc = sim_stream_take_error(arr[i], api);
+    for (size_t i = 0; i < n; i++)
+        sim_obj_unref(&arr[i]->obj);
+    free(arr);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ stream API */
+
+static aclError create_stream(const char *api, aclrtStream *out, uint32_t prio, uint32_t flags)
+{
+    sim_ctx_t *c = NULL;
+    aclError rc = sim_need_ctx(api, &c);
+    if (rc)
+        return rc;
+    sim_device_t *d = c->dev;
+    sim_obj_unref(&c->obj);
+    pthread_mutex_lock(&d->lock);
+    sim_stream_t *s = sim_stream_create(d, false, prio, flags, api, &rc);
+    pthread_mutex_unlock(&d->lock);
+    if (!s)
+        return rc;
+    *out = SIM_H(s);
+    sim_obj_unref(&s->obj);   /* the registry and the device list keep it */
+    return ACL_SUCCESS;
+}
+
+SIM_API aclError aclrtCreateStream(aclrtStream *stream)
+{
+    SIM_ENTER("aclrtCreateStream");
+    SIM_NULL_CHECK("aclrtCreateStream", stream);
+    return create_stream("aclrtCreateStream", stream, 0, 0);
+}
+
+SIM_API aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag)
+{
+    static const char api[] = "aclrtCreateStreamWithConfig";
+    SIM_ENTER(api);
+    SIM_NULL_CHECK(api, stream);
+    if (priority > 7)
+        return sim_err(ACL_ERROR_INVALID_PARAM, "%s: priority must be 0..7 (got %u)", api, priority);
+    const uint32_t known = ACL_STREAM_FAST_LAUNCH | ACL_STREAM_FAST_SYNC | ACL_STREAM_PERSISTENT | ACL_STREAM_HUGE |
+                           ACL_STREAM_CPU_SCHEDULE | ACL_STREAM_DEVICE_USE_ONLY;
+    if (flag & ~known)
+        return sim_err(ACL_ERROR_INVALID_PARAM, "%s: unknown flag bits 0x%x", api, flag & ~known);
+    return create_stream(api, stream, priority, flag);
+}
+
+static aclError destroy_stream(const char *api, aclrtStream stream)
+{
+    SIM_ENTER(api);
+    if (!stream)
+        return sim_err(ACL_ERROR_INVALID_PARAM, "%s: stream must not be NULL (the default stream cannot be destroyed)", api);
+    sim_stream_t *s = NULL;
+    aclError rc = sim_stream_resolve(stream, api, &s);
+    if (rc)
+        return rc;
+    if (s->is_default) {
+        sim_obj_unref(&s->obj);
+        return sim_err(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is a default stream and cannot be destroyed", api, stream);
+    }
+    sim_stream_destroy(s, false);
+    sim_obj_unref(&s->obj);
+    return ACL_SUCCESS;
+}
+
+SIM_API aclError aclrtDestroyStream(aclrtStream stream) { return destroy_stream("aclrtDestroyStream", stream); }
+SIM_API aclError aclrtDestroyStreamForce(aclrtStream stream) { return destroy_stream("aclrtDestroyStreamForce", stream); }
+
+static aclError sync_stream_api(const char *api, aclrtStream stream, int32_t timeout)
+{
+    SIM_ENTER(api);
+    if (timeout < -1)
+        return sim_err(ACL_ERROR_INVALID_PARAM, "%s: timeout must be -1, 0 or a positive number of ms (got %d)", api,
+                       timeout);
+    sim_stream_t *s = NULL;
+    aclError rc = sim_stream_resolve(stream, api, &s);
+    if (rc)
+        return rc;
+    rc = sim_stream_sync(s, timeout, true, api, ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+    sim_obj_unref(&s->obj);
+    return rc;
+}
+
+SIM_API aclError aclrtSynchronizeStream(aclrtStream stream)
+{
+    return sync_stream_api("aclrtSynchronizeStream", stream, -1);
+}
+
+SIM_API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
+{
+    return sync_stream_api("aclrtSynchronizeStreamWithTimeout", stream, timeout);
+}
+
+SIM_API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
+{
+    static const char api[] = "aclrtStreamQuery";
+    SIM_ENTER(api);
+    SIM_NULL_CHECK(api, status);
+    sim_stream_t *s = NULL;
+    aclError rc = sim_stream_resolve(stream, api, &s);
+    if (rc)
+        return rc;
+    uint64_t done = atomic_load_explicit(&s->done_seq, memory_order_acquire);
+    uint64_t enq = atomic_load_explicit(&s->enq_seq, memory_order_acquire);
+    *status = done >= enq ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+    sim_obj_unref(&s->obj);
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ simulator launches */
+
+static aclError run_user(sim_task_t *t, sim_stream_t *s)
+{
+    (void)s;
+    return t->u.user.fn(t->u.user.arg);
+}
+
+static void release_user(sim_task_t *t)
+{
+    if (!t->launch_failed && t->u.user.rel)
+        t->u.user.rel(t->u.user.arg);
+}
+
+static aclError check_engine(const char *api, int32_t engine)
+{
+    if (engine != ACLSIM_ENGINE_NONE && engine != ACLSIM_ENGINE_VECTOR && engine != ACLSIM_ENGINE_CUBE)
+        return sim_err(ACL_ERROR_INVALID_PARAM, "%s: engine must be ACLSIM_ENGINE_NONE, _VECTOR or _CUBE (got %d)", api,
+                       engine);
+    return ACL_SUCCESS;
+}
+
+SIM_API aclError aclsimLaunchTask(aclrtStream stream, aclsimTaskFn fn, void *arg, aclsimReleaseFn release,
+                                  int32_t engine, uint32_t numCores, uint64_t costNs)
+{
+    static const char api[] = "aclsimLaunchTask";
+    if (SIM_UNLIKELY(g_forked))
+        return sim_forked_err(api);
+    SIM_NULL_CHECK(api, fn);
+    aclError rc = check_engine(api, engine);
+    if (rc)
+        return rc;
+    sim_stream_t *s = NULL;
+    rc = sim_stream_resolve(stream, api, &s);
+    if (rc)
+        return rc;
+    sim_task_t *t = sim_task_new();
+    if (!t) {
+        sim_obj_unref(&s->obj);
+        return sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
+    }
+    t->run = run_user;
+    t->release = release_user;
+    t->engine = engine;
+    t->cores = numCores;
+    t->u.user.fn = fn;
+    t->u.user.arg = arg;
+    t->u.user.rel = release;
+    rc = sim_stream_submit(s, t, costNs <= SIM_INLINE_COST_MAX_NS, api);
+    sim_obj_unref(&s->obj);
+    return rc;
+}
+
+static aclError run_delay(sim_task_t *t, sim_stream_t *s)
+{
+    (void)s;
+    uint64_t us = t->u.delay.us;
+    uint64_t ns = us > UINT64_MAX / 4000 ? UINT64_MAX / 4 : us * 1000;
+    uint64_t end = sim_now_ns() + ns;
+    if (ns < 100000) {
+        while (sim_now_ns() < end)
+            sim_cpu_relax();
+        return ACL_SUCCESS;
+    }
+    struct timespec ts = {(time_t)(end / 1000000000ull), (long)(end % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+    return ACL_SUCCESS;
+}
+
+SIM_API aclError aclsimLaunchDelay(aclrtStream stream, uint64_t microseconds, int32_t engine, uint32_t numCores)
+{
+    static const char api[] = "aclsimLaunchDelay";
+    if (SIM_UNLIKELY(g_forked))
+        return sim_forked_err(api);
+    aclError rc = check_engine(api, engine);
+    if (rc)
+        return rc;
+    sim_stream_t *s = NULL;
+    rc = sim_stream_resolve(stream, api, &s);
+    if (rc)
+        return rc;
+    sim_task_t *t = sim_task_new();
+    if (!t) {
+        sim_obj_unref(&s->obj);
+        return sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
+    }
+    t->run = run_delay;
+    t->engine = engine;
+    t->cores = numCores;
+    t->u.delay.us = microseconds;
+    rc = sim_stream_submit(s, t, microseconds <= SIM_INLINE_COST_MAX_NS / 1000, api);
+    sim_obj_unref(&s->obj);
+    return rc;
+}
+
+static aclError run_fault(sim_task_t *t, sim_stream_t *s)
+{
+    (void)s;
+    return sim_err(t->u.fault.code, "%s", t->u.fault.msg ? t->u.fault.msg : "injected fault");
+}
+
+static void release_fault(sim_task_t *t) { free(t->u.fault.msg); }
+
+SIM_API aclError aclsimLaunchFault(aclrtStream stream, aclError code, const char *message)
+{
+    static const char api[] = "aclsimLaunchFault";
+    if (SIM_UNLIKELY(g_forked))
+        return sim_forked_err(api);
+    if (code == ACL_SUCCESS)
+        return sim_err(ACL_ERROR_INVALID_PARAM, "%s: code must not be 0", api);
+    sim_stream_t *s = NULL;
+    aclError rc = sim_stream_resolve(stream, api, &s);
+    if (rc)
+        return rc;
+    sim_task_t *t = sim_task_new();
+    char *msg = NULL;
+    if (t) {
+        if (message) {
+            msg = strndup(message, SIM_MSG_MAX - 1);
+        } else {
+            msg = malloc(64);
+            if (msg)
+                snprintf(msg, 64, "aclsimLaunchFault: injected fault %d", code);
+        }
+    }
+    if (!t || !msg) {
+        free(t);
+        free(msg);
+        sim_obj_unref(&s->obj);
+        return sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
+    }
+    t->run = run_fault;
+    t->release = release_fault;
+    t->u.fault.code = code;
+    t->u.fault.msg = msg;
+    rc = sim_stream_submit(s, t, true, api);
+    sim_obj_unref(&s->obj);
+    return rc;
+}
+
+SIM_API aclError aclsimStreamGetDevice(aclrtStream stream, int32_t *deviceId)
+{
+    static const char api[] = "aclsimStreamGetDevice";
+    if (SIM_UNLIKELY(g_forked))
+        return sim_forked_err(api);
+    SIM_NULL_CHECK(api, deviceId);
+    sim_stream_t *s = NULL;
+    aclError rc = sim_stream_resolve(stream, api, &s);
+    if (rc)
+        return rc;
+    *deviceId = s->dev->id;
+    sim_obj_unref(&s->obj);
+    return ACL_SUCCESS;
+}

@@ -1,0 +1,442 @@
+"""Streams and events (AscendCL ``aclrtStream`` / ``aclrtEvent``).
+
+A stream runs its work in order and asynchronously with respect to the host; work on different
+streams may overlap. Events mark points in a stream: another stream can wait for them, the host can
+wait for them, and two timing events give the elapsed time in milliseconds. Handles are created
+only through factories (:meth:`Device.create_stream`, :meth:`Device.create_event`,
+:meth:`Stream.record`). Each object owns its handle and destroys it when closed or collected;
+destructors never raise (a failure becomes a ``ResourceWarning`` naming the leaked handle).
+"""
+from __future__ import annotations
+
+import math
+import threading
+import warnings
+
+from . import _runtime as rt
+from ._device import Device
+from ._errors import InvalidArgumentError, InvalidHandleError
+from ._lib import backend, ffi
+
+__all__ = ["Stream", "Event", "current_stream", "synchronize"]
+
+_EVENT_SYNC, _EVENT_TIME_LINE = 1, 8
+_STREAM_FLAGS = 1 | 2 | 4 | 8 | 16 | 32
+
+
+def _timeout_ms(timeout, api) -> int:
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{api}: timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if not timeout >= 0 or math.isinf(timeout):
+        raise InvalidArgumentError(100000, api, f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+    ms = math.ceil(timeout * 1000)
+    if ms > 2**31 - 1:
+        raise InvalidArgumentError(100000, api, f"timeout {timeout!r} s is too long (max {(2**31 - 1) / 1000:.0f} s)")
+    return ms
+
+
+class Stream:
+    """An in-order queue of work on one device.
+
+    ``with stream:`` makes it the calling thread's current stream for its device (what every
+    operation with ``stream=None`` uses) and restores the previous one afterwards.
+    """
+
+    __slots__ = ("_h", "_device", "_gen", "_owned", "_priority", "_errors", "_lock", "__weakref__")
+
+    def __init__(self, *a, **k):
+        raise TypeError("streams are created with Device.create_stream() or Device.default_stream")
+
+    @classmethod
+    def _wrap(cls, device, handle, owned, priority):
+        self = object.__new__(cls)
+        self._h = handle
+        self._device = device
+        self._gen = rt.generation()
+        self._owned = owned
+        self._priority = priority
+        self._errors = []
+        self._lock = threading.Lock()
+        return self
+
+    @classmethod
+    def _create(cls, device: Device, *, priority: int = 0, flags: int = 0) -> "Stream":
+        api = "Device.create_stream"
+        for name, v in (("priority", priority), ("flags", flags)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{api}: {name} must be an int, not {type(v).__name__}")
+        if not 0 <= priority <= 7:
+            raise InvalidArgumentError(100000, api, f"priority must be in 0..7 (0 is highest), got {priority}")
+        if flags & ~_STREAM_FLAGS or flags < 0:
+            raise InvalidArgumentError(100000, api, f"unknown stream flag bits {flags:#x} (valid: ACL_STREAM_* = {_STREAM_FLAGS:#x})")
+        rt.activate(device._id, api)
+        cell = ffi.new("aclrtStream *")
+        rt.check(backend().lib.aclrtCreateStreamWithConfig(cell, priority, flags), "aclrtCreateStreamWithConfig")
+        return cls._wrap(device, cell[0], True, priority)
+
+    @classmethod
+    def _default(cls, device: Device) -> "Stream":
+        st = rt.activate(device._id, "Device.default_stream")
+        return cls._wrap(device, st.default_stream, False, 0)
+
+    # -- identity --------------------------------------------------------------------------------
+    @property
+    def handle(self) -> int:
+        """The ``aclrtStream`` handle as an int (0 = the context's default stream)."""
+        return int(ffi.cast("uintptr_t", self._h)) if self._h is not None else 0
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def priority(self) -> int:
+        return self._priority
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the default stream of its device's context (not destroyable)."""
+        return not self._owned
+
+    def __npu_stream__(self):
+        """Stream-exchange protocol (mirror of ``__cuda_stream__``): ``(version, handle)``."""
+        return (0, self.handle)
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and self._h == other._h and self._gen == other._gen
+
+    def __hash__(self):
+        return hash((self.handle, self._gen))
+
+    def __repr__(self):
+        state = "" if self._alive_quiet() else " (destroyed)"
+        kind = "default stream" if not self._owned else "stream"
+        return f"<acl_rt.Stream {kind} {self.handle:#x} on device {self._device._id}{state}>"
+
+    def _alive_quiet(self) -> bool:
+        return self._h is not None and self._gen == rt.generation() and rt.is_initialized()
+
+    def _handle(self, api):
+        """The live handle, with the device's context current; raises when destroyed/stale."""
+        if self._h is None:
+            raise InvalidHandleError(107017, api, "the stream was destroyed")
+        if self._gen != rt.generation():
+            raise InvalidHandleError(107017, api, "the stream was created before acl_rt.finalize() and is no longer valid")
+        rt.activate(self._device._id, api)
+        return self._h
+
+    # -- work ------------------------------------------------------------------------------------
+    def synchronize(self, *, timeout: float | None = None) -> None:
+        """Wait until all work queued on this stream has finished.
+
+        Args:
+            timeout: seconds to wait at most (``None`` waits forever).
+
+        Raises:
+            AclTimeoutError: the work did not finish in time (ACL_ERROR_RT_STREAM_SYNC_TIMEOUT).
+            DeviceError: a task of this stream failed asynchronously (reported once; the stream
+                is usable again afterwards).
+            Exception: an exception raised by a :meth:`launch_host_func` callback.
+        """
+        api = "Stream.synchronize"
+        h = self._handle(api)
+        lib = backend().lib
+        if timeout is None:
+            rt.check(lib.aclrtSynchronizeStream(h), "aclrtSynchronizeStream")
+        else:
+            rt.check(lib.aclrtSynchronizeStreamWithTimeout(h, _timeout_ms(timeout, api)),
+                     "aclrtSynchronizeStreamWithTimeout")
+        if self._errors:
+            with self._lock:
+                errors, self._errors = self._errors, []
+            raise errors[0]
+
+    sync = synchronize
+
+    def query(self) -> bool:
+        """``True`` when all queued work has finished (``aclrtStreamQuery``); never waits."""
+        out = ffi.new("aclrtStreamStatus *")
+        rt.check(backend().lib.aclrtStreamQuery(self._handle("Stream.query"), out), "aclrtStreamQuery")
+        return out[0] == 0
+
+    @property
+    def is_done(self) -> bool:
+        return self.query()
+
+    def record(self, event: "Event | None" = None) -> "Event":
+        """Record ``event`` (a new timing event when None) at the current end of this stream."""
+        if event is None:
+            event = Event._create(self._device, timing=True)
+        elif not isinstance(event, Event):
+            raise TypeError(f"Stream.record: expected an acl_rt.Event, not {type(event).__name__}")
+        event.record(self)
+        return event
+
+    def wait(self, event_or_stream: "Event | Stream") -> None:
+        """Make later work on this stream wait for ``event`` (or for everything queued so far on
+        another stream) without blocking the host (``aclrtStreamWaitEvent``)."""
+        api = "Stream.wait"
+        if isinstance(event_or_stream, Stream):
+            if event_or_stream == self:
+                return
+            event = event_or_stream.record(Event._create(event_or_stream._device, timing=False))
+        elif isinstance(event_or_stream, Event):
+            event = event_or_stream
+        else:
+            raise TypeError(f"{api}: expected an acl_rt.Event or acl_rt.Stream, not {type(event_or_stream).__name__}")
+        eh = event._handle(api)
+        rt.check(backend().lib.aclrtStreamWaitEvent(self._handle(api), eh), "aclrtStreamWaitEvent")
+
+    def launch_host_func(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on a runtime thread when the stream reaches this point
+        (``aclrtLaunchHostFunc``). An exception it raises is re-raised by the next
+        :meth:`synchronize` of this stream. ``fn`` must not call into this stream's queue and wait
+        on it (that would deadlock, as on the device)."""
+        api = "Stream.launch_host_func"
+        if not callable(fn):
+            raise TypeError(f"{api}: fn must be callable, not {type(fn).__name__}")
+        h = self._handle(api)
+        holder = []
+
+        def trampoline(_arg):
+            try:
+                fn(*args)
+            except BaseException as e:  # surfaced at synchronize()
+                with self._lock:
+                    self._errors.append(e)
+            finally:
+                _pending_callbacks.discard(holder[0])
+
+        cb = ffi.callback("aclrtHostFunc", trampoline)
+        holder.append(cb)
+        _pending_callbacks.add(cb)
+        rc = backend().lib.aclrtLaunchHostFunc(h, cb, ffi.NULL)
+        if rc:
+            _pending_callbacks.discard(cb)
+            rt.raise_error(rc, "aclrtLaunchHostFunc")
+
+    # -- current stream ---------------------------------------------------------------------------
+    def __enter__(self):
+        self._handle("Stream.__enter__")
+        _stack(self._device._id).append(self)
+        return self
+
+    def __exit__(self, *exc):
+        stack = _stack(self._device._id)
+        if stack and stack[-1] is self:
+            stack.pop()
+        return False
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Destroy the stream (``aclrtDestroyStream``). Work already queued still completes.
+        Idempotent. The default stream cannot be closed (this is a no-op for it)."""
+        h, self._h = self._h, None
+        if h is None or not self._owned:
+            self._h = h
+            return
+        if self._gen != rt.generation() or not rt.is_initialized():
+            return
+        rt.activate(self._device._id, "Stream.close")
+        rt.check(backend().lib.aclrtDestroyStream(h), "aclrtDestroyStream")
+
+    destroy = close
+
+    def __del__(self):
+        try:
+            if self._h is not None and self._owned and self._gen == rt.generation() and rt.is_initialized():
+                h, self._h = self._h, None
+                rc = backend().lib.aclrtDestroyStream(h)
+                if rc:
+                    warnings.warn(f"acl_rt: could not destroy stream {int(ffi.cast('uintptr_t', h)):#x} "
+                                  f"(ACL error {rc}); the handle is leaked", ResourceWarning)
+        except Exception:
+            pass
+
+
+_pending_callbacks: set = set()
+
+
+class Event:
+    """A marker in a stream. ``e.synchronize()`` waits for it, ``e.query()`` polls it, and for two
+    timing events ``end - start`` (or ``start.elapsed_time(end)``) is the time between them in
+    milliseconds."""
+
+    __slots__ = ("_h", "_device", "_gen", "_timing", "_recorded", "__weakref__")
+
+    def __init__(self, *a, **k):
+        raise TypeError("events are created with Device.create_event() or Stream.record()")
+
+    @classmethod
+    def _create(cls, device: Device, *, timing: bool = True) -> "Event":
+        api = "Device.create_event"
+        if not isinstance(timing, bool):
+            raise TypeError(f"{api}: timing must be a bool, not {type(timing).__name__}")
+        rt.activate(device._id, api)
+        cell = ffi.new("aclrtEvent *")
+        flags = _EVENT_SYNC | (_EVENT_TIME_LINE if timing else 0)
+        rt.check(backend().lib.aclrtCreateEventWithFlag(cell, flags), "aclrtCreateEventWithFlag")
+        self = object.__new__(cls)
+        self._h = cell[0]
+        self._device = device
+        self._gen = rt.generation()
+        self._timing = timing
+        self._recorded = False
+        return self
+
+    @property
+    def handle(self) -> int:
+        return int(ffi.cast("uintptr_t", self._h)) if self._h is not None else 0
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def timing(self) -> bool:
+        """Whether the event records timestamps."""
+        return self._timing
+
+    def __repr__(self):
+        return f"<acl_rt.Event {self.handle:#x} on device {self._device._id}{'' if self._h is not None else ' (destroyed)'}>"
+
+    def _handle(self, api):
+        if self._h is None:
+            raise InvalidHandleError(107017, api, "the event was destroyed")
+        if self._gen != rt.generation():
+            raise InvalidHandleError(107017, api, "the event was created before acl_rt.finalize() and is no longer valid")
+        rt.activate(self._device._id, api)
+        return self._h
+
+    def record(self, stream: Stream | None = None) -> "Event":
+        """Record the event at the current end of ``stream`` (default: the current stream)."""
+        api = "Event.record"
+        stream = _resolve_stream(stream, self._device, api)
+        sh = stream._handle(api)
+        rt.check(backend().lib.aclrtRecordEvent(self._handle(api), sh), "aclrtRecordEvent")
+        self._recorded = True
+        return self
+
+    def synchronize(self, *, timeout: float | None = None) -> None:
+        """Wait until the work before the latest record has finished.
+
+        Raises:
+            AclTimeoutError: not complete within ``timeout`` seconds.
+        """
+        api = "Event.synchronize"
+        h = self._handle(api)
+        lib = backend().lib
+        if timeout is None:
+            rt.check(lib.aclrtSynchronizeEvent(h), "aclrtSynchronizeEvent")
+        else:
+            rt.check(lib.aclrtSynchronizeEventWithTimeout(h, _timeout_ms(timeout, api)),
+                     "aclrtSynchronizeEventWithTimeout")
+
+    sync = synchronize
+
+    def query(self) -> bool:
+        """``True`` when the latest record has completed (or the event was never recorded)."""
+        out = ffi.new("aclrtEventRecordedStatus *")
+        rt.check(backend().lib.aclrtQueryEventStatus(self._handle("Event.query"), out), "aclrtQueryEventStatus")
+        return out[0] == 1  # ACL_EVENT_RECORDED_STATUS_COMPLETE
+
+    @property
+    def is_done(self) -> bool:
+        return self.query()
+
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds from this event to ``end`` (``aclrtEventElapsedTime``); both must be timing
+        events, recorded and complete.
+
+        Raises:
+            InvalidArgumentError: an event is not a timing event or was never recorded.
+            AclError: an event has not completed yet (ACL_ERROR_RT_EVENT_NOT_COMPLETE).
+        """
+        api = "Event.elapsed_time"
+        if not isinstance(end, Event):
+            raise TypeError(f"{api}: expected an acl_rt.Event, not {type(end).__name__}")
+        for e, which in ((self, "start"), (end, "end")):
+            if not e._timing:
+                raise InvalidArgumentError(107006, api, f"the {which} event was created with timing=False")
+            if not e._recorded:
+                raise InvalidArgumentError(107006, api, f"the {which} event was never recorded")
+        out = ffi.new("float *")
+        rt.check(backend().lib.aclrtEventElapsedTime(out, self._handle(api), end._handle(api)),
+                 "aclrtEventElapsedTime")
+        return float(out[0])
+
+    def __sub__(self, other: "Event") -> float:
+        """``end - start``: milliseconds between two recorded timing events."""
+        if not isinstance(other, Event):
+            return NotImplemented
+        return other.elapsed_time(self)
+
+    def close(self) -> None:
+        """Destroy the event (``aclrtDestroyEvent``). Idempotent."""
+        h, self._h = self._h, None
+        if h is None or self._gen != rt.generation() or not rt.is_initialized():
+            return
+        rt.check(backend().lib.aclrtDestroyEvent(h), "aclrtDestroyEvent")
+
+    destroy = close
+
+    def __del__(self):
+        try:
+            if self._h is not None and self._gen == rt.generation() and rt.is_initialized():
+                h, self._h = self._h, None
+                rc = backend().lib.aclrtDestroyEvent(h)
+                if rc:
+                    warnings.warn(f"acl_rt: could not destroy event {int(ffi.cast('uintptr_t', h)):#x} "
+                                  f"(ACL error {rc}); the handle is leaked", ResourceWarning)
+        except Exception:
+            pass
+
+
+def _stack(device_id: int) -> list:
+    tls = rt.thread_state()
+    stacks = getattr(tls, "streams", None)
+    if stacks is None:
+        stacks = tls.streams = {}
+    s = stacks.get(device_id)
+    if s is None:
+        s = stacks[device_id] = []
+    return s
+
+
+def current_stream(device=None) -> Stream:
+    """The calling thread's current stream on ``device`` (default: the current device): the
+    innermost ``with stream:`` block's, else the device's default stream."""
+    dev = Device(device)
+    s = _stack(dev._id)
+    if s:
+        return s[-1]
+    return _default_stream(dev)
+
+
+_defaults: dict = {}
+
+
+def _default_stream(dev: Device) -> Stream:
+    key = (rt.generation(), dev._id)
+    s = _defaults.get(key)
+    if s is None or not rt.is_initialized():
+        s = Stream._default(dev)
+        _defaults.clear() if len(_defaults) > 64 else None
+        _defaults[(rt.generation(), dev._id)] = s
+    return s
+
+
+def _resolve_stream(stream, device: Device | None, api: str) -> Stream:
+    """``stream`` if given (type-checked), else the current stream of ``device``."""
+    if stream is None:
+        return current_stream(device)
+    if isinstance(stream, Stream):
+        return stream
+    raise TypeError(f"{api}: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
+
+
+def synchronize(device=None) -> None:
+    """Wait for all work on ``device`` (default: the current device). See :meth:`Device.synchronize`."""
+    Device(device).synchronize()

@@ -1,0 +1,56 @@
+"""Build steps that pyproject.toml cannot express: the simulator's C shared libraries and the
+out-of-line cffi module. Everything else (metadata, dependencies, extras) is in pyproject.toml."""
+import glob
+import os
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class SharedLibrary(Extension):
+    """A plain C shared library (no Python entry point) placed at ``<package path>.so``.
+
+    The simulator libraries are loaded with ``ffi.dlopen`` exactly like CANN's own, so they must
+    not carry Python's extension-module suffix or depend on libpython."""
+
+
+class BuildExt(build_ext):
+    def get_ext_filename(self, fullname):
+        ext = self.ext_map.get(fullname)
+        if isinstance(ext, SharedLibrary):
+            return os.path.join(*fullname.split(".")) + ".so"
+        return super().get_ext_filename(fullname)
+
+    def get_export_symbols(self, ext):
+        if isinstance(ext, SharedLibrary):
+            return []
+        return super().get_export_symbols(ext)
+
+    def get_libraries(self, ext):
+        if isinstance(ext, SharedLibrary):
+            return ext.libraries
+        return super().get_libraries(ext)
+
+
+def sim_library(name, folder, **kw):
+    sources = sorted(glob.glob(os.path.join(folder, "*.c")))
+    return SharedLibrary(
+        name,
+        sources=sources,
+        depends=sorted(glob.glob(os.path.join(folder, "*.h")) + glob.glob("acl_rt/_cdef/*.h")),
+        extra_compile_args=["-O2", "-g", "-std=gnu11", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra"],
+        extra_link_args=["-pthread"],
+        libraries=["m"] + kw.pop("libraries", []),
+        **kw,
+    )
+
+
+ext_modules = []
+if glob.glob("acl_rt/_sim/*.c"):
+    ext_modules.append(sim_library("acl_rt._sim.libascendcl_sim", "acl_rt/_sim"))
+
+setup(
+    ext_modules=ext_modules,
+    cmdclass={"build_ext": BuildExt},
+    cffi_modules=["acl_rt/_cdef/_build.py:ffibuilder"],
+)

@@ -1,0 +1,73 @@
+"""Shared fixtures. Everything runs on the simulator (CANNA_BACKEND=sim unless a test says otherwise)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+os.environ.setdefault("CANNA_BACKEND", "sim")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(code: str, *, env: dict | None = None, timeout: float = 120, check: bool = True):
+    """Run ``code`` in a fresh interpreter (for anything that may kill a process or needs its own
+    environment). Returns the CompletedProcess; with ``check``, fails the test on a non-zero exit."""
+    full_env = dict(os.environ)
+    full_env.setdefault("CANNA_BACKEND", "sim")
+    full_env.update(env or {})
+    for k, v in list(full_env.items()):
+        if v is None:
+            del full_env[k]
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        pytest.fail(f"subprocess failed ({proc.returncode}):\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def py():
+    return run_python
+
+
+@pytest.fixture
+def acl():
+    """The acl_rt module with an initialized runtime on device 0."""
+    import acl_rt
+    acl_rt.init()
+    acl_rt.Device(0).set_current()
+    yield acl_rt
+
+
+@pytest.fixture
+def lib():
+    """The raw cffi library of the loaded backend (C-level tests) and its ffi."""
+    import acl_rt
+    from acl_rt._lib import backend, ffi
+    acl_rt.init()
+    acl_rt.Device(0).set_current()
+    return backend().lib, ffi
+
+
+@pytest.fixture
+def stream(acl):
+    s = acl.Device(0).create_stream()
+    yield s
+    try:
+        s.synchronize()
+    except Exception:
+        pass
+    s.close()
+
+
+def assert_usable():
+    """The runtime still works: a small allocation round-trips data."""
+    import acl_rt
+    buf = acl_rt.alloc(64)
+    buf.copy_from(bytes(range(64)))
+    assert buf.tobytes() == bytes(range(64))
+    buf.close()
