@@ -46,8 +46,20 @@ def sim_library(name, folder, **kw):
 
 
 ext_modules = []
+# the simulated AscendCL runtime (libascendcl_sim.so)
 if glob.glob("acl_rt/_sim/*.c"):
     ext_modules.append(sim_library("acl_rt._sim.libascendcl_sim", "acl_rt/_sim"))
+# the simulated op library (aclCreateTensor & co. + aclnn*: libopapi_sim.so); it calls the runtime's
+# functions, resolved at load time from libascendcl_sim.so (loaded first, RTLD_GLOBAL)
+if glob.glob("kernels/_sim/*.c"):
+    ext_modules.append(sim_library("kernels._sim.libopapi_sim", "kernels/_sim",
+                                   include_dirs=["kernels/include"]))
+# canna_dl's C helpers (DLPack capsules: deleters that take the GIL, capsule destructors):
+# a CPython extension module built from canna_dl/_native/*.c when present
+if glob.glob("canna_dl/_native/*.c"):
+    ext_modules.append(Extension("canna_dl._native", sources=sorted(glob.glob("canna_dl/_native/*.c")),
+                                 depends=sorted(glob.glob("canna_dl/_native/*.h")),
+                                 extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]))
 
 setup(
     ext_modules=ext_modules,

@@ -39,6 +39,12 @@ _RUNTIME_NAMES = ("libacl_rt.so", "libascendcl.so")
 _DEFAULT_ROOTS = ("/usr/local/Ascend/cann", "/usr/local/Ascend/ascend-toolkit/latest")
 
 
+def _dlopen(path: str):
+    # RTLD_GLOBAL: the op libraries loaded later resolve the runtime's symbols from it, as CANN's
+    # libopapi/libnnopbase do through their own dependency on libascendcl
+    return ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
+
+
 class _LazyLib:
     """Attribute access to a dlopen-ed library. A missing symbol raises NotSupportedError naming
     the library; found symbols are cached as plain attributes (no overhead after the first use)."""
@@ -115,7 +121,7 @@ def _find_ascend():
             searched.append((path, "not found"))
             return None
         try:
-            lib = ffi.dlopen(path)
+            lib = _dlopen(path)
         except OSError as e:
             searched.append((path, f"cannot be loaded: {e}"))
             return None
@@ -141,7 +147,7 @@ def _find_ascend():
                     return hit
     for name in _RUNTIME_NAMES:
         try:
-            lib = ffi.dlopen(name)
+            lib = _dlopen(name)
         except OSError:
             searched.append((f"{name} through the system loader (LD_LIBRARY_PATH, ld.so.cache)", "not found"))
             continue
@@ -159,7 +165,7 @@ def _load_sim(searched):
         raise BackendNotFoundError(
             f"the canna simulator library {SIM_LIBRARY} is missing: install canna with "
             "`pip install -e .` (it builds the simulator; a C compiler is required)", searched)
-    return Backend("sim", ffi.dlopen(str(SIM_LIBRARY)), str(SIM_LIBRARY), "built with canna", searched)
+    return Backend("sim", _dlopen(str(SIM_LIBRARY)), str(SIM_LIBRARY), "built with canna", searched)
 
 
 def _load() -> Backend:

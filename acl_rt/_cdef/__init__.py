@@ -12,8 +12,18 @@ import cffi
 
 HERE = Path(__file__).resolve().parent
 
-#: cdef files, in the order they must be declared
-CDEF_FILES = ("rt_types.h", "rt_errors.h", "rt_funcs.h", "sim_funcs.h")
+
+def _order(name: str):
+    # every *_types.h, then *_errors.h, then *_funcs.h; the runtime (rt_*) first in each group,
+    # the simulator-only declarations (sim_*) last
+    kind = {"types": 0, "errors": 1, "funcs": 2}[name.rsplit("_", 1)[1][:-2]]
+    prefix = name.split("_", 1)[0]
+    return (kind, {"rt": 0, "sim": 2}.get(prefix, 1), name)
+
+
+#: cdef files, in the order they must be declared: ``<area>_{types,errors,funcs}.h``
+CDEF_FILES = tuple(sorted((p.name for p in HERE.glob("*_*.h")
+                           if p.name.rsplit("_", 1)[1] in ("types.h", "errors.h", "funcs.h")), key=_order))
 
 
 def cdef_text() -> str:
