@@ -188,7 +188,7 @@ def _device_context(device_id: int) -> _DeviceContext:
             stream = cell[0]
         st = _DeviceContext(ctx, stream)
         _state.devices[device_id] = st
-        _tls.ctx_key = (_state.generation, device_id)
+        _tls.ctx = st
         return st
 
 
@@ -196,11 +196,12 @@ def activate(device_id: int, api: str = "acl_rt") -> _DeviceContext:
     """Make ``device_id``'s context current on the calling thread (no C call when it already is)."""
     if not _state.ready:
         ensure(api)
-    key = (_state.generation, device_id)
-    st = _device_context(device_id)
-    if getattr(_tls, "ctx_key", None) != key:
+    st = _state.devices.get(device_id)
+    if st is None:
+        st = _device_context(device_id)
+    if _tls.__dict__.get("ctx") is not st:   # contexts are per init generation: identity suffices
         check(backend().lib.aclrtSetCurrentContext(st.ctx), "aclrtSetCurrentContext")
-        _tls.ctx_key = key
+        _tls.ctx = st
     return st
 
 
@@ -230,7 +231,7 @@ def finalize() -> None:
         _state.devices = {}
         _state.ready = False
         _state.finalized = True
-        _tls.__dict__.pop("ctx_key", None)
+        _tls.__dict__.pop("ctx", None)
 
 
 def _finalize_at_exit():

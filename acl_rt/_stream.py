@@ -122,7 +122,7 @@ class Stream:
         """The live handle, with the device's context current; raises when destroyed/stale."""
         if self._h is None:
             raise InvalidHandleError(107017, api, "the stream was destroyed")
-        if self._gen != rt.generation():
+        if self._gen != rt._state.generation:
             raise InvalidHandleError(107017, api, "the stream was created before acl_rt.finalize() and is no longer valid")
         rt.activate(self._device._id, api)
         return self._h
@@ -305,7 +305,7 @@ class Event:
     def _handle(self, api):
         if self._h is None:
             raise InvalidHandleError(107017, api, "the event was destroyed")
-        if self._gen != rt.generation():
+        if self._gen != rt._state.generation:
             raise InvalidHandleError(107017, api, "the event was created before acl_rt.finalize() and is no longer valid")
         rt.activate(self._device._id, api)
         return self._h
@@ -408,24 +408,22 @@ def _stack(device_id: int) -> list:
 def current_stream(device=None) -> Stream:
     """The calling thread's current stream on ``device`` (default: the current device): the
     innermost ``with stream:`` block's, else the device's default stream."""
-    dev = Device(device)
-    s = _stack(dev._id)
-    if s:
-        return s[-1]
-    return _default_stream(dev)
+    tls = rt.thread_state().__dict__          # this thread's namespace (a plain dict: fast)
+    dev_id = tls.get("device_id", 0) if device is None else Device(device)._id
+    stacks = tls.get("streams")
+    if stacks:
+        s = stacks.get(dev_id)
+        if s:
+            return s[-1]
+    d = _defaults.get(dev_id)
+    if d is not None and d._gen == rt._state.generation and rt._state.ready:
+        return d
+    d = _defaults[dev_id] = Stream._default(Device(dev_id))
+    return d
 
 
+#: device id -> that device's default Stream object (of the current init generation)
 _defaults: dict = {}
-
-
-def _default_stream(dev: Device) -> Stream:
-    key = (rt.generation(), dev._id)
-    s = _defaults.get(key)
-    if s is None or not rt.is_initialized():
-        s = Stream._default(dev)
-        _defaults.clear() if len(_defaults) > 64 else None
-        _defaults[(rt.generation(), dev._id)] = s
-    return s
 
 
 def _resolve_stream(stream, device: Device | None, api: str) -> Stream:
