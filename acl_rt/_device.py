@@ -183,9 +183,14 @@ class Device:
 
         Raises:
             DeviceError: an asynchronous fault of a stream of this device (reported once).
+            Exception: an exception raised by a host function of a stream of this device.
         """
+        from ._stream import _wait_sliced, raise_device_host_errors
         rt.activate(self._id, "Device.synchronize")
-        rt.check(backend().lib.aclrtSynchronizeDevice(), "aclrtSynchronizeDevice")
+        lib = backend().lib
+        _wait_sliced(lambda _h, ms: lib.aclrtSynchronizeDeviceWithTimeout(ms), "aclrtSynchronizeDeviceWithTimeout",
+                     None, -1, 507046)
+        raise_device_host_errors(self._id)
 
     sync = synchronize
 
@@ -235,10 +240,11 @@ class Device:
         return self.memory_resource.allocate(nbytes, stream=stream)
 
     def can_access_peer(self, peer) -> bool:
-        """Whether this device can access ``peer``'s memory (``aclrtDeviceCanAccessPeer``)."""
+        """Whether this device can access ``peer``'s memory (``aclrtDeviceCanAccessPeer``).
+        ``False`` for the device itself (it needs no peer access), as CUDA answers."""
         peer = Device(peer)
         if peer is self:
-            return True
+            return False
         rt.ensure("Device.can_access_peer")
         out = ffi.new("int32_t *")
         rt.check(backend().lib.aclrtDeviceCanAccessPeer(out, self._id, peer._id), "aclrtDeviceCanAccessPeer")

@@ -1,4 +1,4 @@
-"""One exception hierarchy for everything the runtime reports (DESIGN.md §4).
+"""One exception hierarchy for everything the runtime reports (docs/DESIGN.md §4).
 
 Every failure of an AscendCL call becomes an :class:`AclError` carrying the ACL code, its
 symbolic name (from AscendCL's ``acl_base_rt.h`` / ``rt_error_codes.h``, see
@@ -23,6 +23,7 @@ __all__ = [
     "DeviceError",
     "KernelError",
     "NotSupportedError",
+    "ResourceExhaustedError",
     "ForkedProcessError",
     "BackendNotFoundError",
     "error_name",
@@ -116,6 +117,11 @@ class NotSupportedError(AclError, NotImplementedError):
     """The loaded CANN version or device does not provide this function or feature."""
 
 
+class ResourceExhaustedError(AclError):
+    """A runtime resource other than memory ran out: streams (1984 per device), events,
+    notifies, models (ACL_ERROR_RT_NO_STREAM_RESOURCE 207008 and the other 2070xx codes)."""
+
+
 class ForkedProcessError(AclError):
     """The runtime was initialized in a parent process; a ``fork()``-ed child cannot use it
     (as on the device: AscendCL forbids fork after aclInit). Use the ``spawn`` start method."""
@@ -141,6 +147,7 @@ _CONTEXT = {107002, 107003}
 _TIMEOUT = {507046, 507047, 107019, 107020, 507012}
 _KERNEL = {507014, 507015, 507016, 507034, 507035, 507036, 507042, 507043, 507044, 507045}
 _UNSUPPORTED = {200001, 200006, 207000}
+_RESOURCE = {207005, 207007, 207008, 207009, 207010, 207011, 207012}
 
 
 def error_class(code: int) -> type[AclError]:
@@ -163,6 +170,8 @@ def error_class(code: int) -> type[AclError]:
         return NotSupportedError
     if code == 207006:
         return ForkedProcessError
+    if code in _RESOURCE:
+        return ResourceExhaustedError
     if code >= 500000:
         return DeviceError
     return AclError

@@ -1,9 +1,9 @@
-"""Loading a backend: the real CANN runtime or the simulator (DESIGN.md §2).
+"""Loading a backend: the real CANN runtime or the simulator (docs/DESIGN.md §2).
 
 ``CANNA_BACKEND=auto|ascend|sim`` (default ``auto``). ``auto`` uses a real CANN install when one
 is found, else the simulator. The search for the real runtime (after NVIDIA's
 ``cuda.pathfinder``; AscendCL names both ``libacl_rt.so`` (current) and ``libascendcl.so``
-(compatibility), see shared/reference/acl_api.md §1.1):
+(compatibility), per CANN 9.x's runtime docs, "header and library" table):
 
 1. a ``libacl_rt`` / ``libascendcl`` already loaded in this process (e.g. ``torch_npu`` imported first);
 2. ``$ASCEND_HOME_PATH`` and ``$ASCEND_TOOLKIT_HOME`` (``lib64/`` under each);

@@ -82,7 +82,7 @@ class DeviceMemoryResource(MemoryResource):
 
     def deallocate(self, ptr: int, nbytes: int, *, stream: Stream | None = None) -> None:
         if stream is not None and stream._alive_quiet():
-            stream.synchronize()
+            stream._sync_raw()
         rt.activate(self._device._id, "aclrtFree")
         rt.check(backend().lib.aclrtFree(ffi.cast("void *", ptr)), "aclrtFree")
 
@@ -290,7 +290,7 @@ def _memcpy(dst, dst_max, src, n, kind, stream: Stream, api, sync, keep):
         return
     h = stream._handle(api)
     if sync:
-        stream.synchronize()
+        stream._sync_raw()
         rt.check(backend().lib.aclrtMemcpy(dst, dst_max, src, n, kind), "aclrtMemcpy")
     else:
         rt.check(backend().lib.aclrtMemcpyAsync(dst, dst_max, src, n, kind, h), "aclrtMemcpyAsync")

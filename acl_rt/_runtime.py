@@ -1,6 +1,6 @@
 """Process and thread state of the runtime: init/finalize, fork guard, per-thread contexts.
 
-AscendCL rules this module follows (shared/reference/acl_api.md §2):
+AscendCL rules this module follows (AscendCL's runtime API reference, acl_rt.h, CANN 9.1):
 
 - ``aclInit`` once per process (a second call returns ACL_ERROR_REPEAT_INITIALIZE, ignored here),
   ``aclFinalize`` before exit. canna calls both implicitly: on first use and at exit (``atexit``).
@@ -68,6 +68,8 @@ def raise_error(rc: int, api: str, message: str | None = None):
             p = backend().lib.aclGetRecentErrMsg()
             if p != ffi.NULL:
                 message = ffi.string(p).decode("utf-8", "replace")
+                if message.startswith(api + ": "):  # the simulator names the API itself
+                    message = message[len(api) + 2:]
         except Exception:  # the message is a courtesy; never mask the real error
             message = None
     raise error_class(rc)(rc, api, message)
@@ -126,7 +128,7 @@ def ensure(api: str = "acl_rt") -> None:
     if _state.forked:
         raise _forked_error(api)
     if _state.finalized:
-        raise NotInitializedError(100001, api, "the runtime was finalized (acl_rt.finalize()); "
+        raise NotInitializedError(100001, "acl_rt", "the runtime was finalized (acl_rt.finalize()); "
                                   "call acl_rt.init() to start it again")
     init()
 
@@ -206,32 +208,49 @@ def activate(device_id: int, api: str = "acl_rt") -> _DeviceContext:
 
 
 def finalize() -> None:
-    """Shut the runtime down: synchronize every device, run cleanup hooks (the memory pool frees
-    its cache), reset devices, ``aclFinalize``. Idempotent; runs automatically at exit.
+    """Shut the runtime down: run cleanup hooks (the memory pool frees its cache), reset every
+    device (which waits for its queued work), ``aclFinalize``. Idempotent; runs at exit.
 
     Safe whatever is still alive: streams, events and buffers created before become invalid
     (their destructors do nothing; using them raises :class:`InvalidHandleError`), and memory that
-    DLPack consumers still view stays mapped until the process exits.
+    DLPack consumers still view stays mapped until the process exits (device memory still
+    allocated at finalize is released only when the process exits).
+
+    Raises:
+        AclError: ``aclFinalize`` refused (e.g. called from a host function running on a stream,
+            which would deadlock); the runtime stays initialized.
     """
     with _lock:
         if not _state.ready:
             _state.finalized = _state.finalized or _state.pid is not None
             return
+        if getattr(_tls, "finalizing", False):
+            return
+        devices = list(_state.devices.items())
+        _tls.finalizing = True
+    # no lock held from here: queued host functions may still call into the runtime while the
+    # devices drain (holding the lock here deadlocked them)
+    try:
         lib = backend().lib
         for hook in list(_state.hooks):
             try:
                 hook()
             except Exception as e:  # finalize must finish
                 warnings.warn(f"acl_rt.finalize: cleanup hook {hook!r} failed: {e}", RuntimeWarning, stacklevel=2)
-        for device_id, st in list(_state.devices.items()):
+        for device_id, st in devices:
             if lib.aclrtSetCurrentContext(st.ctx) == 0:
-                lib.aclrtSynchronizeDevice()
-            lib.aclrtResetDevice(device_id)
-        lib.aclFinalize()
-        _state.devices = {}
-        _state.ready = False
-        _state.finalized = True
-        _tls.__dict__.pop("ctx", None)
+                lib.aclrtResetDevice(device_id)
+        rc = lib.aclFinalize()
+        with _lock:
+            _state.devices = {}
+            _tls.__dict__.pop("ctx", None)
+            if rc in (0, 100037):  # ACL_ERROR_REPEAT_FINALIZE: already done
+                _state.ready = False
+                _state.finalized = True
+        if rc not in (0, 100037):
+            raise_error(rc, "aclFinalize")
+    finally:
+        _tls.finalizing = False
 
 
 def _finalize_at_exit():

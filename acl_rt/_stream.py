@@ -15,7 +15,7 @@ import warnings
 
 from . import _runtime as rt
 from ._device import Device
-from ._errors import InvalidArgumentError, InvalidHandleError
+from ._errors import InvalidArgumentError, InvalidHandleError, NotSupportedError
 from ._lib import backend, ffi
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize"]
@@ -40,11 +40,14 @@ def _timeout_ms(timeout, api) -> int:
 class Stream:
     """An in-order queue of work on one device.
 
-    ``with stream:`` makes it the calling thread's current stream for its device (what every
-    operation with ``stream=None`` uses) and restores the previous one afterwards.
+    ``with stream:`` makes it the calling thread's current stream **and** its device the current
+    device (like ``torch.cuda.stream``), so every operation with ``stream=None`` inside the block
+    uses it; both are restored afterwards.
+
+    Streams own a runtime handle: they cannot be copied or pickled.
     """
 
-    __slots__ = ("_h", "_device", "_gen", "_owned", "_priority", "_errors", "_lock", "__weakref__")
+    __slots__ = ("_h", "_id", "_device", "_gen", "_owned", "_priority", "__weakref__")
 
     def __init__(self, *a, **k):
         raise TypeError("streams are created with Device.create_stream() or Device.default_stream")
@@ -53,20 +56,20 @@ class Stream:
     def _wrap(cls, device, handle, owned, priority):
         self = object.__new__(cls)
         self._h = handle
+        self._id = int(ffi.cast("uintptr_t", handle))
         self._device = device
         self._gen = rt.generation()
         self._owned = owned
         self._priority = priority
-        self._errors = []
-        self._lock = threading.Lock()
         return self
 
     @classmethod
     def _create(cls, device: Device, *, priority: int = 0, flags: int = 0) -> "Stream":
         api = "Device.create_stream"
         for name, v in (("priority", priority), ("flags", flags)):
-            if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, bool) or not hasattr(v, "__index__"):
                 raise TypeError(f"{api}: {name} must be an int, not {type(v).__name__}")
+        priority, flags = priority.__index__(), flags.__index__()
         if not 0 <= priority <= 7:
             raise InvalidArgumentError(100000, api, f"priority must be in 0..7 (0 is highest), got {priority}")
         if flags & ~_STREAM_FLAGS or flags < 0:
@@ -84,8 +87,8 @@ class Stream:
     # -- identity --------------------------------------------------------------------------------
     @property
     def handle(self) -> int:
-        """The ``aclrtStream`` handle as an int (0 = the context's default stream)."""
-        return int(ffi.cast("uintptr_t", self._h)) if self._h is not None else 0
+        """The ``aclrtStream`` handle as an int (stays readable after :meth:`close`)."""
+        return self._id
 
     @property
     def device(self) -> Device:
@@ -105,10 +108,18 @@ class Stream:
         return (0, self.handle)
 
     def __eq__(self, other):
-        return isinstance(other, Stream) and self._h == other._h and self._gen == other._gen
+        return isinstance(other, Stream) and self._id == other._id and self._gen == other._gen
 
     def __hash__(self):
-        return hash((self.handle, self._gen))
+        return hash((self._id, self._gen))
+
+    def __copy__(self, *memo):
+        raise TypeError("acl_rt.Stream owns a runtime handle and cannot be copied")
+
+    __deepcopy__ = __copy__
+
+    def __reduce__(self):
+        raise TypeError("acl_rt.Stream owns a runtime handle and cannot be pickled")
 
     def __repr__(self):
         state = "" if self._alive_quiet() else " (destroyed)"
@@ -116,7 +127,7 @@ class Stream:
         return f"<acl_rt.Stream {kind} {self.handle:#x} on device {self._device._id}{state}>"
 
     def _alive_quiet(self) -> bool:
-        return self._h is not None and self._gen == rt.generation() and rt.is_initialized()
+        return self._h is not None and self._gen == rt._state.generation and rt._state.ready
 
     def _handle(self, api):
         """The live handle, with the device's context current; raises when destroyed/stale."""
@@ -141,17 +152,18 @@ class Stream:
             Exception: an exception raised by a :meth:`launch_host_func` callback.
         """
         api = "Stream.synchronize"
+        ms = _timeout_ms(timeout, api)
+        self._sync_raw(api, ms)
+        if _host_errors:
+            _raise_host_errors(lambda key: key == (self._gen, self._id))
+
+    def _sync_raw(self, api: str = "Stream.synchronize", ms: int = -1) -> None:
+        """Wait for the stream, raising only the runtime's errors (canna's internal waits use
+        this, so a host function's exception is kept for the user's own synchronize). The wait
+        is done in slices so Ctrl-C (KeyboardInterrupt) is delivered while waiting."""
         h = self._handle(api)
-        lib = backend().lib
-        if timeout is None:
-            rt.check(lib.aclrtSynchronizeStream(h), "aclrtSynchronizeStream")
-        else:
-            rt.check(lib.aclrtSynchronizeStreamWithTimeout(h, _timeout_ms(timeout, api)),
-                     "aclrtSynchronizeStreamWithTimeout")
-        if self._errors:
-            with self._lock:
-                errors, self._errors = self._errors, []
-            raise errors[0]
+        _wait_sliced(backend().lib.aclrtSynchronizeStreamWithTimeout, "aclrtSynchronizeStreamWithTimeout",
+                     h, ms, 507046)
 
     sync = synchronize
 
@@ -176,8 +188,10 @@ class Stream:
 
     def wait(self, event_or_stream: "Event | Stream") -> None:
         """Make later work on this stream wait for ``event`` (or for everything queued so far on
-        another stream) without blocking the host (``aclrtStreamWaitEvent``)."""
+        another stream, also of another device) without blocking the host
+        (``aclrtStreamWaitEvent``)."""
         api = "Stream.wait"
+        self._handle(api)
         if isinstance(event_or_stream, Stream):
             if event_or_stream == self:
                 return
@@ -192,20 +206,23 @@ class Stream:
     def launch_host_func(self, fn, *args) -> None:
         """Run ``fn(*args)`` on a runtime thread when the stream reaches this point
         (``aclrtLaunchHostFunc``). An exception it raises is re-raised by the next
-        :meth:`synchronize` of this stream. ``fn`` must not call into this stream's queue and wait
-        on it (that would deadlock, as on the device)."""
+        :meth:`synchronize` of this stream or :meth:`Device.synchronize` of its device (the first
+        one, with the others attached as notes). ``fn`` must not wait on this stream (the
+        simulator refuses that with an error instead of deadlocking, as the device would hang)."""
         api = "Stream.launch_host_func"
         if not callable(fn):
             raise TypeError(f"{api}: fn must be callable, not {type(fn).__name__}")
         h = self._handle(api)
         holder = []
+        key = (self._gen, self._id)
+        device_id = self._device._id
 
         def trampoline(_arg):
             try:
                 fn(*args)
             except BaseException as e:  # surfaced at synchronize()
-                with self._lock:
-                    self._errors.append(e)
+                with _host_errors_lock:
+                    _host_errors.setdefault(key, (device_id, []))[1].append(e)
             finally:
                 _pending_callbacks.discard(holder[0])
 
@@ -220,6 +237,10 @@ class Stream:
     # -- current stream ---------------------------------------------------------------------------
     def __enter__(self):
         self._handle("Stream.__enter__")
+        tls = rt.thread_state()
+        prev = tls.__dict__.setdefault("prev_device", [])
+        prev.append(rt.current_device_id())
+        self._device.set_current()
         _stack(self._device._id).append(self)
         return self
 
@@ -227,6 +248,9 @@ class Stream:
         stack = _stack(self._device._id)
         if stack and stack[-1] is self:
             stack.pop()
+        prev = rt.thread_state().__dict__.get("prev_device")
+        if prev:
+            rt.set_current_device_id(prev.pop())
         return False
 
     # -- lifetime ---------------------------------------------------------------------------------
@@ -237,7 +261,7 @@ class Stream:
         if h is None or not self._owned:
             self._h = h
             return
-        if self._gen != rt.generation() or not rt.is_initialized():
+        if self._gen != rt._state.generation or not rt._state.ready:
             return
         rt.activate(self._device._id, "Stream.close")
         rt.check(backend().lib.aclrtDestroyStream(h), "aclrtDestroyStream")
@@ -258,6 +282,47 @@ class Stream:
 
 _pending_callbacks: set = set()
 
+#: exceptions raised by host functions, not yet reported: (generation, stream id) -> (device, [exc])
+_host_errors: dict = {}
+_host_errors_lock = threading.Lock()
+
+
+def _raise_host_errors(match) -> None:
+    with _host_errors_lock:
+        keys = [k for k in _host_errors if match(k)]
+        errors = [e for k in keys for e in _host_errors.pop(k)[1]]
+    if errors:
+        first = errors[0]
+        for other in errors[1:]:
+            first.add_note(f"another host function also raised: {other!r}")
+        raise first
+
+
+def raise_device_host_errors(device_id: int) -> None:
+    """Raise the pending host-function exceptions of every stream of ``device_id``."""
+    if _host_errors:
+        gen = rt._state.generation
+        with _host_errors_lock:
+            keys = {k for k, (dev, _) in _host_errors.items() if dev == device_id and k[0] == gen}
+        _raise_host_errors(lambda k: k in keys)
+
+
+_SLICE_MS = 200
+
+
+def _wait_sliced(fn, name: str, handle, ms: int, timeout_code: int) -> None:
+    """``fn(handle, slice)`` until done: waits in slices so the interpreter can deliver signals
+    (KeyboardInterrupt) between them; ``ms`` < 0 waits forever."""
+    remaining = ms
+    while True:
+        step = _SLICE_MS if remaining < 0 else min(remaining, _SLICE_MS)
+        rc = fn(handle, step)
+        if rc != timeout_code or remaining == step:
+            break
+        if remaining >= 0:
+            remaining -= step
+    rt.check(rc, name)
+
 
 class Event:
     """A marker in a stream. ``e.synchronize()`` waits for it, ``e.query()`` polls it, and for two
@@ -265,6 +330,14 @@ class Event:
     milliseconds."""
 
     __slots__ = ("_h", "_device", "_gen", "_timing", "_recorded", "__weakref__")
+
+    def __copy__(self, *memo):
+        raise TypeError("acl_rt.Event owns a runtime handle and cannot be copied")
+
+    __deepcopy__ = __copy__
+
+    def __reduce__(self):
+        raise TypeError("acl_rt.Event owns a runtime handle and cannot be pickled")
 
     def __init__(self, *a, **k):
         raise TypeError("events are created with Device.create_event() or Stream.record()")
@@ -311,9 +384,17 @@ class Event:
         return self._h
 
     def record(self, stream: Stream | None = None) -> "Event":
-        """Record the event at the current end of ``stream`` (default: the current stream)."""
+        """Record the event at the current end of ``stream`` (default: the current stream of the
+        event's device).
+
+        Raises:
+            InvalidArgumentError: ``stream`` is on another device than the event.
+        """
         api = "Event.record"
-        stream = _resolve_stream(stream, self._device, api)
+        stream = current_stream(self._device) if stream is None else _resolve_stream(stream, None, api)
+        if stream._device is not self._device:
+            raise InvalidArgumentError(107003, api, f"the event is on device {self._device._id} but the "
+                                       f"stream is on device {stream._device._id}")
         sh = stream._handle(api)
         rt.check(backend().lib.aclrtRecordEvent(self._handle(api), sh), "aclrtRecordEvent")
         self._recorded = True
@@ -326,13 +407,15 @@ class Event:
             AclTimeoutError: not complete within ``timeout`` seconds.
         """
         api = "Event.synchronize"
+        ms = _timeout_ms(timeout, api)
         h = self._handle(api)
         lib = backend().lib
-        if timeout is None:
+        if lib.has("aclrtSynchronizeEventWithTimeout"):
+            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms, 507047)
+        elif ms < 0:  # an older CANN: not interruptible
             rt.check(lib.aclrtSynchronizeEvent(h), "aclrtSynchronizeEvent")
         else:
-            rt.check(lib.aclrtSynchronizeEventWithTimeout(h, _timeout_ms(timeout, api)),
-                     "aclrtSynchronizeEventWithTimeout")
+            raise NotSupportedError(200001, api, "this CANN version has no aclrtSynchronizeEventWithTimeout")
 
     sync = synchronize
 
@@ -357,6 +440,10 @@ class Event:
         api = "Event.elapsed_time"
         if not isinstance(end, Event):
             raise TypeError(f"{api}: expected an acl_rt.Event, not {type(end).__name__}")
+        self._handle(api), end._handle(api)
+        if end._device is not self._device:
+            raise InvalidArgumentError(107003, api, f"the events are on different devices "
+                                       f"({self._device._id} and {end._device._id})")
         for e, which in ((self, "start"), (end, "end")):
             if not e._timing:
                 raise InvalidArgumentError(107006, api, f"the {which} event was created with timing=False")
@@ -376,7 +463,7 @@ class Event:
     def close(self) -> None:
         """Destroy the event (``aclrtDestroyEvent``). Idempotent."""
         h, self._h = self._h, None
-        if h is None or self._gen != rt.generation() or not rt.is_initialized():
+        if h is None or self._gen != rt._state.generation or not rt._state.ready:
             return
         rt.check(backend().lib.aclrtDestroyEvent(h), "aclrtDestroyEvent")
 
@@ -427,10 +514,14 @@ _defaults: dict = {}
 
 
 def _resolve_stream(stream, device: Device | None, api: str) -> Stream:
-    """``stream`` if given (type-checked), else the current stream of ``device``."""
+    """``stream`` if given (type-checked, and on ``device`` when one is given), else the current
+    stream of ``device``."""
     if stream is None:
         return current_stream(device)
     if isinstance(stream, Stream):
+        if device is not None and stream._device is not device:
+            raise InvalidArgumentError(107003, api, f"the stream is on device {stream._device._id} but the "
+                                       f"memory is on device {Device(device)._id}")
         return stream
     raise TypeError(f"{api}: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
 

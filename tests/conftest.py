@@ -9,6 +9,10 @@ import textwrap
 import pytest
 
 os.environ.setdefault("CANNA_BACKEND", "sim")
+# the suite defines its own simulator configuration: a user's shell settings must not leak in
+# (CANNA_SIM_CHECK stays: running the whole suite under memcheck is useful)
+for _var in ("CANNA_SIM_DEVICES", "CANNA_SIM_SOC", "CANNA_SIM_HBM_SIZE", "CANNA_SIM_MEMORY"):
+    os.environ.pop(_var, None)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

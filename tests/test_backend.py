@@ -1,4 +1,4 @@
-"""Backend loading (DESIGN.md §2), tested for real: the simulator library installed under a fake
+"""Backend loading (docs/DESIGN.md §2), tested for real: the simulator library installed under a fake
 CANN prefix is found and used by CANNA_BACKEND=ascend; a missing install names every place searched."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The simulator's C code under AddressSanitizer + UndefinedBehaviorSanitizer (DESIGN.md §10).
+"""The simulator's C code under AddressSanitizer + UndefinedBehaviorSanitizer (docs/DESIGN.md §10).
 
 The simulator sources are rebuilt with ``-fsanitize=address,undefined`` into a fake CANN prefix
 and loaded through ``CANNA_BACKEND=ascend`` + ``ASCEND_HOME_PATH`` (the real-install path of

@@ -225,3 +225,105 @@ def test_stream_priority_and_repr(acl):
     s.close()
     assert "destroyed" in repr(s)
     s.close()                                    # idempotent
+
+
+def test_host_func_errors_reach_every_synchronize(acl):
+    d = acl.Device(0)
+
+    def boom(msg):
+        raise RuntimeError(msg)
+    d.default_stream.launch_host_func(boom, "one")        # a fresh wrapper each access
+    d.default_stream.launch_host_func(boom, "two")
+    with pytest.raises(RuntimeError, match="one") as ei:
+        d.default_stream.synchronize()
+    assert any("two" in n for n in ei.value.__notes__)   # the second is attached, not lost
+    s = d.create_stream()
+    s.launch_host_func(boom, "via device")
+    with pytest.raises(RuntimeError, match="via device"):
+        d.synchronize()
+    d.synchronize()
+
+
+def test_internal_waits_do_not_steal_host_func_errors(acl, stream):
+    buf = acl.alloc(16, stream=stream)
+    buf.fill(1, stream=stream)
+    stream.launch_host_func(lambda: 1 / 0)
+    out = bytearray(16)
+    buf.copy_to(out, stream=stream)                      # waits internally, copies
+    assert out == b"\x01" * 16
+    with pytest.raises(ZeroDivisionError):
+        stream.synchronize()                             # the user's own synchronize reports it
+
+
+def test_streams_and_events_cannot_be_copied_or_pickled(acl, stream):
+    import copy
+    import pickle
+    e = stream.record()
+    for obj in (stream, e):
+        for f in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot be"):
+                f(obj)
+
+
+def test_hash_and_equality_survive_close(acl):
+    s = acl.Device(0).create_stream()
+    h = hash(s)
+    t = acl.Device(0).create_stream()
+    s.close()
+    t.close()
+    assert hash(s) == h and s != t
+
+
+def test_synchronize_is_interruptible(py):
+    out = py("""
+        import signal, time, acl_rt
+        from acl_rt._lib import backend
+        s = acl_rt.Device(0).create_stream()
+        backend().lib.aclsimLaunchDelay(s._handle("t"), 5_000_000, 1, 1)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+        t0 = time.perf_counter()
+        try:
+            s.synchronize()
+        except KeyboardInterrupt:
+            print("interrupted", time.perf_counter() - t0 < 3)
+        """).stdout.split()
+    assert out == ["interrupted", "True"]
+
+
+def test_finalize_does_not_deadlock_on_host_funcs_using_the_runtime(py):
+    out = py("""
+        import time, acl_rt
+        s = acl_rt.Device(0).create_stream()
+        made = []
+        s.launch_host_func(lambda: (time.sleep(0.2), made.append(acl_rt.Device(1).create_stream())))
+        acl_rt.finalize()
+        print("finalized", len(made))
+        """, env={"CANNA_SIM_DEVICES": "2"}, timeout=60).stdout.split()
+    assert out[0] == "finalized"
+
+
+def test_cross_device_misuse_is_rejected(py):
+    py("""
+        import pytest, acl_rt
+        d0, d1 = acl_rt.Device(0), acl_rt.Device(1)
+        s0, s1 = d0.create_stream(), d1.create_stream()
+        e0 = d0.create_event()
+        with pytest.raises(acl_rt.InvalidArgumentError, match="event is on device 0 but the stream is on device 1"):
+            e0.record(s1)
+        with pytest.raises(acl_rt.InvalidArgumentError, match="stream is on device 1"):
+            acl_rt.alloc(64, stream=s1, device=0)
+        b0 = acl_rt.alloc(64, device=0)
+        with pytest.raises(acl_rt.InvalidArgumentError, match="stream is on device 1"):
+            b0.fill(3, stream=s1)
+        e1 = s1.record()
+        e0.record(s0)
+        e0.synchronize(); e1.synchronize()
+        with pytest.raises(acl_rt.InvalidArgumentError, match="different devices"):
+            e0.elapsed_time(e1)
+        s0.wait(e1)                                    # cross-device waits are fine
+        with s1:                                       # a stream switches the current device too
+            assert acl_rt.current_device() is d1 and acl_rt.current_stream() is s1
+            assert acl_rt.alloc(8).device is d1
+        assert acl_rt.current_device() is d0
+        """, env={"CANNA_SIM_DEVICES": "2"})

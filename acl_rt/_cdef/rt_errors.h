@@ -1,5 +1,5 @@
 /* canna: AscendCL error codes (ACL layer: acl_base_rt.h; runtime layer: rt_error_codes.h).
- * Names and values are facts of the AscendCL ABI (shared/reference/acl_api.md §7), checked
+ * Names and values are facts of the AscendCL ABI (CANN 9.1: acl/acl_base_rt.h, acl/error_codes/rt_error_codes.h), checked
  * against the real headers by tests/test_abi.py. acl_rt._errors reads this file to name codes.
  * The first digit gives the class: 1 = parameter/usage, 2 = resource, 5 = internal/hardware. */
 

@@ -1,7 +1,7 @@
 /* canna: AscendCL runtime function prototypes (the subset canna uses).
  *
  * Exact prototypes of AscendCL's public runtime API (acl_rt.h / acl_base_rt.h,
- * interface 1.17.0), written for canna from shared/reference/acl_api.md §2-§4, §8.1
+ * interface 1.17.0), written for canna from the CANN 9.1 runtime API reference
  * and checked against the real headers by tests/test_abi.py. Symbols marked
  * "optional" are absent from older CANN releases; acl_rt resolves every symbol
  * lazily, so a missing one fails only when called.

@@ -1,8 +1,8 @@
 /* canna: AscendCL runtime types, enums and structs (the subset canna uses).
  *
  * Written for canna from the facts in AscendCL's public runtime headers
- * (acl_base_rt.h, acl_rt.h; interface version 1.17.0 = CANN 9.1.0), see
- * shared/reference/acl_api.md §1.2, §2-§4, §8.1. Values are checked against
+ * (acl_base_rt.h, acl_rt.h; interface version 1.17.0 = CANN 9.1.0) and the
+ * CANN 9.1 runtime API reference. Values are checked against
  * the real headers by tests/test_abi.py.
  *
  * This text is read by two consumers: cffi's cdef() (Python, ABI mode) and the

@@ -1,4 +1,4 @@
-/* canna: functions only the simulator exports (DESIGN.md §3.4).
+/* canna: functions only the simulator exports (docs/DESIGN.md §3.4).
  *
  * Real CANN has none of these. Only acl_rt calls them, and only when the simulator
  * backend is loaded (acl_rt.backend_info()["simulator"] is True). Read by cffi's cdef()
