@@ -275,8 +275,9 @@ NN_API aclnnStatus aclnnConvolutionGetWorkspaceSize(const aclTensor *input, cons
         return rc;
     }
     if (b && (b->ndim != 1 || b->shape[0] != p->O)) {
+        int64_t O = p->O;
         free(ex);
-        return NN_PARAM("%s: bias must have shape [%lld], got %s", api, (long long)p->O, NN_SHAPE(b));
+        return NN_PARAM("%s: bias must have shape [%lld], got %s", api, (long long)O, NN_SHAPE(b));
     }
     int64_t yshape[4] = {p->N, p->O, p->OH, p->OW};
     if (!nn_same_shape(y, yshape, 4)) {
@@ -1238,7 +1239,7 @@ NN_API aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(const aclTensor *input,
     NN_OUTPTRS(api);
     const nn_tensor_t *x, *t, *w, *o, *lp, *zl, *lz;
     aclnnStatus rc;
-    int64_t red;
+    int64_t red = RED_MEAN;
     if ((rc = nn_tensor_arg(api, "input", input, false, &x)) || (rc = float_t_(api, "input", x)) ||
         (rc = nn_tensor_arg(api, "target", target, false, &t)) ||
         (rc = nn_tensor_arg(api, "weight", weightOptional, true, &w)) ||
@@ -1303,7 +1304,7 @@ NN_API aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(
     NN_OUTPTRS(api);
     const nn_tensor_t *g, *lp, *t, *w, *gz, *lz, *o;
     aclnnStatus rc;
-    int64_t red;
+    int64_t red = RED_MEAN;
     if ((rc = nn_tensor_arg(api, "gradLoss", gradLoss, false, &g)) || (rc = float_t_(api, "gradLoss", g)) ||
         (rc = nn_tensor_arg(api, "logProb", logProb, false, &lp)) || (rc = float_t_(api, "logProb", lp)) ||
         (rc = nn_tensor_arg(api, "target", target, false, &t)) ||
