@@ -81,7 +81,10 @@ class DevTensor:
         h = lib.aclCreateTensor(dims, len(self.shape), acl_dtype(self.dtype), st, self.offset, ACL_FORMAT_ND,
                                 sd, 1, ffi.cast("void *", self.buf.ptr if data is None else data))
         assert h != ffi.NULL, recent_error()
-        return h
+        # the handle owns the descriptor and keeps the device buffer alive (so a temporary
+        # DevTensor(...).handle stays valid for the whole call it is passed to)
+        buf = self.buf
+        return ffi.gc(h, lambda p, _buf=buf, _lib=lib: _lib.aclDestroyTensor(p))
 
     @classmethod
     def from_numpy(cls, a, stream=None):
@@ -123,16 +126,11 @@ class DevTensor:
                                                strides=[s * self.itemsize for s in self.strides]).copy()
 
     def close(self):
+        """Destroy the descriptor now and free the buffer."""
         if self.handle is not None:
-            nn().aclDestroyTensor(self.handle)
+            ffi.release(self.handle)
             self.handle = None
         self.buf.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def scalar(value, dtype):

@@ -436,6 +436,14 @@ static aclnnStatus ew_make(const char *api, int op, int ct, const nn_tensor_t *a
     int64_t shape[NN_MAX_DIMS];
     int32_t nd = a->ndim;
     memcpy(shape, a->shape, sizeof shape);
+    if (!b && op == EW_COPY) {   /* a copy broadcasts its source to the destination */
+        if (!nn_broadcast(a->shape, a->ndim, out->shape, out->ndim, shape, &nd) || !nn_same_shape(out, shape, nd)) {
+            char s1[160], s2[160];
+            return NN_PARAM("%s: %s of shape %s cannot be broadcast to %s's shape %s", api, an,
+                            nn_shape_str(s1, sizeof s1, a->shape, a->ndim), on,
+                            nn_shape_str(s2, sizeof s2, out->shape, out->ndim));
+        }
+    }
     if (b) {
         if (!nn_broadcast(a->shape, a->ndim, b->shape, b->ndim, shape, &nd)) {
             char s1[160], s2[160];
