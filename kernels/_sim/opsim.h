@@ -29,11 +29,21 @@
 #include <pthread.h>
 
 #ifdef CANNA_WITH_CANN_HEADERS
+/* CANN's runtime headers give the ACL types (aclDataType, aclFormat, ...). Its aclnn headers are
+ * C++ (acl_meta.h uses constexpr), so these C sources declare the opaque aclnn handles themselves,
+ * exactly as nn_types.h does; the prototypes below then compile against CANN's types. */
 #include <acl/acl.h>
 #include <acl/error_codes/rt_error_codes.h>
-#include <aclnn/acl_meta.h>
-#include <aclnn/aclnn_base.h>
-#include <aclnn/opdev/op_errno.h>
+typedef struct aclOpExecutor aclOpExecutor;
+typedef struct aclTensor aclTensor;
+typedef struct aclScalar aclScalar;
+typedef struct aclIntArray aclIntArray;
+typedef struct aclFloatArray aclFloatArray;
+typedef struct aclBoolArray aclBoolArray;
+typedef struct aclTensorList aclTensorList;
+typedef struct aclScalarList aclScalarList;
+typedef int32_t aclnnStatus;
+#include "../../acl_rt/_cdef/nn_errors.h"
 #else
 #include "../../acl_rt/_cdef/rt_types.h"
 #include "../../acl_rt/_cdef/rt_errors.h"
