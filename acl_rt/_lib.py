@@ -313,18 +313,19 @@ def _preload_sim_blas():
 def _load_ops() -> OpLibrary:
     global _op_library, _op_error
     b = backend()
-    if b.is_sim:
+    blas, blas_path = _preload_sim_blas() if b.is_sim else (None, None)
+    keep = (blas,) if blas is not None else ()
+    if b.name == "sim":
         if not OPS_SIM_LIBRARY.exists():
             _op_error = BackendNotFoundError(
                 f"the canna simulator's op library {OPS_SIM_LIBRARY} is missing: reinstall canna with "
                 "`pip install -e .` (it builds kernels/_sim; a C compiler is required)",
                 [(str(OPS_SIM_LIBRARY), "not found")])
             raise _op_error
-        blas, blas_path = _preload_sim_blas()
         lib = _dlopen(str(OPS_SIM_LIBRARY))
-        _op_library = OpLibrary([lib], [str(OPS_SIM_LIBRARY)], "built with canna", blas_path,
-                                keep=(blas,) if blas is not None else ())
+        _op_library = OpLibrary([lib], [str(OPS_SIM_LIBRARY)], "built with canna", blas_path, keep)
         return _op_library
+    # a CANN install (or the simulator laid out like one, e.g. an instrumented build): CANN's names
     searched: list[tuple[str, str]] = []
     dirs = []
     if b.path and os.path.isabs(b.path):
@@ -346,7 +347,7 @@ def _load_ops() -> OpLibrary:
             except OSError as e:
                 searched.append((", ".join(paths), f"cannot be loaded: {e}"))
                 continue
-            _op_library = OpLibrary(libs, [meta] + paths, "next to the runtime library")
+            _op_library = OpLibrary(libs, [meta] + paths, "next to the runtime library", blas_path, keep)
             return _op_library
     for names in _OP_SETS:   # the system loader
         try:
@@ -354,7 +355,7 @@ def _load_ops() -> OpLibrary:
         except OSError as e:
             searched.append((f"{_OP_META} + {' + '.join(names)} through the system loader", f"not loadable: {e}"))
             continue
-        _op_library = OpLibrary(libs, [_OP_META, *names], "system loader")
+        _op_library = OpLibrary(libs, [_OP_META, *names], "system loader", blas_path, keep)
         return _op_library
     places = "\n".join(f"  - {place}: {result}" for place, result in searched)
     _op_error = BackendNotFoundError(
