@@ -273,3 +273,43 @@ def test_acl_rt_imports_without_op_library(py):
         assert info['op_libraries'] is None and 'missing' in info['op_library_error'], info
         import acl_rt as a; b = a.alloc(64); b.close()
     """)
+
+
+def test_concurrent_launches_of_one_executor(stream):
+    """Threads racing to launch one single-use executor: exactly one wins, the others get 161002;
+    a repeatable executor launched from several threads runs every launch."""
+    import threading
+    lib = nn()
+    x = np.ones(256, np.float32)
+    a, b, o = DevTensor.from_numpy(x, stream), DevTensor.from_numpy(x, stream), DevTensor((256,), np.float32)
+    h = ffi.cast("void *", stream.handle)
+    for _ in range(20):
+        ex, _ = _add_exec(a, b, o)
+        results = []
+        barrier = threading.Barrier(4)
+
+        def go():
+            barrier.wait()
+            results.append(lib.aclnnAdd(ffi.NULL, 0, ex, h))
+        threads = [threading.Thread(target=go) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [0] + [ACLNN_ERR_PARAM_INVALID] * 3
+    ex, _ = _add_exec(a, b, o)
+    assert lib.aclSetAclOpExecutorRepeatable(ex) == 0
+    results = []
+
+    def many():
+        for _ in range(50):
+            results.append(lib.aclnnAdd(ffi.NULL, 0, ex, h))
+    threads = [threading.Thread(target=many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [0] * 200
+    assert lib.aclDestroyAclOpExecutor(ex) == 0
+    stream.synchronize()
+    np.testing.assert_array_equal(o.numpy(), 2)

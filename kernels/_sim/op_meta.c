@@ -87,10 +87,9 @@ bool nn_obj_add(const void *p, int kind)
     return ok;
 }
 
-bool nn_obj_remove(const void *p, int kind)
+static bool obj_remove_locked(const void *p, int kind)
 {
     bool found = false;
-    pthread_mutex_lock(&g_obj_lock);
     size_t j = obj_slot((uintptr_t)p);
     if (j < g_obj_cap && g_obj_tab[j].kind == kind) {
         found = true;
@@ -109,8 +108,21 @@ bool nn_obj_remove(const void *p, int kind)
             k = (k + 1) & m;
         }
     }
+    return found;
+}
+
+bool nn_obj_remove(const void *p, int kind)
+{
+    pthread_mutex_lock(&g_obj_lock);
+    bool found = obj_remove_locked(p, kind);
     pthread_mutex_unlock(&g_obj_lock);
     return found;
+}
+
+static int obj_kind_locked(const void *p)
+{
+    size_t j = obj_slot((uintptr_t)p);
+    return j < g_obj_cap ? g_obj_tab[j].kind : 0;
 }
 
 int nn_obj_kind(const void *p)
@@ -873,10 +885,13 @@ NN_API aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor)
 {
     if (!executor)
         return nn_err(ACLNN_ERR_INNER_NULLPTR, "aclSetAclOpExecutorRepeatable: executor must not be NULL");
-    aclnnStatus rc = check_handle("aclSetAclOpExecutorRepeatable", "executor", executor, NN_KIND_EXECUTOR);
-    if (rc)
-        return rc;
-    ((nn_exec_t *)executor)->repeatable = true;
+    pthread_mutex_lock(&g_obj_lock);
+    bool live = obj_kind_locked(executor) == NN_KIND_EXECUTOR;
+    if (live)
+        ((nn_exec_t *)executor)->repeatable = true;
+    pthread_mutex_unlock(&g_obj_lock);
+    if (!live)
+        return check_handle("aclSetAclOpExecutorRepeatable", "executor", executor, NN_KIND_EXECUTOR);
     return ACLNN_SUCCESS;
 }
 
@@ -895,12 +910,16 @@ static aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t ind
 {
     if (!executor || !tensor)
         return nn_err(ACLNN_ERR_INNER_NULLPTR, "%s: executor and tensor must not be NULL", api);
-    aclnnStatus rc = check_handle(api, "executor", executor, NN_KIND_EXECUTOR);
-    if (rc)
-        return rc;
+    pthread_mutex_lock(&g_obj_lock);   /* against a concurrent launch copying the executor */
+    if (obj_kind_locked(executor) != NN_KIND_EXECUTOR) {
+        pthread_mutex_unlock(&g_obj_lock);
+        return check_handle(api, "executor", executor, NN_KIND_EXECUTOR);
+    }
     nn_exec_t *ex = (nn_exec_t *)executor;
-    if (!ex->repeatable)
+    if (!ex->repeatable) {
+        pthread_mutex_unlock(&g_obj_lock);
         return NN_PARAM("%s: the executor is not repeatable (call aclSetAclOpExecutorRepeatable after phase 1)", api);
+    }
     size_t k = 0;
     for (int32_t i = 0; i < ex->nview; i++) {
         nn_view_t *v = &ex->v[i];
@@ -909,11 +928,14 @@ static aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t ind
         if (k++ != index)
             continue;
         v->data = addr ? (char *)addr + v->offset_bytes : NULL;
-        if (nn_obj_kind(tensor) == NN_KIND_TENSOR)
+        if (obj_kind_locked(tensor) == NN_KIND_TENSOR)
             ((nn_tensor_t *)tensor)->data = addr;
+        pthread_mutex_unlock(&g_obj_lock);
         return ACLNN_SUCCESS;
     }
-    return NN_PARAM("%s: index %zu is out of range: the executor of %s has %zu %s tensors", api, index, ex->api, k,
+    const char *name = ex->api;
+    pthread_mutex_unlock(&g_obj_lock);
+    return NN_PARAM("%s: index %zu is out of range: the executor of %s has %zu %s tensors", api, index, name, k,
                     which == 0 ? "input" : which == 1 ? "output" : "");
 }
 
@@ -999,31 +1021,14 @@ static aclError task_run(void *arg)
 
 static void task_release(void *arg) { free(arg); }
 
-aclnnStatus nn_launch(const char *api, void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-                      aclrtStream stream)
+/* the stream and every operand (and the workspace) must be usable by the stream's device */
+static aclnnStatus launch_checks(const char *api, nn_exec_t *ex, void *workspace, aclrtStream stream)
 {
-    if (!executor)
-        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: executor must not be NULL", api);
-    int k = nn_obj_kind(executor);
-    if (k != NN_KIND_EXECUTOR)
-        return NN_PARAM("%s: executor %p is not a live aclOpExecutor: it was already used (executors are single-use "
-                        "unless aclSetAclOpExecutorRepeatable is called after phase 1), destroyed, or never created",
-                        api, (void *)executor);
-    nn_exec_t *ex = (nn_exec_t *)executor;
-    if (strcmp(ex->api, api) != 0)
-        return NN_PARAM("%s: the executor was created by %sGetWorkspaceSize, not %sGetWorkspaceSize", api, ex->api, api);
-    if (workspaceSize < ex->ws_size)
-        return NN_PARAM("%s: workspaceSize %llu is smaller than the %llu bytes %sGetWorkspaceSize asked for", api,
-                        (unsigned long long)workspaceSize, (unsigned long long)ex->ws_size, api);
-    if (ex->ws_size && !workspace)
-        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: workspace is NULL but %llu bytes are needed", api,
-                      (unsigned long long)ex->ws_size);
     int32_t dev = 0;
     if (aclsimStreamGetDevice(stream, &dev) != ACL_SUCCESS) {
         const char *m = aclGetRecentErrMsg();
         return nn_err(ACLNN_ERR_RUNTIME_ERROR, "%s: %s", api, m ? m : "invalid stream");
     }
-    /* every operand must be memory the device can access (unified model: host memory too) */
     for (int32_t i = 0; i < ex->nview; i++) {
         nn_view_t *v = &ex->v[i];
         if (!v->numel)
@@ -1038,31 +1043,71 @@ aclnnStatus nn_launch(const char *api, void *workspace, uint64_t workspaceSize, 
             return NN_PARAM("%s: %s", api, m ? m : "operand is not device memory");
         }
     }
-    if (ex->ws_size) {
-        int32_t is_dev = 0;
-        if (aclsimCheckKernelOperand(workspace, ex->ws_size, dev, "workspace", &is_dev) != ACL_SUCCESS) {
-            const char *m = aclGetRecentErrMsg();
-            return NN_PARAM("%s: %s", api, m ? m : "workspace is not device memory");
-        }
+    if (ex->ws_size && aclsimCheckKernelOperand(workspace, ex->ws_size, dev, "workspace", NULL) != ACL_SUCCESS) {
+        const char *m = aclGetRecentErrMsg();
+        return NN_PARAM("%s: %s", api, m ? m : "workspace is not device memory");
     }
-    nn_exec_t *run = ex;
-    if (ex->repeatable) {   /* the task gets its own copy: the caller may update or destroy the executor */
+    ex->device = dev;
+    return ACLNN_SUCCESS;
+}
+
+aclnnStatus nn_launch(const char *api, void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                      aclrtStream stream)
+{
+    if (!executor)
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: executor must not be NULL", api);
+    /* claim the executor atomically (a single-use one leaves the live set; a repeatable one is
+     * copied), so concurrent launches and destroys cannot race */
+    char why[160] = "";
+    nn_exec_t *run = NULL;
+    bool single = false;
+    pthread_mutex_lock(&g_obj_lock);
+    nn_exec_t *ex = obj_kind_locked(executor) == NN_KIND_EXECUTOR ? (nn_exec_t *)executor : NULL;
+    if (!ex)
+        snprintf(why, sizeof why, "not live");
+    else if (strcmp(ex->api, api) != 0)
+        snprintf(why, sizeof why, "the executor was created by %.40sGetWorkspaceSize, not %.40sGetWorkspaceSize",
+                 ex->api, api);
+    else if (workspaceSize < ex->ws_size)
+        snprintf(why, sizeof why, "workspaceSize %llu is smaller than the %llu bytes %.40sGetWorkspaceSize asked for",
+                 (unsigned long long)workspaceSize, (unsigned long long)ex->ws_size, api);
+    else if (ex->ws_size && !workspace)
+        snprintf(why, sizeof why, "workspace is NULL but %llu bytes are needed", (unsigned long long)ex->ws_size);
+    else if (ex->repeatable) {   /* the task gets its own copy: the caller may update or destroy the executor */
         run = malloc(ex->size);
-        if (!run)
-            return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", api);
-        memcpy(run, ex, ex->size);
+        if (run)
+            memcpy(run, ex, ex->size);
+        else
+            snprintf(why, sizeof why, "out of host memory");
     } else {
-        nn_obj_remove(ex, NN_KIND_EXECUTOR);   /* single use: consumed now, whatever happens next */
+        obj_remove_locked(ex, NN_KIND_EXECUTOR);
+        run = ex;
+        single = true;
+    }
+    pthread_mutex_unlock(&g_obj_lock);
+    if (!run) {
+        if (!ex)
+            return NN_PARAM("%s: executor %p is not a live aclOpExecutor: it was already used (executors are "
+                            "single-use unless aclSetAclOpExecutorRepeatable is called after phase 1), destroyed, or "
+                            "never created", api, (void *)executor);
+        return nn_err(strstr(why, "NULL") ? ACLNN_ERR_PARAM_NULLPTR : ACLNN_ERR_PARAM_INVALID, "%s: %s", api, why);
+    }
+    aclnnStatus rc = launch_checks(api, run, workspace, stream);
+    if (rc) {   /* not launched: a single-use executor stays usable, a copy is dropped */
+        if (single)
+            nn_obj_add(run, NN_KIND_EXECUTOR);
+        else
+            free(run);
+        return rc;
     }
     run->ws = workspace;
-    run->device = dev;
-    run->nblocks_hint = device_cores(dev, run->engine);
+    run->nblocks_hint = device_cores(run->device, run->engine);
     if (run->cores > run->nblocks_hint)
         run->cores = run->nblocks_hint;
     if (!run->cores)
         run->cores = 1;
-    aclError rc = aclsimLaunchTask(stream, task_run, run, task_release, run->engine, run->cores, run->cost_ns);
-    if (rc != ACL_SUCCESS) {   /* the runtime released `run` (release is not called when the launch fails) */
+    /* on failure the runtime does not call the release function: free `run` here */
+    if (aclsimLaunchTask(stream, task_run, run, task_release, run->engine, run->cores, run->cost_ns) != ACL_SUCCESS) {
         free(run);
         const char *m = aclGetRecentErrMsg();
         return nn_err(ACLNN_ERR_RUNTIME_ERROR, "%s: %s", api, m ? m : "cannot launch on the stream");
