@@ -751,3 +751,28 @@ def test_unified_memory_accepts_host_pointers():
 
 def test_int64_and_double_dtypes_exist():
     assert ACL_INT32 == 3 and ACL_INT64 == 9 and ACL_DOUBLE == 11 and ACL_FLOAT16 == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_strided_outputs(dtype, rng):
+    """Outputs that are non-contiguous views with an offset (reversed dim order, padded rows)."""
+    a, b = rnd((4, 6), dtype, rng), rnd((6,), dtype, rng)
+    out = DevTensor.strided(np.zeros((4, 6), dtype))
+    run("Add", DevTensor.from_numpy(a).handle, DevTensor.from_numpy(b).handle, scalar(1.0, np.float32), out.handle)
+    check(out.numpy(), t64(a) + t64(b), dtype)
+    run("Softmax", DevTensor.from_numpy(a).handle, 1, out.handle)
+    check(out.numpy(), torch.softmax(t64(a), 1), dtype)
+    m = DevTensor.strided(np.zeros((4, 4), dtype))
+    run("Matmul", DevTensor.from_numpy(a).handle, DevTensor.strided(a.T.copy()).handle, m.handle, 0)
+    np.testing.assert_allclose(m.numpy().astype(np.float64), (t64(a) @ t64(a).T).numpy(),
+                               rtol=1e-2 if dtype == np.float16 else 1e-5, atol=1e-2 if dtype == np.float16 else 1e-5)
+    s = DevTensor.strided(np.zeros((6,), dtype))
+    run("ReduceSum", DevTensor.from_numpy(a).handle, int_array([0]), False, acl_dtype(dtype), s.handle)
+    check(s.numpy(), t64(a).sum(0), dtype)
+    x = rnd((1, 2, 5, 5), dtype, rng)
+    w = rnd((3, 2, 3, 3), dtype, rng)
+    y = DevTensor.strided(np.zeros((1, 3, 3, 3), dtype))
+    run("Convolution", DevTensor.from_numpy(x).handle, DevTensor.from_numpy(w).handle, acl_rt._lib.ffi.NULL,
+        int_array([1]), int_array([0]), int_array([1]), False, int_array([0]), 1, y.handle, 0)
+    np.testing.assert_allclose(y.numpy().astype(np.float64), F.conv2d(t64(x), t64(w)).numpy(),
+                               rtol=1e-2 if dtype == np.float16 else 1e-5, atol=1e-2 if dtype == np.float16 else 1e-5)
