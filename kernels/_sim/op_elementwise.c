@@ -503,7 +503,8 @@ static aclnnStatus ew_make(const char *api, int op, int ct, const nn_tensor_t *a
     int64_t bytes = 0;
     for (int32_t i = 0; i < ex->nview; i++)
         bytes += ex->v[i].numel * (int64_t)nn_dtype_size(ex->v[i].dtype);
-    ex->cost_ns = (uint64_t)(bytes / 4 + p->numel * (op_weight(op) - 1) * 2);
+    /* ~16 bytes/ns streamed on one core; transcendental ops ~2 ns per element more */
+    ex->cost_ns = (uint64_t)(bytes / 16 + p->numel * (op_weight(op) - 1) / 4);
     int64_t work = p->numel * op_weight(op);
     ex->cores = (uint32_t)(work / (256 * 1024) + 1);
     return nn_exec_finish(ex, workspaceSize, executor);
