@@ -31,12 +31,16 @@ __all__ = [
 
 
 def _load_code_names() -> dict[int, str]:
-    text = (Path(__file__).resolve().parent / "_cdef" / "rt_errors.h").read_text()
+    cdef = Path(__file__).resolve().parent / "_cdef"
     names: dict[int, str] = {}
-    for name, value in re.findall(r"^#define\s+(ACL_ERROR_\w+)\s+(\d+)", text, re.M):
+    for name, value in re.findall(r"^#define\s+(ACL_ERROR_\w+)\s+(\d+)", (cdef / "rt_errors.h").read_text(), re.M):
         names.setdefault(int(value), name)
     names.update({161001: "ACLNN_ERR_PARAM_NULLPTR", 161002: "ACLNN_ERR_PARAM_INVALID",
                   361001: "ACLNN_ERR_RUNTIME_ERROR", 561000: "ACLNN_ERR_INNER"})
+    nn = cdef / "nn_errors.h"   # the aclnn status codes (op libraries)
+    if nn.exists():
+        for name, value in re.findall(r"^#define\s+(ACLNN_ERR_\w+)\s+(\d+)", nn.read_text(), re.M):
+            names.setdefault(int(value), name)
     return names
 
 

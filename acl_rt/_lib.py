@@ -30,7 +30,7 @@ except ImportError:  # a source checkout that was not built: parse the declarati
 
     ffi = make_ffi()
 
-__all__ = ["ffi", "backend", "Backend", "SIM_LIBRARY"]
+__all__ = ["ffi", "backend", "Backend", "SIM_LIBRARY", "op_library", "OpLibrary", "OPS_SIM_LIBRARY"]
 
 #: the simulator library built at install
 SIM_LIBRARY = Path(__file__).resolve().parent / "_sim" / "libascendcl_sim.so"
@@ -191,3 +191,175 @@ def _load() -> Backend:
         else:
             _backend = _load_sim(searched)
         return _backend
+
+
+# --------------------------------------------------------------------------------------------
+# The op libraries (aclnn): CANN's libnnopbase (aclCreateTensor & co.) + libopapi (the ops), or the
+# simulator's kernels/_sim/libopapi_sim.so. Loaded lazily on first use, so acl_rt imports and runs
+# without them. Declarations: _cdef/nn_*.h. shared/reference/acl_api.md §1.1, §11.
+
+#: the simulator's op library, built at install
+OPS_SIM_LIBRARY = Path(__file__).resolve().parent.parent / "kernels" / "_sim" / "libopapi_sim.so"
+
+#: CANN's op libraries, in load order: the meta API first, then the all-in-one op library or the
+#: split math/nn ones ("do not mix them")
+_OP_META = "libnnopbase.so"
+_OP_SETS = (("libopapi.so",), ("libopapi_math.so", "libopapi_nn.so"))
+
+#: the BLAS the simulator's op library uses (looked up by symbol; see kernels/_sim/op_blas.c)
+_SIM_BLAS_PACKAGES = ("scipy_openblas64", "scipy_openblas32")
+
+
+class _MultiLib:
+    """Attribute access across several dlopen-ed libraries (the first that exports a symbol wins),
+    with the same lazy NotSupportedError as :class:`_LazyLib`."""
+
+    def __init__(self, libs, paths):
+        self.__dict__["_libs"] = list(libs)
+        self.__dict__["_paths"] = list(paths)
+
+    def __getattr__(self, name: str):
+        for lib in self._libs:
+            try:
+                value = getattr(lib, name)
+            except (AttributeError, NotImplementedError):
+                continue
+            self.__dict__[name] = value
+            return value
+        raise NotSupportedError(200001, name, f"{name} is not available in the loaded op libraries "
+                                f"({', '.join(self._paths)})")
+
+    def has(self, name: str) -> bool:
+        """Whether one of the libraries exports ``name``."""
+        try:
+            getattr(self, name)
+        except NotSupportedError:
+            return False
+        return True
+
+
+class OpLibrary:
+    """The loaded aclnn op libraries (see :func:`op_library`).
+
+    Attributes:
+        lib: symbol access to ``aclCreateTensor`` & co. and every ``aclnn*`` declared in
+            ``_cdef/nn_funcs.h`` (a missing one raises NotSupportedError when used).
+        paths: the library files loaded, in order.
+        found_via: how they were found.
+        blas: the simulator only: the BLAS library file loaded for it (None elsewhere).
+    """
+
+    __slots__ = ("lib", "paths", "found_via", "blas", "_keep")
+
+    def __init__(self, libs, paths, found_via, blas=None, keep=()):
+        self.lib = _MultiLib(libs, paths)
+        self.paths = list(paths)
+        self.found_via = found_via
+        self.blas = blas
+        self._keep = keep
+
+
+_op_lock = threading.Lock()
+_op_library: OpLibrary | None = None
+_op_error: Exception | None = None
+
+
+def op_library() -> OpLibrary:
+    """The process-wide aclnn op libraries, loaded on first use (after the runtime).
+
+    Real CANN: ``libnnopbase.so`` plus ``libopapi.so`` or the split ``libopapi_math.so`` /
+    ``libopapi_nn.so``, from the runtime library's directory, then the system loader. Simulator:
+    ``kernels/_sim/libopapi_sim.so`` (and the OpenBLAS it uses, loaded RTLD_GLOBAL first).
+
+    Raises:
+        BackendNotFoundError: the op libraries are not installed (the error names every place
+            searched); the runtime itself keeps working.
+    """
+    lib = _op_library
+    if lib is not None:
+        return lib
+    with _op_lock:
+        if _op_library is not None:
+            return _op_library
+        if _op_error is not None:
+            raise _op_error
+        return _load_ops()
+
+
+def op_library_loaded() -> OpLibrary | None:
+    """The op libraries if already loaded, else None (never loads them)."""
+    return _op_library
+
+
+def _preload_sim_blas():
+    """dlopen the OpenBLAS of the scipy-openblas64 (or -32) wheel with RTLD_GLOBAL so the
+    simulator's op library finds its CBLAS symbols. Returns (handle, path) or (None, None)."""
+    import importlib
+
+    if os.environ.get("CANNA_SIM_BLAS"):
+        return None, os.environ["CANNA_SIM_BLAS"]   # the op library loads it itself
+    for name in _SIM_BLAS_PACKAGES:
+        try:
+            mod = importlib.import_module(name)
+            path = os.path.join(mod.get_lib_dir(), f"lib{mod.get_library()}.so")
+            if not os.path.exists(path):
+                continue
+            return _dlopen(path), path
+        except Exception:  # a broken wheel: try the next one, the op library reports the absence
+            continue
+    return None, None
+
+
+def _load_ops() -> OpLibrary:
+    global _op_library, _op_error
+    b = backend()
+    blas, blas_path = _preload_sim_blas() if b.is_sim else (None, None)
+    keep = (blas,) if blas is not None else ()
+    if b.name == "sim":
+        if not OPS_SIM_LIBRARY.exists():
+            _op_error = BackendNotFoundError(
+                f"the canna simulator's op library {OPS_SIM_LIBRARY} is missing: reinstall canna with "
+                "`pip install -e .` (it builds kernels/_sim; a C compiler is required)",
+                [(str(OPS_SIM_LIBRARY), "not found")])
+            raise _op_error
+        lib = _dlopen(str(OPS_SIM_LIBRARY))
+        _op_library = OpLibrary([lib], [str(OPS_SIM_LIBRARY)], "built with canna", blas_path, keep)
+        return _op_library
+    # a CANN install (or the simulator laid out like one, e.g. an instrumented build): CANN's names
+    searched: list[tuple[str, str]] = []
+    dirs = []
+    if b.path and os.path.isabs(b.path):
+        dirs.append(os.path.dirname(os.path.realpath(b.path)))
+        dirs.append(os.path.dirname(b.path))
+    for d in dict.fromkeys(dirs):
+        meta = os.path.join(d, _OP_META)
+        if not os.path.exists(meta):
+            searched.append((meta, "not found"))
+            continue
+        for names in _OP_SETS:
+            paths = [os.path.join(d, n) for n in names]
+            missing = [p for p in paths if not os.path.exists(p)]
+            if missing:
+                searched.extend((p, "not found") for p in missing)
+                continue
+            try:
+                libs = [_dlopen(meta)] + [_dlopen(p) for p in paths]
+            except OSError as e:
+                searched.append((", ".join(paths), f"cannot be loaded: {e}"))
+                continue
+            _op_library = OpLibrary(libs, [meta] + paths, "next to the runtime library", blas_path, keep)
+            return _op_library
+    for names in _OP_SETS:   # the system loader
+        try:
+            libs = [_dlopen(_OP_META)] + [_dlopen(n) for n in names]
+        except OSError as e:
+            searched.append((f"{_OP_META} + {' + '.join(names)} through the system loader", f"not loadable: {e}"))
+            continue
+        _op_library = OpLibrary(libs, [_OP_META, *names], "system loader", blas_path, keep)
+        return _op_library
+    places = "\n".join(f"  - {place}: {result}" for place, result in searched)
+    _op_error = BackendNotFoundError(
+        f"the CANN op libraries ({_OP_META} with libopapi.so, or libopapi_math.so + libopapi_nn.so) were "
+        f"not found. Searched:\n{places}\nInstall the CANN ops packages (ops-math, ops-nn) and source "
+        "set_env.sh.", searched)
+    raise _op_error

@@ -271,7 +271,9 @@ def backend_info() -> dict:
     version from ``aclsysGetVersionStr``, or None), ``acl_version`` (AscendCL interface version,
     ``aclrtGetVersion``), ``simulator_version``, ``memory_model`` (``"unified"``/``"discrete"``
     for the simulator, else None), ``run_mode`` (``"device"``/``"host"``), ``soc_name``,
-    ``device_count``.
+    ``device_count``, ``op_libraries`` (paths of the aclnn op libraries: ``libnnopbase.so`` +
+    ``libopapi*.so``, or the simulator's ``libopapi_sim.so``; None when unavailable, with the reason
+    in ``op_library_error``), ``sim_blas`` (the simulator only: the BLAS library its op library uses).
     """
     b = backend()
     lib = b.lib
@@ -297,6 +299,14 @@ def backend_info() -> dict:
     p = lib.aclrtGetSocName()
     if p != ffi.NULL:
         info["soc_name"] = ffi.string(p).decode()
+    # the aclnn op libraries (loaded here if not yet): paths, or why they are unavailable
+    from ._lib import op_library
+    info["op_libraries"], info["op_library_error"], info["sim_blas"] = None, None, None
+    try:
+        ops = op_library()
+        info["op_libraries"], info["sim_blas"] = list(ops.paths), ops.blas
+    except Exception as e:  # the runtime works without them
+        info["op_library_error"] = str(e)
     return info
 
 

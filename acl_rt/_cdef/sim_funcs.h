@@ -61,3 +61,13 @@ aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimBlockFn f
 aclError aclsimCheckDevicePointer(const void *ptr, uint64_t size, int32_t *deviceId);
 /* the stream's device id (for op libraries) */
 aclError aclsimStreamGetDevice(aclrtStream stream, int32_t *deviceId);
+
+/* for the simulator's op library (kernels/_sim): set the calling thread's recent error (code and
+ * the message aclGetRecentErrMsg() returns next); returns `code` */
+aclError aclsimSetRecentErrMsg(aclError code, const char *message);
+/* 0 when a kernel on device `deviceId` may access [ptr, ptr+size): inside a live allocation of that
+ * device (or of a peer with access enabled), or, in the unified memory model, host memory outside
+ * every allocation record. *isDevice (if not NULL) tells which. ACL_ERROR_RT_PARAM_INVALID with a
+ * message naming `what` otherwise (freed, out of bounds, host memory in the discrete model). */
+aclError aclsimCheckKernelOperand(const void *ptr, uint64_t size, int32_t deviceId, const char *what,
+                                  int32_t *isDevice);

@@ -1,0 +1,370 @@
+/* canna: the aclnn operator API: the meta API (libnnopbase) and the two-phase op calls (libopapi*).
+ *
+ * @cann-headers: acl/acl.h aclnn/acl_meta.h aclnn/aclnn_base.h aclnnop/aclnn_add.h aclnnop/aclnn_addmm.h aclnnop/aclnn_amax.h aclnnop/aclnn_batch_matmul.h aclnnop/aclnn_cast.h aclnnop/aclnn_convolution.h aclnnop/aclnn_convolution_backward.h aclnnop/aclnn_copy.h aclnnop/aclnn_cross_entropy_loss.h aclnnop/aclnn_cross_entropy_loss_grad.h aclnnop/aclnn_div.h aclnnop/aclnn_exp.h aclnnop/aclnn_gelu.h aclnnop/aclnn_gelu_backward.h aclnnop/aclnn_gelu_backward_v2.h aclnnop/aclnn_gelu_v2.h aclnnop/aclnn_layer_norm.h aclnnop/aclnn_layer_norm_backward.h aclnnop/aclnn_log.h aclnnop/aclnn_logsoftmax.h aclnnop/aclnn_logsoftmax_backward.h aclnnop/aclnn_matmul.h aclnnop/aclnn_max_pool2d_with_indices.h aclnnop/aclnn_max_pool2d_with_indices_backward.h aclnnop/aclnn_mean.h aclnnop/aclnn_mm.h aclnnop/aclnn_mul.h aclnnop/aclnn_neg.h aclnnop/aclnn_nll_loss.h aclnnop/aclnn_nll_loss2d.h aclnnop/aclnn_nll_loss2d_backward.h aclnnop/aclnn_nll_loss_backward.h aclnnop/aclnn_pow.h aclnnop/aclnn_reduce_sum.h aclnnop/aclnn_relu.h aclnnop/aclnn_rms_norm.h aclnnop/aclnn_rms_norm_grad.h aclnnop/aclnn_sigmoid.h aclnnop/aclnn_sigmoid_backward.h aclnnop/aclnn_silu.h aclnnop/aclnn_silu_backward.h aclnnop/aclnn_softmax.h aclnnop/aclnn_softmax_backward.h aclnnop/aclnn_sqrt.h aclnnop/aclnn_sub.h aclnnop/aclnn_tanh.h aclnnop/aclnn_tanh_backward.h aclnnop/aclnn_threshold_backward.h
+ *
+ * Exact prototypes of CANN's aclnn API, written for canna (the parameter lists are facts of the
+ * ABI; no header text is copied). Where each one comes from:
+ *  - meta API (aclCreateTensor & co., aclGet*, executor reuse, aclnnInit/aclnnFinalize):
+ *    CANN's aclnn/acl_meta.h and aclnn/aclnn_base.h, hicann/opbase aa3cd74b
+ *    (include/nnopbase/aclnn/, docs/en/api/nnopbase/aclnn/ pages); shared/reference/acl_api.md §6;
+ *  - math ops (libopapi_math): hicann/ops-math c4193324, math/<op>/op_api/aclnn_<op>.h and
+ *    conversion/view_copy/op_api/aclnn_copy.h;
+ *  - nn ops (libopapi_nn): hicann/ops-nn e5c3fa93, <family>/<op>/op_api/aclnn_<op>.h; for the ops
+ *    whose header is generated at build time (RmsNorm, RmsNormGrad, CrossEntropyLoss,
+ *    CrossEntropyLossGrad) the prototype in the op's docs/aclnn<Op>.md of the same commit;
+ *  - the op each framework call maps to follows torch_npu's op-plugin (Ascend/op-plugin 517f2e7d,
+ *    op_plugin/ops/opapi/ sources, EXEC_NPU_CMD(aclnnXxx, ...) call sites): linear -> aclnnAddmm
+ *    (or aclnnMm without bias) on the transposed weight, gelu -> aclnnGeluV2 (approximate 0 none,
+ *    1 tanh), gelu backward -> aclnnGeluBackwardV2 ("none"/"tanh"), relu backward ->
+ *    aclnnThresholdBackward, cross entropy -> aclnnLogSoftmax + aclnnNLLLoss (or the fused
+ *    aclnnCrossEntropyLoss).
+ * The library each symbol lives in (acl_api.md §1.1): the meta API in libnnopbase.so, the ops in
+ * libopapi.so (all-in-one) or the split libopapi_math.so / libopapi_nn.so; canna's simulator
+ * exports all of them from kernels/_sim/libopapi_sim.so. The torch-npu wheel ships no aclnn
+ * headers, so tests/test_abi.py reports every declaration here as UNCHECKED.
+ *
+ * Two-phase calling pattern: aclnnXxxGetWorkspaceSize(..., &workspaceSize, &executor) validates
+ * the arguments and builds an executor; aclnnXxx(workspace, workspaceSize, executor, stream)
+ * queues the work on the stream (asynchronous) and consumes the executor, unless
+ * aclSetAclOpExecutorRepeatable(executor) was called right after phase 1 (then the caller
+ * destroys it with aclDestroyAclOpExecutor). Read by cffi's cdef() and by the C compiler.
+ */
+
+/* ---- meta API: aclnn/acl_meta.h (libnnopbase) ---- */
+aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDataType dataType,
+    const int64_t *stride, int64_t offset, aclFormat format, const int64_t *storageDims,
+    uint64_t storageDimsNum, void *tensorData);
+aclScalar *aclCreateScalar(void *value, aclDataType dataType);
+aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size);
+aclFloatArray *aclCreateFloatArray(const float *value, uint64_t size);
+aclBoolArray *aclCreateBoolArray(const bool *value, uint64_t size);
+aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size);
+aclScalarList *aclCreateScalarList(const aclScalar *const *value, uint64_t size);
+aclnnStatus aclDestroyTensor(const aclTensor *tensor);
+aclnnStatus aclDestroyScalar(const aclScalar *scalar);
+aclnnStatus aclDestroyIntArray(const aclIntArray *array);
+aclnnStatus aclDestroyFloatArray(const aclFloatArray *array);
+aclnnStatus aclDestroyBoolArray(const aclBoolArray *array);
+aclnnStatus aclDestroyTensorList(const aclTensorList *array);
+aclnnStatus aclDestroyScalarList(const aclScalarList *array);
+aclnnStatus aclGetViewShape(const aclTensor *tensor, int64_t **viewDims, uint64_t *viewDimsNum);
+aclnnStatus aclGetStorageShape(const aclTensor *tensor, int64_t **storageDims, uint64_t *storageDimsNum);
+aclnnStatus aclGetViewStrides(const aclTensor *tensor, int64_t **stridesValue, uint64_t *stridesNum);
+aclnnStatus aclGetViewOffset(const aclTensor *tensor, int64_t *offset);
+aclnnStatus aclGetFormat(const aclTensor *tensor, aclFormat *format);
+aclnnStatus aclGetDataType(const aclTensor *tensor, aclDataType *dataType);
+aclnnStatus aclGetIntArraySize(const aclIntArray *array, uint64_t *size);
+aclnnStatus aclGetFloatArraySize(const aclFloatArray *array, uint64_t *size);
+aclnnStatus aclGetBoolArraySize(const aclBoolArray *array, uint64_t *size);
+aclnnStatus aclGetTensorListSize(const aclTensorList *tensorList, uint64_t *size);
+aclnnStatus aclGetScalarListSize(const aclScalarList *scalarList, uint64_t *size);
+aclnnStatus aclInitTensor(aclTensor *tensor, const int64_t *viewDims, uint64_t viewDimsNum,
+    aclDataType dataType, const int64_t *stride, int64_t offset, aclFormat format,
+    const int64_t *storageDims, uint64_t storageDimsNum, void *tensorDataAddr);
+aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);
+aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
+aclnnStatus aclSetInputTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor,
+    void *addr);
+aclnnStatus aclSetOutputTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor,
+    void *addr);
+aclnnStatus aclSetTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor, void *addr);
+aclnnStatus aclSetRawTensorAddr(aclTensor *tensor, void *addr);
+aclnnStatus aclGetRawTensorAddr(const aclTensor *tensor, void **addr);
+
+/* ---- aclnn/aclnn_base.h (libnnopbase) ---- */
+aclnnStatus aclnnInit(const char *configPath);
+aclnnStatus aclnnFinalize(void);
+
+/* ---- ops: aclnnop/aclnn_<op>.h ----
+ * cubeMathType (matmul-class ops): 0 KEEP_DTYPE, 1 ALLOW_FP32_DOWN_PRECISION, 2 USE_FP16,
+ * 3 USE_HF32 (OPS-NN aclnnMatmul.md). reduction (NLLLoss*): 0 none, 1 mean, 2 sum. */
+/* aclnnop/aclnn_add.h (libopapi_math) */
+aclnnStatus aclnnAddGetWorkspaceSize(const aclTensor *self, const aclTensor *other,
+    const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnAdd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_add.h (libopapi_math) */
+aclnnStatus aclnnAddsGetWorkspaceSize(const aclTensor *self, const aclScalar *other,
+    const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnAdds(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_sub.h (libopapi_math) */
+aclnnStatus aclnnSubGetWorkspaceSize(const aclTensor *self, const aclTensor *other,
+    const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSub(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_sub.h (libopapi_math) */
+aclnnStatus aclnnSubsGetWorkspaceSize(const aclTensor *self, const aclScalar *other,
+    const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSubs(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_mul.h (libopapi_math) */
+aclnnStatus aclnnMulGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMul(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_mul.h (libopapi_math) */
+aclnnStatus aclnnMulsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMuls(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_div.h (libopapi_math) */
+aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnDiv(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_div.h (libopapi_math) */
+aclnnStatus aclnnDivsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnDivs(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_neg.h (libopapi_math) */
+aclnnStatus aclnnNegGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnNeg(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_exp.h (libopapi_math) */
+aclnnStatus aclnnExpGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnExp(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_log.h (libopapi_math) */
+aclnnStatus aclnnLogGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnLog(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_sqrt.h (libopapi_math) */
+aclnnStatus aclnnSqrtGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnSqrt(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_pow.h (libopapi_math) */
+aclnnStatus aclnnPowTensorScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *exponent,
+    const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnPowTensorScalar(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_relu.h (libopapi_nn) */
+aclnnStatus aclnnReluGetWorkspaceSize(const aclTensor *self, const aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnRelu(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_gelu.h (libopapi_nn) */
+aclnnStatus aclnnGeluGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnGelu(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_gelu_v2.h (libopapi_nn) */
+aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGeluV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_silu.h (libopapi_nn) */
+aclnnStatus aclnnSiluGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnSilu(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_sigmoid.h (libopapi_nn) */
+aclnnStatus aclnnSigmoidGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnSigmoid(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_tanh.h (libopapi_math) */
+aclnnStatus aclnnTanhGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnTanh(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_softmax.h (libopapi_nn) */
+aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSoftmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_logsoftmax.h (libopapi_nn) */
+aclnnStatus aclnnLogSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnLogSoftmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_layer_norm.h (libopapi_nn) */
+aclnnStatus aclnnLayerNormGetWorkspaceSize(const aclTensor *input, const aclIntArray *normalizedShape,
+    const aclTensor *weightOptional, const aclTensor *biasOptional, double eps, aclTensor *out,
+    aclTensor *meanOutOptional, aclTensor *rstdOutOptional, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnLayerNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_rms_norm.h (libopapi_nn) */
+aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, double epsilon,
+    const aclTensor *yOut, const aclTensor *rstdOut, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnRmsNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_matmul.h (libopapi_nn) */
+aclnnStatus aclnnMatmulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out,
+    int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMatmul(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_mm.h (libopapi_nn) */
+aclnnStatus aclnnMmGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out,
+    int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_batch_matmul.h (libopapi_nn) */
+aclnnStatus aclnnBatchMatMulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2,
+    aclTensor *out, int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnBatchMatMul(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_addmm.h (libopapi_nn) */
+aclnnStatus aclnnAddmmGetWorkspaceSize(const aclTensor *self, const aclTensor *mat1,
+    const aclTensor *mat2, const aclScalar *beta, const aclScalar *alpha, aclTensor *out,
+    int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnAddmm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_reduce_sum.h (libopapi_math) */
+aclnnStatus aclnnReduceSumGetWorkspaceSize(const aclTensor *self, const aclIntArray *dims,
+    bool keepDims, aclDataType dtype, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnReduceSum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_mean.h (libopapi_math) */
+aclnnStatus aclnnMeanGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim,
+    aclDataType dtype, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMean(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_amax.h (libopapi_math) */
+aclnnStatus aclnnAmaxGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnAmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_cast.h (libopapi_math) */
+aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *self, const aclDataType dtype, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnCast(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_copy.h (libopapi_math) */
+aclnnStatus aclnnInplaceCopyGetWorkspaceSize(aclTensor *selfRef, const aclTensor *src,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnInplaceCopy(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_convolution.h (libopapi_nn) */
+aclnnStatus aclnnConvolutionGetWorkspaceSize(const aclTensor *input, const aclTensor *weight,
+    const aclTensor *bias, const aclIntArray *stride, const aclIntArray *padding,
+    const aclIntArray *dilation, bool transposed, const aclIntArray *outputPadding,
+    const int64_t groups, aclTensor *output, int8_t cubeMathType, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnConvolution(void *workspace, const uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_max_pool2d_with_indices.h (libopapi_nn) */
+aclnnStatus aclnnMaxPool2dWithIndicesGetWorkspaceSize(const aclTensor *self,
+    const aclIntArray *kernelSize, const aclIntArray *stride, const aclIntArray *padding,
+    const aclIntArray *dilation, bool ceilMode, aclTensor *out, aclTensor *indices,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMaxPool2dWithIndices(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_nll_loss.h (libopapi_nn) */
+aclnnStatus aclnnNLLLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
+    const aclTensor *weight, int64_t reduction, int64_t ignoreIndex, aclTensor *out,
+    aclTensor *totalWeightOut, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnNLLLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_nll_loss2d.h (libopapi_nn) */
+aclnnStatus aclnnNLLLoss2dGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
+    const aclTensor *weight, int64_t reduction, int64_t ignoreIndex, aclTensor *out,
+    aclTensor *totalWeightOut, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnNLLLoss2d(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_cross_entropy_loss.h (libopapi_nn) */
+aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(const aclTensor *input, const aclTensor *target,
+    const aclTensor *weightOptional, char *reductionOptional, int64_t ignoreIndex,
+    double labelSmoothing, double lseSquareScaleForZloss, bool returnZloss, const aclTensor *lossOut,
+    const aclTensor *logProbOut, const aclTensor *zlossOut, const aclTensor *lseForZlossOut,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnCrossEntropyLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_threshold_backward.h (libopapi_nn) */
+aclnnStatus aclnnThresholdBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+    const aclScalar *threshold, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnThresholdBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_gelu_backward.h (libopapi_nn) */
+aclnnStatus aclnnGeluBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+    const aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGeluBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_gelu_backward_v2.h (libopapi_nn) */
+aclnnStatus aclnnGeluBackwardV2GetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+    char *approximate, aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGeluBackwardV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_silu_backward.h (libopapi_nn) */
+aclnnStatus aclnnSiluBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+    aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSiluBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_sigmoid_backward.h (libopapi_nn) */
+aclnnStatus aclnnSigmoidBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *output,
+    aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSigmoidBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_tanh_backward.h (libopapi_math) */
+aclnnStatus aclnnTanhBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *output,
+    aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnTanhBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_softmax_backward.h (libopapi_nn) */
+aclnnStatus aclnnSoftmaxBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *output,
+    int64_t dim, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSoftmaxBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_logsoftmax_backward.h (libopapi_nn) */
+aclnnStatus aclnnLogSoftmaxBackwardGetWorkspaceSize(const aclTensor *gradOutput,
+    const aclTensor *output, int64_t dim, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnLogSoftmaxBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_layer_norm_backward.h (libopapi_nn) */
+aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *gradOut, const aclTensor *input,
+    const aclIntArray *normalizedShape, const aclTensor *mean, const aclTensor *rstd,
+    const aclTensor *weightOptional, const aclTensor *biasOptional, const aclBoolArray *outputMask,
+    aclTensor *gradInputOut, aclTensor *gradWeightOut, aclTensor *gradBiasOut, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_rms_norm_grad.h (libopapi_nn) */
+aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const aclTensor *x,
+    const aclTensor *rstd, const aclTensor *gamma, const aclTensor *dxOut, const aclTensor *dgammaOut,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnRmsNormGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_convolution_backward.h (libopapi_nn) */
+aclnnStatus aclnnConvolutionBackwardGetWorkspaceSize(const aclTensor *gradOutput,
+    const aclTensor *input, const aclTensor *weight, const aclIntArray *biasSizes,
+    const aclIntArray *stride, const aclIntArray *padding, const aclIntArray *dilation, bool transposed,
+    const aclIntArray *outputPadding, int groups, const aclBoolArray *outputMask, int8_t cubeMathType,
+    aclTensor *gradInput, aclTensor *gradWeight, aclTensor *gradBias, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnConvolutionBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_max_pool2d_with_indices_backward.h (libopapi_nn) */
+aclnnStatus aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize(const aclTensor *gradOutput,
+    const aclTensor *self, const aclTensor *indices, const aclIntArray *kernelSize,
+    const aclIntArray *stride, const aclIntArray *padding, const aclIntArray *dilation, bool ceilMode,
+    aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMaxPool2dWithIndicesBackward(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
+/* aclnnop/aclnn_nll_loss_backward.h (libopapi_nn) */
+aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+    const aclTensor *target, const aclTensor *weight, int64_t reduction, int64_t ignoreIndex,
+    const aclTensor *totalWeight, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_nll_loss2d_backward.h (libopapi_nn) */
+aclnnStatus aclnnNLLLoss2dBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+    const aclTensor *target, const aclTensor *weight, int64_t reduction, int64_t ignoreIndex,
+    aclTensor *totalWeight, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnNLLLoss2dBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_cross_entropy_loss_grad.h (libopapi_nn) */
+aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(const aclTensor *gradLoss,
+    const aclTensor *logProb, const aclTensor *target, const aclTensor *weightOptional,
+    const aclTensor *gradZlossOptional, const aclTensor *lseForZlossOptional, char *reductionOptional,
+    int64_t ignoreIndex, double labelSmoothing, double lseSquareScaleForZloss, const aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);

@@ -1,0 +1,891 @@
+/* canna simulator op library: elementwise ops (unary, binary with NumPy broadcasting, with
+ * scalars), their backward ops, Cast and InplaceCopy.
+ *
+ * One engine runs them all: the output's index space (dims of size 1 dropped, mergeable dims
+ * merged) is cut into ranges, one per AI-core block; each range is walked row by row in chunks of
+ * up to EW_CHUNK elements along the innermost dim. An operand whose dtype is the compute type and
+ * whose inner stride is 1 is used in place (the fast path: no copy); any other layout or dtype
+ * (broadcast, strided, float16, ...) is converted into a small per-block buffer first, and the
+ * result is converted back into the output. Kernels work on contiguous arrays of the compute type
+ * (float for float32/float16/bfloat16, double, int32, int64). */
+#include "opsim.h"
+
+#include <tgmath.h>
+
+#pragma GCC optimize("O3")
+
+#define EW_CHUNK 2048
+
+enum {
+    /* binary */
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_THRESH_BW, EW_GELU_TANH_BW, EW_GELU_ERF_BW, EW_SILU_BW, EW_SIGMOID_BW,
+    EW_TANH_BW,
+    /* unary */
+    EW_COPY, EW_NEG, EW_EXP, EW_LOG, EW_SQRT, EW_POW, EW_RELU, EW_GELU_TANH, EW_GELU_ERF, EW_SILU, EW_SIGMOID,
+    EW_TANH,
+    EW_NOPS
+};
+
+typedef struct ew_params {
+    int32_t op, ct, nin;        /* nin: 1 or 2 inputs (a scalar second operand counts as an input) */
+    int32_t ndim;               /* coalesced */
+    int64_t shape[NN_MAX_DIMS];
+    int64_t st[3][NN_MAX_DIMS]; /* strides: [0] output, [1] input a, [2] input b */
+    aclDataType dt[3];
+    int32_t view[3];            /* executor view index of each operand; -1 = the scalar in sval */
+    int64_t numel;
+    double alpha_f, param_f;    /* alpha (add/sub), exponent (pow), threshold */
+    int64_t alpha_i, param_i;
+    _Alignas(8) unsigned char sval[8];   /* a scalar second operand, in the compute type */
+} ew_params_t;
+
+typedef void (*ew_kern)(int64_t n, void *o, const void *a, const void *b, const ew_params_t *p);
+
+static aclDataType ct_dtype(int ct)
+{
+    switch (ct) {
+    case CT_F32: return ACL_FLOAT;
+    case CT_F64: return ACL_DOUBLE;
+    case CT_I32: return ACL_INT32;
+    default: return ACL_INT64;
+    }
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+#define KSIG(name, T) static void name(int64_t n, void *o_, const void *a_, const void *b_, const ew_params_t *p)
+#define KBODY(T, EXPR)                                                                              \
+    T *restrict o = o_;                                                                            \
+    const T *restrict a = a_;                                                                      \
+    const T *restrict b = b_;                                                                      \
+    (void)a; (void)b; (void)p;                                                                     \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        T x = a[i];                                                                                \
+        T y = b ? b[i] : (T)0;                                                                     \
+        (void)y;                                                                                   \
+        o[i] = (EXPR);                                                                             \
+    }
+
+/* float kernels: the same expression for float and double (tgmath picks expf / exp) */
+#define FK(NAME, EXPR)                                                                              \
+    KSIG(NAME##_f32, float) { const float alpha = (float)p->alpha_f; (void)alpha; KBODY(float, EXPR) } \
+    KSIG(NAME##_f64, double) { const double alpha = p->alpha_f; (void)alpha; KBODY(double, EXPR) }
+
+/* binary kernels read b[i] only when the op is binary: write them without the b-NULL test */
+#define FKB(NAME, EXPR)                                                                             \
+    KSIG(NAME##_f32, float)                                                                        \
+    {                                                                                              \
+        float *restrict o = o_; const float *restrict a = a_; const float *restrict b = b_;        \
+        const float alpha = (float)p->alpha_f; (void)alpha;                                        \
+        for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); }               \
+    }                                                                                              \
+    KSIG(NAME##_f64, double)                                                                       \
+    {                                                                                              \
+        double *restrict o = o_; const double *restrict a = a_; const double *restrict b = b_;     \
+        const double alpha = p->alpha_f; (void)alpha;                                              \
+        for (int64_t i = 0; i < n; i++) { double x = a[i], y = b[i]; o[i] = (EXPR); }              \
+    }
+
+#define FKU(NAME, EXPR)                                                                             \
+    KSIG(NAME##_f32, float)                                                                        \
+    {                                                                                              \
+        float *restrict o = o_; const float *restrict a = a_; (void)b_; (void)p;                   \
+        typedef float T; (void)sizeof(T);                                                          \
+        for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }                         \
+    }                                                                                              \
+    KSIG(NAME##_f64, double)                                                                       \
+    {                                                                                              \
+        double *restrict o = o_; const double *restrict a = a_; (void)b_; (void)p;                 \
+        typedef double T; (void)sizeof(T);                                                         \
+        for (int64_t i = 0; i < n; i++) { double x = a[i]; o[i] = (EXPR); }                        \
+    }
+
+/* binary float kernels with a T typedef in scope */
+#define FKBT(NAME, EXPR)                                                                            \
+    KSIG(NAME##_f32, float)                                                                        \
+    {                                                                                              \
+        float *restrict o = o_; const float *restrict a = a_; const float *restrict b = b_;        \
+        typedef float T; const float thr = (float)p->param_f; (void)thr; (void)sizeof(T);          \
+        for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); }               \
+    }                                                                                              \
+    KSIG(NAME##_f64, double)                                                                       \
+    {                                                                                              \
+        double *restrict o = o_; const double *restrict a = a_; const double *restrict b = b_;     \
+        typedef double T; const double thr = p->param_f; (void)thr; (void)sizeof(T);              \
+        for (int64_t i = 0; i < n; i++) { double x = a[i], y = b[i]; o[i] = (EXPR); }              \
+    }
+
+FKB(k_add, x + alpha * y)
+FKB(k_sub, x - alpha * y)
+FKB(k_mul, x * y)
+FKB(k_div, x / y)
+FKU(k_copy, x)
+FKU(k_neg, -x)
+FKU(k_exp, exp(x))
+FKU(k_log, log(x))
+FKU(k_sqrt, sqrt(x))
+FKU(k_relu, (x > (T)0 || x != x) ? x : (T)0)
+FKU(k_sigmoid, (T)1 / ((T)1 + exp(-x)))
+FKU(k_tanh, tanh(x))
+FKU(k_silu, x / ((T)1 + exp(-x)))
+FKU(k_gelu_erf, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)))
+FKU(k_gelu_tanh, (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))
+
+/* x = grad, y = self / output */
+FKBT(k_thresh_bw, (y <= thr) ? (T)0 : x)
+FKBT(k_sigmoid_bw, x * y * ((T)1 - y))
+FKBT(k_tanh_bw, x * ((T)1 - y * y))
+FKBT(k_silu_bw, x * ((T)1 / ((T)1 + exp(-y))) * ((T)1 + y * ((T)1 - (T)1 / ((T)1 + exp(-y)))))
+FKBT(k_gelu_erf_bw,
+     x * ((T)0.5 * ((T)1 + erf(y * (T)0.70710678118654752440)) +
+          y * (T)0.39894228040143267794 * exp((T)-0.5 * y * y)))
+/* d/dy of 0.5 y (1 + tanh(k (y + c y^3))) */
+FKBT(k_gelu_tanh_bw,
+     x * ((T)0.5 * ((T)1 + tanh((T)0.79788456080286535588 * (y + (T)0.044715 * y * y * y))) +
+          (T)0.5 * y * ((T)1 - tanh((T)0.79788456080286535588 * (y + (T)0.044715 * y * y * y)) *
+                                   tanh((T)0.79788456080286535588 * (y + (T)0.044715 * y * y * y))) *
+              (T)0.79788456080286535588 * ((T)1 + (T)3 * (T)0.044715 * y * y)))
+
+/* pow with a scalar exponent (common exponents exactly as x*x, sqrt, ...) */
+#define POWK(T, SUF)                                                                                \
+    KSIG(k_pow_##SUF, T)                                                                           \
+    {                                                                                              \
+        T *restrict o = o_; const T *restrict a = a_; (void)b_;                                    \
+        const T e = (T)p->param_f;                                                                 \
+        if (e == (T)2) { for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i]; }                     \
+        else if (e == (T)1) { for (int64_t i = 0; i < n; i++) o[i] = a[i]; }                       \
+        else if (e == (T)3) { for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i] * a[i]; }         \
+        else if (e == (T)0.5) { for (int64_t i = 0; i < n; i++) o[i] = sqrt(a[i]); }               \
+        else if (e == (T)-1) { for (int64_t i = 0; i < n; i++) o[i] = (T)1 / a[i]; }               \
+        else { for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], e); }                              \
+    }
+POWK(float, f32)
+POWK(double, f64)
+
+/* integer kernels: two's complement wrap-around (unsigned arithmetic, no UB) */
+#define IK(T, U, SUF)                                                                               \
+    KSIG(k_add_##SUF, T) { T *restrict o = o_; const T *restrict a = a_, *restrict b = b_;         \
+        U al = (U)p->alpha_i; for (int64_t i = 0; i < n; i++) o[i] = (T)((U)a[i] + al * (U)b[i]); }  \
+    KSIG(k_sub_##SUF, T) { T *restrict o = o_; const T *restrict a = a_, *restrict b = b_;         \
+        U al = (U)p->alpha_i; for (int64_t i = 0; i < n; i++) o[i] = (T)((U)a[i] - al * (U)b[i]); }  \
+    KSIG(k_mul_##SUF, T) { T *restrict o = o_; const T *restrict a = a_, *restrict b = b_; (void)p;\
+        for (int64_t i = 0; i < n; i++) o[i] = (T)((U)a[i] * (U)b[i]); }                           \
+    KSIG(k_copy_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_; (void)p;       \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i]; }                                             \
+    KSIG(k_neg_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_; (void)p;        \
+        for (int64_t i = 0; i < n; i++) o[i] = (T)((U)0 - (U)a[i]); }                              \
+    KSIG(k_relu_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_; (void)p;       \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0; }                              \
+    KSIG(k_pow_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_;                 \
+        int64_t e = p->param_i;                                                                    \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            U r = 1, base = (U)a[i]; int64_t k = e;                                                \
+            while (k > 0) { if (k & 1) r *= base; base *= base; k >>= 1; }                         \
+            o[i] = (T)r;                                                                           \
+        } }
+
+IK(int32_t, uint32_t, i32)
+IK(int64_t, uint64_t, i64)
+
+/* kernel table [op][ct] (NULL = not available for that compute type) */
+static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
+    [EW_ADD] = {k_add_f32, k_add_f64, k_add_i32, k_add_i64},
+    [EW_SUB] = {k_sub_f32, k_sub_f64, k_sub_i32, k_sub_i64},
+    [EW_MUL] = {k_mul_f32, k_mul_f64, k_mul_i32, k_mul_i64},
+    [EW_DIV] = {k_div_f32, k_div_f64, NULL, NULL},
+    [EW_THRESH_BW] = {k_thresh_bw_f32, k_thresh_bw_f64, NULL, NULL},
+    [EW_GELU_TANH_BW] = {k_gelu_tanh_bw_f32, k_gelu_tanh_bw_f64, NULL, NULL},
+    [EW_GELU_ERF_BW] = {k_gelu_erf_bw_f32, k_gelu_erf_bw_f64, NULL, NULL},
+    [EW_SILU_BW] = {k_silu_bw_f32, k_silu_bw_f64, NULL, NULL},
+    [EW_SIGMOID_BW] = {k_sigmoid_bw_f32, k_sigmoid_bw_f64, NULL, NULL},
+    [EW_TANH_BW] = {k_tanh_bw_f32, k_tanh_bw_f64, NULL, NULL},
+    [EW_COPY] = {k_copy_f32, k_copy_f64, k_copy_i32, k_copy_i64},
+    [EW_NEG] = {k_neg_f32, k_neg_f64, k_neg_i32, k_neg_i64},
+    [EW_EXP] = {k_exp_f32, k_exp_f64, NULL, NULL},
+    [EW_LOG] = {k_log_f32, k_log_f64, NULL, NULL},
+    [EW_SQRT] = {k_sqrt_f32, k_sqrt_f64, NULL, NULL},
+    [EW_POW] = {k_pow_f32, k_pow_f64, k_pow_i32, k_pow_i64},
+    [EW_RELU] = {k_relu_f32, k_relu_f64, k_relu_i32, k_relu_i64},
+    [EW_GELU_TANH] = {k_gelu_tanh_f32, k_gelu_tanh_f64, NULL, NULL},
+    [EW_GELU_ERF] = {k_gelu_erf_f32, k_gelu_erf_f64, NULL, NULL},
+    [EW_SILU] = {k_silu_f32, k_silu_f64, NULL, NULL},
+    [EW_SIGMOID] = {k_sigmoid_f32, k_sigmoid_f64, NULL, NULL},
+    [EW_TANH] = {k_tanh_f32, k_tanh_f64, NULL, NULL},
+};
+
+/* relative cost of one element (for the inline fast path / block sizing) */
+static int op_weight(int op)
+{
+    switch (op) {
+    case EW_ADD: case EW_SUB: case EW_MUL: case EW_DIV: case EW_COPY: case EW_NEG: case EW_RELU:
+    case EW_THRESH_BW: case EW_SIGMOID_BW: case EW_TANH_BW:
+        return 1;
+    default:
+        return 8;
+    }
+}
+
+/* ------------------------------------------------------------------ the engine */
+
+typedef struct ew_job {
+    const ew_params_t *p;
+    char *base[3];
+    ew_kern k;
+    int64_t per;
+} ew_job_t;
+
+static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, int64_t lo, int64_t hi)
+{
+    const int32_t nd = p->ndim, in = nd - 1, nops = 1 + p->nin;
+    const int ct = p->ct;
+    const aclDataType cdt = ct_dtype(ct);
+    const size_t csz = nn_ct_size(ct);
+    size_t isz[3];
+    for (int k = 0; k < nops; k++)
+        isz[k] = nn_dtype_size(p->dt[k]);
+    int64_t idx[NN_MAX_DIMS];
+    int64_t rem = lo;
+    for (int32_t d = nd - 1; d >= 0; d--) {
+        idx[d] = rem % p->shape[d];
+        rem /= p->shape[d];
+    }
+    _Alignas(64) unsigned char buf[3][EW_CHUNK * 8];
+    const char *filled[2] = {NULL, NULL};
+    int64_t filled_n[2] = {0, 0};
+    const int64_t inner = p->shape[in];
+    int64_t pos = lo;
+    while (pos < hi) {
+        int64_t n = inner - idx[in];
+        if (n > hi - pos)
+            n = hi - pos;
+        if (n > EW_CHUNK)
+            n = EW_CHUNK;
+        char *ptr[3];
+        for (int k = 0; k < nops; k++) {
+            int64_t off = 0;
+            for (int32_t d = 0; d < nd; d++)
+                off += idx[d] * p->st[k][d];
+            ptr[k] = base[k] + off * (int64_t)isz[k];
+        }
+        const void *src[2] = {NULL, NULL};
+        for (int j = 0; j < p->nin; j++) {
+            int k = j + 1;
+            int64_t s = p->st[k][in];
+            if (p->dt[k] == cdt && s == 1) {
+                src[j] = ptr[k];
+            } else if (s == 0) {
+                if (filled[j] != ptr[k] || filled_n[j] < n) {
+                    nn_load(ct, buf[j], ptr[k], 0, p->dt[k], 1);
+                    for (int64_t i = 1; i < n; i++)
+                        memcpy(buf[j] + i * csz, buf[j], csz);
+                    filled[j] = ptr[k];
+                    filled_n[j] = n;
+                }
+                src[j] = buf[j];
+            } else {
+                nn_load(ct, buf[j], ptr[k], s, p->dt[k], n);
+                filled[j] = NULL;
+                src[j] = buf[j];
+            }
+        }
+        bool direct = p->dt[0] == cdt && p->st[0][in] == 1;
+        void *dst = direct ? (void *)ptr[0] : (void *)buf[2];
+        kern(n, dst, src[0], src[1], p);
+        if (!direct)
+            nn_store(ct, ptr[0], p->st[0][in], p->dt[0], buf[2], n);
+        pos += n;
+        idx[in] += n;
+        for (int32_t d = in; d > 0 && idx[d] >= p->shape[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
+    }
+}
+
+static aclError ew_block(uint32_t bi, uint32_t nb, void *arg)
+{
+    (void)nb;
+    ew_job_t *j = arg;
+    int64_t lo = (int64_t)bi * j->per;
+    int64_t hi = lo + j->per;
+    if (hi > j->p->numel)
+        hi = j->p->numel;
+    if (lo < hi)
+        ew_range(j->p, j->base, j->k, lo, hi);
+    return ACL_SUCCESS;
+}
+
+static aclError ew_run(nn_exec_t *ex)
+{
+    ew_params_t *p = (ew_params_t *)ex->params;
+    if (!p->numel)
+        return ACL_SUCCESS;
+    ew_job_t j;
+    j.p = p;
+    j.k = g_kern[p->op][p->ct];
+    for (int k = 0; k < 1 + p->nin; k++)
+        j.base[k] = p->view[k] < 0 ? (char *)p->sval : ex->v[p->view[k]].data;
+    uint32_t nb = nn_blocks(ex, p->numel * op_weight(p->op), 256 * 1024);
+    int64_t per = (p->numel + nb - 1) / nb;
+    per = (per + 63) & ~(int64_t)63;
+    j.per = per;
+    nb = (uint32_t)((p->numel + per - 1) / per);
+    return nn_parallel(ex, nb, ew_block, &j);
+}
+
+/* ------------------------------------------------------------------ phase 1 */
+
+static bool supported_input(aclDataType d) { return nn_is_op_float(d) || nn_is_op_int(d); }
+
+static aclnnStatus check_input_dtype(const char *api, const char *name, const nn_tensor_t *t, bool float_only)
+{
+    if (float_only ? nn_is_op_float(t->dtype) : supported_input(t->dtype))
+        return ACLNN_SUCCESS;
+    return NN_PARAM("%s: %s has dtype %s, which is not supported (expected %s)", api, name, nn_dtype_name(t->dtype),
+                    float_only ? "float32, float16, bfloat16 or float64"
+                               : "float32, float16, bfloat16, float64, int32 or int64");
+}
+
+static bool same_view(const nn_view_t *a, const nn_view_t *b)
+{
+    if (a->data != b->data || a->ndim != b->ndim || nn_dtype_size(a->dtype) != nn_dtype_size(b->dtype))
+        return false;
+    for (int32_t i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->stride[i] != b->stride[i]))
+            return false;
+    return true;
+}
+
+/* an output view must not have two elements at one address, nor overlap an input partially */
+aclnnStatus nn_check_output_overlap(const char *api, const nn_exec_t *ex, int32_t out, bool allow_same)
+{
+    const nn_view_t *o = &ex->v[out];
+    for (int32_t d = 0; d < o->ndim; d++)
+        if (o->shape[d] > 1 && o->stride[d] == 0)
+            return NN_PARAM("%s: %s has stride 0 in dim %d: more than one element of the written-to tensor "
+                            "refers to a single memory location", api, o->name, d);
+    for (int32_t i = 0; i < ex->nview; i++) {
+        if (i == out || !nn_views_overlap(o, &ex->v[i]))
+            continue;
+        if (allow_same && !ex->v[i].output && same_view(o, &ex->v[i]))
+            continue;
+        return NN_PARAM("%s: %s overlaps %s in memory (only an exact in-place alias is supported): some elements "
+                        "of the input and the written-to tensor refer to a single memory location",
+                        api, o->name, ex->v[i].name);
+    }
+    return ACLNN_SUCCESS;
+}
+
+/* build the engine's parameters for out = f(a [, b]); a/b NULL = scalar (sval) */
+static void ew_layout(ew_params_t *p, const nn_exec_t *ex)
+{
+    const nn_view_t *o = &ex->v[p->view[0]];
+    int32_t nd = o->ndim;
+    int64_t shape[NN_MAX_DIMS], st[3][NN_MAX_DIMS];
+    for (int32_t d = 0; d < nd; d++) {
+        shape[d] = o->shape[d];
+        for (int k = 0; k < 1 + p->nin; k++) {
+            if (p->view[k] < 0) {
+                st[k][d] = 0;
+                continue;
+            }
+            const nn_view_t *v = &ex->v[p->view[k]];
+            int32_t vd = d - (nd - v->ndim);   /* right-aligned */
+            st[k][d] = (vd < 0 || v->shape[vd] == 1) ? 0 : v->stride[vd];
+        }
+    }
+    /* drop size-1 dims, merge dims contiguous for every operand */
+    int32_t m = 0;
+    for (int32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1)
+            continue;
+        if (m > 0) {
+            bool merge = true;
+            for (int k = 0; k < 1 + p->nin; k++)
+                if (p->st[k][m - 1] != st[k][d] * shape[d])
+                    merge = false;
+            if (merge) {
+                p->shape[m - 1] *= shape[d];
+                for (int k = 0; k < 1 + p->nin; k++)
+                    p->st[k][m - 1] = st[k][d];
+                continue;
+            }
+        }
+        p->shape[m] = shape[d];
+        for (int k = 0; k < 1 + p->nin; k++)
+            p->st[k][m] = st[k][d];
+        m++;
+    }
+    if (m == 0) {
+        p->shape[0] = 1;
+        for (int k = 0; k < 3; k++)
+            p->st[k][0] = 0;
+        m = 1;
+    }
+    p->ndim = m;
+    p->numel = o->numel;
+}
+
+/* the common builder: validates shapes (inputs broadcast to out's shape), overlap, and makes the
+ * executor. a: first input; b: second input tensor or NULL; bs: scalar second operand or NULL. */
+static aclnnStatus ew_make(const char *api, int op, int ct, const nn_tensor_t *a, const char *an,
+                           const nn_tensor_t *b, const char *bn, const nn_scalar_t *bs, const nn_tensor_t *out,
+                           const char *on, double param_f, int64_t param_i, double alpha_f, int64_t alpha_i,
+                           uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    int64_t shape[NN_MAX_DIMS];
+    int32_t nd = a->ndim;
+    memcpy(shape, a->shape, sizeof shape);
+    if (!b && op == EW_COPY) {   /* a copy broadcasts its source to the destination */
+        if (!nn_broadcast(a->shape, a->ndim, out->shape, out->ndim, shape, &nd) || !nn_same_shape(out, shape, nd)) {
+            char s1[160], s2[160];
+            return NN_PARAM("%s: %s of shape %s cannot be broadcast to %s's shape %s", api, an,
+                            nn_shape_str(s1, sizeof s1, a->shape, a->ndim), on,
+                            nn_shape_str(s2, sizeof s2, out->shape, out->ndim));
+        }
+    }
+    if (b) {
+        if (!nn_broadcast(a->shape, a->ndim, b->shape, b->ndim, shape, &nd)) {
+            char s1[160], s2[160];
+            return NN_PARAM("%s: the shapes of %s %s and %s %s cannot be broadcast together", api, an,
+                            nn_shape_str(s1, sizeof s1, a->shape, a->ndim), bn,
+                            nn_shape_str(s2, sizeof s2, b->shape, b->ndim));
+        }
+    }
+    if (nd > NN_MAX_DIMS)
+        return NN_PARAM("%s: more than %d dims", api, NN_MAX_DIMS);
+    if (!nn_same_shape(out, shape, nd)) {
+        char s1[160], s2[160];
+        return NN_PARAM("%s: %s has shape %s but the result has shape %s", api, on,
+                        nn_shape_str(s1, sizeof s1, out->shape, out->ndim), nn_shape_str(s2, sizeof s2, shape, nd));
+    }
+    if (!g_kern[op][ct])
+        return NN_PARAM("%s: no kernel for this dtype combination", api);
+    nn_exec_t *ex = nn_exec_new(api, ew_run, ACLSIM_ENGINE_VECTOR, sizeof(ew_params_t));
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    ew_params_t *p = (ew_params_t *)ex->params;
+    p->op = op;
+    p->ct = ct;
+    p->nin = (b || bs) ? 2 : 1;
+    p->param_f = param_f;
+    p->param_i = param_i;
+    p->alpha_f = alpha_f;
+    p->alpha_i = alpha_i;
+    p->view[1] = nn_exec_add(ex, a, an, false);
+    p->dt[1] = a->dtype;
+    if (b) {
+        p->view[2] = nn_exec_add(ex, b, bn, false);
+        p->dt[2] = b->dtype;
+    } else if (bs) {
+        p->view[2] = -1;
+        p->dt[2] = ct_dtype(ct);
+        if (ct == CT_F32) {
+            float v = (float)bs->f;
+            memcpy(p->sval, &v, 4);
+        } else if (ct == CT_F64) {
+            memcpy(p->sval, &bs->f, 8);
+        } else if (ct == CT_I32) {
+            int32_t v = (int32_t)(uint32_t)(uint64_t)bs->i;
+            memcpy(p->sval, &v, 4);
+        } else {
+            memcpy(p->sval, &bs->i, 8);
+        }
+    }
+    p->view[0] = nn_exec_add(ex, out, on, true);
+    p->dt[0] = out->dtype;
+    aclnnStatus rc = nn_check_output_overlap(api, ex, p->view[0], true);
+    if (rc) {
+        free(ex);
+        return rc;
+    }
+    ew_layout(p, ex);
+    int64_t bytes = 0;
+    for (int32_t i = 0; i < ex->nview; i++)
+        bytes += ex->v[i].numel * (int64_t)nn_dtype_size(ex->v[i].dtype);
+    /* ~16 bytes/ns streamed on one core; transcendental ops ~2 ns per element more */
+    ex->cost_ns = (uint64_t)(bytes / 16 + p->numel * (op_weight(op) - 1) / 4);
+    int64_t work = p->numel * op_weight(op);
+    ex->cores = (uint32_t)(work / (256 * 1024) + 1);
+    return nn_exec_finish(ex, workspaceSize, executor);
+}
+
+/* scalar helpers */
+static bool scalar_is_int(const nn_scalar_t *s) { return !s->is_float; }
+
+/* ------------------------------------------------------------------ arithmetic */
+
+static aclnnStatus arith(const char *api, int op, const aclTensor *self, const aclTensor *other,
+                         const aclScalar *otherS, const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize,
+                         aclOpExecutor **executor)
+{
+    NN_OUTPTRS(api);
+    const nn_tensor_t *a, *b = NULL, *o;
+    const nn_scalar_t *bs = NULL, *al = NULL;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "self", self, false, &a)) || (rc = check_input_dtype(api, "self", a, false)))
+        return rc;
+    if (otherS) {
+        if ((rc = nn_scalar_arg(api, "other", otherS, &bs)))
+            return rc;
+    } else if ((rc = nn_tensor_arg(api, "other", other, false, &b)) || (rc = check_input_dtype(api, "other", b, false))) {
+        return rc;
+    }
+    if (op == EW_ADD || op == EW_SUB) {
+        if ((rc = nn_scalar_arg(api, "alpha", alpha, &al)))
+            return rc;
+    }
+    if ((rc = nn_tensor_arg(api, "out", out, false, &o)) || (rc = check_input_dtype(api, "out", o, false)))
+        return rc;
+    aclDataType prom;
+    if (b) {
+        prom = nn_promote(a->dtype, b->dtype);
+    } else {   /* a scalar only raises the category (int tensor + float scalar -> float32) */
+        prom = a->dtype;
+        if (!nn_is_float(a->dtype) && bs->is_float)
+            prom = ACL_FLOAT;
+    }
+    int ct;
+    if (op == EW_DIV) {
+        if (!nn_is_float(o->dtype))
+            return NN_PARAM("%s: out has dtype %s but division gives a floating result (true division)", api,
+                            nn_dtype_name(o->dtype));
+        ct = nn_is_float(prom) ? nn_ct_of(prom) : (o->dtype == ACL_DOUBLE ? CT_F64 : CT_F32);
+    } else {
+        if (!nn_can_cast(prom, o->dtype))
+            return NN_PARAM("%s: the result type %s cannot be cast to out's dtype %s", api, nn_dtype_name(prom),
+                            nn_dtype_name(o->dtype));
+        ct = nn_ct_of(prom);
+    }
+    double alpha_f = 1;
+    int64_t alpha_i = 1;
+    if (al) {
+        if (!nn_is_float(prom) && al->is_float)
+            return NN_PARAM("%s: for integral input tensors, alpha must not be a floating point number", api);
+        alpha_f = al->f;
+        alpha_i = al->i;
+    }
+    return ew_make(api, op, ct, a, "self", b, "other", bs, o, "out", 0, 0, alpha_f, alpha_i, workspaceSize, executor);
+}
+
+#define PHASE2(NAME)                                                                                \
+    NN_API aclnnStatus aclnn##NAME(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,  \
+                                   aclrtStream stream)                                              \
+    {                                                                                              \
+        return nn_launch("aclnn" #NAME, workspace, workspaceSize, executor, stream);               \
+    }
+#define PHASE2C(NAME)                                                                               \
+    NN_API aclnnStatus aclnn##NAME(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,  \
+                                   const aclrtStream stream)                                        \
+    {                                                                                              \
+        return nn_launch("aclnn" #NAME, workspace, workspaceSize, executor, stream);               \
+    }
+
+NN_API aclnnStatus aclnnAddGetWorkspaceSize(const aclTensor *self, const aclTensor *other, const aclScalar *alpha,
+                                            aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return arith("aclnnAdd", EW_ADD, self, other, NULL, alpha, out, workspaceSize, executor);
+}
+PHASE2(Add)
+
+NN_API aclnnStatus aclnnAddsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, const aclScalar *alpha,
+                                             aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!other)
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "aclnnAdds: other must not be NULL");
+    return arith("aclnnAdds", EW_ADD, self, NULL, other, alpha, out, workspaceSize, executor);
+}
+PHASE2(Adds)
+
+NN_API aclnnStatus aclnnSubGetWorkspaceSize(const aclTensor *self, const aclTensor *other, const aclScalar *alpha,
+                                            aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return arith("aclnnSub", EW_SUB, self, other, NULL, alpha, out, workspaceSize, executor);
+}
+PHASE2(Sub)
+
+NN_API aclnnStatus aclnnSubsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, const aclScalar *alpha,
+                                             aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!other)
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "aclnnSubs: other must not be NULL");
+    return arith("aclnnSubs", EW_SUB, self, NULL, other, alpha, out, workspaceSize, executor);
+}
+PHASE2(Subs)
+
+NN_API aclnnStatus aclnnMulGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                                            uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return arith("aclnnMul", EW_MUL, self, other, NULL, NULL, out, workspaceSize, executor);
+}
+PHASE2(Mul)
+
+NN_API aclnnStatus aclnnMulsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+                                             uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!other)
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "aclnnMuls: other must not be NULL");
+    return arith("aclnnMuls", EW_MUL, self, NULL, other, NULL, out, workspaceSize, executor);
+}
+PHASE2(Muls)
+
+NN_API aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                                            uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return arith("aclnnDiv", EW_DIV, self, other, NULL, NULL, out, workspaceSize, executor);
+}
+PHASE2(Div)
+
+NN_API aclnnStatus aclnnDivsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+                                             uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!other)
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "aclnnDivs: other must not be NULL");
+    return arith("aclnnDivs", EW_DIV, self, NULL, other, NULL, out, workspaceSize, executor);
+}
+PHASE2(Divs)
+
+/* ------------------------------------------------------------------ unary */
+
+/* kind: 0 = float result (int input computes in float), 1 = keeps integers (neg, relu) */
+static aclnnStatus unary(const char *api, int op, int kind, const aclTensor *self, const char *sn, const aclTensor *out,
+                         const char *on, double param_f, int64_t param_i, uint64_t *workspaceSize,
+                         aclOpExecutor **executor)
+{
+    NN_OUTPTRS(api);
+    const nn_tensor_t *a, *o;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, sn, self, false, &a)) || (rc = check_input_dtype(api, sn, a, false)))
+        return rc;
+    if ((rc = nn_tensor_arg(api, on, out, false, &o)) || (rc = check_input_dtype(api, on, o, false)))
+        return rc;
+    int ct;
+    if (kind == 1 || nn_is_float(a->dtype)) {
+        if (!nn_can_cast(a->dtype, o->dtype))
+            return NN_PARAM("%s: the result type %s cannot be cast to %s's dtype %s", api, nn_dtype_name(a->dtype), on,
+                            nn_dtype_name(o->dtype));
+        ct = nn_ct_of(a->dtype);
+    } else {
+        if (!nn_is_float(o->dtype))
+            return NN_PARAM("%s: %s has dtype %s but the result of this op is floating point", api, on,
+                            nn_dtype_name(o->dtype));
+        ct = o->dtype == ACL_DOUBLE ? CT_F64 : CT_F32;
+    }
+    return ew_make(api, op, ct, a, sn, NULL, NULL, NULL, o, on, param_f, param_i, 1, 1, workspaceSize, executor);
+}
+
+#define UNARY(NAME, OP, KIND)                                                                       \
+    NN_API aclnnStatus aclnn##NAME##GetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, \
+                                                     aclOpExecutor **executor)                      \
+    {                                                                                              \
+        return unary("aclnn" #NAME, OP, KIND, self, "self", out, "out", 0, 0, workspaceSize, executor); \
+    }
+
+UNARY(Neg, EW_NEG, 1)
+PHASE2C(Neg)
+UNARY(Exp, EW_EXP, 0)
+PHASE2(Exp)
+UNARY(Log, EW_LOG, 0)
+PHASE2(Log)
+UNARY(Sqrt, EW_SQRT, 0)
+PHASE2(Sqrt)
+UNARY(Gelu, EW_GELU_TANH, 0)
+PHASE2C(Gelu)
+UNARY(Silu, EW_SILU, 0)
+PHASE2(Silu)
+UNARY(Sigmoid, EW_SIGMOID, 0)
+PHASE2C(Sigmoid)
+UNARY(Tanh, EW_TANH, 0)
+PHASE2C(Tanh)
+
+NN_API aclnnStatus aclnnReluGetWorkspaceSize(const aclTensor *self, const aclTensor *out, uint64_t *workspaceSize,
+                                             aclOpExecutor **executor)
+{
+    return unary("aclnnRelu", EW_RELU, 1, self, "self", out, "out", 0, 0, workspaceSize, executor);
+}
+PHASE2C(Relu)
+
+NN_API aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y,
+                                               uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (approximate != 0 && approximate != 1)
+        return NN_PARAM("aclnnGeluV2: approximate must be 0 (none: the erf form) or 1 (tanh), got %lld",
+                        (long long)approximate);
+    return unary("aclnnGeluV2", approximate ? EW_GELU_TANH : EW_GELU_ERF, 0, x, "x", y, "y", 0, 0, workspaceSize,
+                 executor);
+}
+PHASE2C(GeluV2)
+
+NN_API aclnnStatus aclnnPowTensorScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *exponent,
+                                                        const aclTensor *out, uint64_t *workspaceSize,
+                                                        aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnPowTensorScalar";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *a, *o;
+    const nn_scalar_t *e;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "self", self, false, &a)) || (rc = check_input_dtype(api, "self", a, false)))
+        return rc;
+    if ((rc = nn_scalar_arg(api, "exponent", exponent, &e)))
+        return rc;
+    if ((rc = nn_tensor_arg(api, "out", out, false, &o)) || (rc = check_input_dtype(api, "out", o, false)))
+        return rc;
+    int ct;
+    if (!nn_is_float(a->dtype) && scalar_is_int(e)) {
+        if (e->i < 0)
+            return NN_PARAM("%s: integers to negative integer powers are not allowed (exponent %lld)", api,
+                            (long long)e->i);
+        if (!nn_can_cast(a->dtype, o->dtype))
+            return NN_PARAM("%s: the result type %s cannot be cast to out's dtype %s", api, nn_dtype_name(a->dtype),
+                            nn_dtype_name(o->dtype));
+        ct = nn_ct_of(a->dtype);
+    } else {
+        aclDataType prom = nn_is_float(a->dtype) ? a->dtype : ACL_FLOAT;
+        if (!nn_can_cast(prom, o->dtype))
+            return NN_PARAM("%s: the result type %s cannot be cast to out's dtype %s", api, nn_dtype_name(prom),
+                            nn_dtype_name(o->dtype));
+        ct = (prom == ACL_DOUBLE || o->dtype == ACL_DOUBLE) && prom == ACL_DOUBLE ? CT_F64 : CT_F32;
+    }
+    return ew_make(api, EW_POW, ct, a, "self", NULL, NULL, NULL, o, "out", e->f, e->i, 1, 1, workspaceSize, executor);
+}
+PHASE2C(PowTensorScalar)
+
+/* ------------------------------------------------------------------ cast and copy */
+
+static int copy_ct(aclDataType src, aclDataType dst)
+{
+    if (src == ACL_INT64 || (dst == ACL_INT64 && !nn_is_float(src)))
+        return CT_I64;
+    if (src == ACL_DOUBLE || dst == ACL_DOUBLE)
+        return CT_F64;
+    if (nn_is_float(src) || nn_is_float(dst))
+        return nn_is_float(src) && (dst == ACL_INT32 || dst == ACL_INT64) ? CT_F64 : CT_F32;
+    return CT_I32;
+}
+
+NN_API aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *self, const aclDataType dtype, aclTensor *out,
+                                             uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnCast";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *a, *o;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "self", self, false, &a)) || (rc = nn_tensor_arg(api, "out", out, false, &o)))
+        return rc;
+    if (!nn_dtype_size(dtype))
+        return NN_PARAM("%s: dtype %s is not supported by the simulator", api, nn_dtype_name(dtype));
+    if (o->dtype != dtype)
+        return NN_PARAM("%s: out has dtype %s but dtype is %s", api, nn_dtype_name(o->dtype), nn_dtype_name(dtype));
+    return ew_make(api, EW_COPY, copy_ct(a->dtype, o->dtype), a, "self", NULL, NULL, NULL, o, "out", 0, 0, 1, 1,
+                   workspaceSize, executor);
+}
+PHASE2(Cast)
+
+NN_API aclnnStatus aclnnInplaceCopyGetWorkspaceSize(aclTensor *selfRef, const aclTensor *src, uint64_t *workspaceSize,
+                                                    aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnInplaceCopy";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *d, *s;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "selfRef", selfRef, false, &d)) || (rc = nn_tensor_arg(api, "src", src, false, &s)))
+        return rc;
+    int64_t shape[NN_MAX_DIMS];
+    int32_t nd;
+    if (!nn_broadcast(d->shape, d->ndim, s->shape, s->ndim, shape, &nd) || !nn_same_shape(d, shape, nd)) {
+        char s1[160], s2[160];
+        return NN_PARAM("%s: src of shape %s cannot be broadcast to selfRef's shape %s", api,
+                        nn_shape_str(s1, sizeof s1, s->shape, s->ndim), nn_shape_str(s2, sizeof s2, d->shape, d->ndim));
+    }
+    return ew_make(api, EW_COPY, copy_ct(s->dtype, d->dtype), s, "src", NULL, NULL, NULL, d, "selfRef", 0, 0, 1, 1,
+                   workspaceSize, executor);
+}
+PHASE2C(InplaceCopy)
+
+/* ------------------------------------------------------------------ backward (binary, float) */
+
+static aclnnStatus backward(const char *api, int op, const aclTensor *grad, const char *gn, const aclTensor *x,
+                            const char *xn, const aclTensor *out, const char *on, double param,
+                            uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    NN_OUTPTRS(api);
+    const nn_tensor_t *g, *a, *o;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, gn, grad, false, &g)) || (rc = check_input_dtype(api, gn, g, true)))
+        return rc;
+    if ((rc = nn_tensor_arg(api, xn, x, false, &a)) || (rc = check_input_dtype(api, xn, a, true)))
+        return rc;
+    if ((rc = nn_tensor_arg(api, on, out, false, &o)) || (rc = check_input_dtype(api, on, o, true)))
+        return rc;
+    aclDataType prom = nn_promote(g->dtype, a->dtype);
+    return ew_make(api, op, nn_ct_of(prom), g, gn, a, xn, NULL, o, on, param, 0, 1, 1, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnThresholdBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+                                                          const aclScalar *threshold, aclTensor *out,
+                                                          uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    const nn_scalar_t *t;
+    aclnnStatus rc = nn_scalar_arg("aclnnThresholdBackward", "threshold", threshold, &t);
+    if (rc)
+        return rc;
+    return backward("aclnnThresholdBackward", EW_THRESH_BW, gradOutput, "gradOutput", self, "self", out, "out", t->f,
+                    workspaceSize, executor);
+}
+PHASE2C(ThresholdBackward)
+
+NN_API aclnnStatus aclnnGeluBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+                                                     const aclTensor *gradInput, uint64_t *workspaceSize,
+                                                     aclOpExecutor **executor)
+{
+    return backward("aclnnGeluBackward", EW_GELU_TANH_BW, gradOutput, "gradOutput", self, "self", gradInput,
+                    "gradInput", 0, workspaceSize, executor);
+}
+PHASE2C(GeluBackward)
+
+NN_API aclnnStatus aclnnGeluBackwardV2GetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+                                                       char *approximate, aclTensor *gradInput,
+                                                       uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnGeluBackwardV2";
+    int op;
+    if (!approximate)
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: approximate must not be NULL (\"none\" or \"tanh\")", api);
+    if (strcmp(approximate, "none") == 0)
+        op = EW_GELU_ERF_BW;
+    else if (strcmp(approximate, "tanh") == 0)
+        op = EW_GELU_TANH_BW;
+    else
+        return NN_PARAM("%s: approximate must be \"none\" or \"tanh\", got \"%.32s\"", api, approximate);
+    return backward(api, op, gradOutput, "gradOutput", self, "self", gradInput, "gradInput", 0, workspaceSize,
+                    executor);
+}
+PHASE2C(GeluBackwardV2)
+
+NN_API aclnnStatus aclnnSiluBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+                                                     aclTensor *gradInput, uint64_t *workspaceSize,
+                                                     aclOpExecutor **executor)
+{
+    return backward("aclnnSiluBackward", EW_SILU_BW, gradOutput, "gradOutput", self, "self", gradInput, "gradInput", 0,
+                    workspaceSize, executor);
+}
+PHASE2(SiluBackward)
+
+NN_API aclnnStatus aclnnSigmoidBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *output,
+                                                        aclTensor *gradInput, uint64_t *workspaceSize,
+                                                        aclOpExecutor **executor)
+{
+    return backward("aclnnSigmoidBackward", EW_SIGMOID_BW, gradOutput, "gradOutput", output, "output", gradInput,
+                    "gradInput", 0, workspaceSize, executor);
+}
+PHASE2C(SigmoidBackward)
+
+NN_API aclnnStatus aclnnTanhBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *output,
+                                                     aclTensor *gradInput, uint64_t *workspaceSize,
+                                                     aclOpExecutor **executor)
+{
+    return backward("aclnnTanhBackward", EW_TANH_BW, gradOutput, "gradOutput", output, "output", gradInput,
+                    "gradInput", 0, workspaceSize, executor);
+}
+PHASE2C(TanhBackward)

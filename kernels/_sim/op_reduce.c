@@ -1,0 +1,425 @@
+/* canna simulator op library: reductions over dims with keepdim (ReduceSum, Mean, Amax).
+ *
+ * The input's dims split into kept dims (the output's index space) and reduced dims. Floating
+ * inputs accumulate in double, integers in int64 (wrapping), then convert to out's dtype. Two
+ * loop orders: when the innermost kept dim is the input's fastest (e.g. a sum over rows), tiles of
+ * consecutive outputs accumulate whole input rows at once; otherwise each output walks its own
+ * reduction rows. A reduction to few outputs is split across blocks into partial results that are
+ * combined at the end. */
+#include "opsim.h"
+
+#pragma GCC optimize("O3")
+
+enum { RD_SUM, RD_MEAN, RD_AMAX };
+
+#define RD_TILE 512
+
+typedef struct rd_params {
+    int32_t kind, ct;          /* accumulate type: CT_F64 or CT_I64 */
+    int32_t nk, nr;            /* kept / reduced dims (coalesced) */
+    int64_t kshape[NN_MAX_DIMS], kst_in[NN_MAX_DIMS], kst_out[NN_MAX_DIMS];
+    int64_t rshape[NN_MAX_DIMS], rst[NN_MAX_DIMS];
+    int64_t nout, nred;
+    bool vector;               /* tiles along the innermost kept dim */
+    int64_t splits;            /* partial results per output (few outputs, long reductions) */
+} rd_params_t;
+
+typedef struct rd_job {
+    const rd_params_t *p;
+    const nn_view_t *in, *out;
+    char *partial;             /* [nout * splits] accumulators when splits > 1 */
+    int64_t items, per;
+} rd_job_t;
+
+static inline void acc_combine(int kind, int ct, void *acc, const void *v, int64_t n)
+{
+    if (ct == CT_F64) {
+        double *a = acc;
+        const double *b = v;
+        if (kind == RD_AMAX) {
+            for (int64_t i = 0; i < n; i++)
+                a[i] = (b[i] > a[i] || b[i] != b[i] || a[i] != a[i]) ? (a[i] != a[i] ? a[i] : b[i]) : a[i];
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                a[i] += b[i];
+        }
+    } else {
+        int64_t *a = acc;
+        const int64_t *b = v;
+        if (kind == RD_AMAX) {
+            for (int64_t i = 0; i < n; i++)
+                a[i] = b[i] > a[i] ? b[i] : a[i];
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                a[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
+        }
+    }
+}
+
+static void acc_init(int kind, int ct, void *acc, int64_t n)
+{
+    if (ct == CT_F64) {
+        double *a = acc;
+        for (int64_t i = 0; i < n; i++)
+            a[i] = kind == RD_AMAX ? -INFINITY : 0.0;
+    } else {
+        int64_t *a = acc;
+        for (int64_t i = 0; i < n; i++)
+            a[i] = kind == RD_AMAX ? INT64_MIN : 0;
+    }
+}
+
+/* input offset (elements) of the kept index k (linear over kshape) */
+static int64_t kept_off(const rd_params_t *p, int64_t k, const int64_t *st)
+{
+    int64_t off = 0;
+    for (int32_t d = p->nk - 1; d >= 0; d--) {
+        int64_t i = k % p->kshape[d];
+        k /= p->kshape[d];
+        off += i * st[d];
+    }
+    return off;
+}
+
+/* accumulate reduction rows [r0, r1) (rows = every reduced dim but the innermost) for one output
+ * (scalar path) into *acc */
+static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *base, int64_t r0, int64_t r1, void *acc)
+{
+    size_t isz = nn_dtype_size(in->dtype);
+    int64_t inner = p->rshape[p->nr - 1], ist = p->rst[p->nr - 1];
+    _Alignas(64) unsigned char buf[RD_TILE * 8];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t off = 0, rr = r;
+        for (int32_t d = p->nr - 2; d >= 0; d--) {
+            int64_t i = rr % p->rshape[d];
+            rr /= p->rshape[d];
+            off += i * p->rst[d];
+        }
+        const char *row = base + off * (int64_t)isz;
+        for (int64_t c = 0; c < inner; c += RD_TILE) {
+            int64_t n = inner - c < RD_TILE ? inner - c : RD_TILE;
+            nn_load(p->ct, buf, row + c * ist * (int64_t)isz, ist, in->dtype, n);
+            if (p->ct == CT_F64) {
+                const double *b = (const double *)buf;
+                double *a = acc;
+                if (p->kind == RD_AMAX) {
+                    double m = *a;
+                    for (int64_t i = 0; i < n; i++)
+                        if (b[i] > m || b[i] != b[i])
+                            m = (m != m) ? m : b[i];
+                    *a = m;
+                } else {
+                    double s = 0;
+                    for (int64_t i = 0; i < n; i++)
+                        s += b[i];
+                    *a += s;
+                }
+            } else {
+                const int64_t *b = (const int64_t *)buf;
+                int64_t *a = acc;
+                if (p->kind == RD_AMAX) {
+                    for (int64_t i = 0; i < n; i++)
+                        if (b[i] > *a)
+                            *a = b[i];
+                } else {
+                    uint64_t s = 0;
+                    for (int64_t i = 0; i < n; i++)
+                        s += (uint64_t)b[i];
+                    *a = (int64_t)((uint64_t)*a + s);
+                }
+            }
+        }
+    }
+}
+
+static void finish_store(const rd_params_t *p, const nn_view_t *out, int64_t k, void *acc, int64_t n, int64_t ostride)
+{
+    if (p->kind == RD_MEAN) {
+        double *a = acc;
+        for (int64_t i = 0; i < n; i++)
+            a[i] /= (double)p->nred;
+    }
+    char *o = out->data + kept_off(p, k, p->kst_out) * (int64_t)nn_dtype_size(out->dtype);
+    nn_store(p->ct, o, ostride, out->dtype, acc, n);
+}
+
+static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
+{
+    (void)nb;
+    rd_job_t *j = arg;
+    const rd_params_t *p = j->p;
+    const nn_view_t *in = j->in;
+    size_t isz = nn_dtype_size(in->dtype);
+    int64_t t0 = (int64_t)bi * j->per, t1 = t0 + j->per;
+    if (t1 > j->items)
+        t1 = j->items;
+    if (p->vector) {
+        /* items: (row of kept dims except innermost) x tiles along the innermost kept dim */
+        int64_t L = p->kshape[p->nk - 1], tiles = (L + RD_TILE - 1) / RD_TILE;
+        int64_t kin = p->kst_in[p->nk - 1], kout = p->kst_out[p->nk - 1];
+        union { double d[RD_TILE]; int64_t i[RD_TILE]; } acc;
+        _Alignas(64) unsigned char buf[RD_TILE * 8];
+        for (int64_t t = t0; t < t1; t++) {
+            int64_t krow = t / tiles, c0 = (t % tiles) * RD_TILE;
+            int64_t n = L - c0 < RD_TILE ? L - c0 : RD_TILE;
+            int64_t k = krow * L + c0;
+            const char *base = in->data + kept_off(p, k, p->kst_in) * (int64_t)isz;
+            acc_init(p->kind, p->ct, &acc, n);
+            for (int64_t r = 0; r < p->nred; r++) {
+                int64_t off = 0, rr = r;
+                for (int32_t d = p->nr - 1; d >= 0; d--) {
+                    int64_t i = rr % p->rshape[d];
+                    rr /= p->rshape[d];
+                    off += i * p->rst[d];
+                }
+                nn_load(p->ct, buf, base + off * (int64_t)isz, kin, in->dtype, n);
+                acc_combine(p->kind, p->ct, &acc, buf, n);
+            }
+            finish_store(p, j->out, k, &acc, n, kout);
+        }
+        return ACL_SUCCESS;
+    }
+    int64_t rows = p->nred / p->rshape[p->nr - 1];
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t k = t / p->splits, s = t % p->splits;
+        int64_t per = (rows + p->splits - 1) / p->splits, r0 = s * per, r1 = r0 + per;
+        if (r1 > rows)
+            r1 = rows;
+        union { double d; int64_t i; } acc;
+        acc_init(p->kind, p->ct, &acc, 1);
+        const char *base = in->data + kept_off(p, k, p->kst_in) * (int64_t)isz;
+        if (r0 < r1)
+            reduce_one(p, in, base, r0, r1, &acc);
+        if (p->splits > 1)
+            memcpy(j->partial + (size_t)t * 8, &acc, 8);
+        else
+            finish_store(p, j->out, k, &acc, 1, 1);
+    }
+    return ACL_SUCCESS;
+}
+
+static aclError rd_run(nn_exec_t *ex)
+{
+    rd_params_t *p = (rd_params_t *)ex->params;
+    const nn_view_t *in = &ex->v[0], *out = &ex->v[1];
+    if (!p->nout)
+        return ACL_SUCCESS;
+    rd_job_t j = {p, in, out, NULL, 0, 0};
+    if (p->nred == 0) {   /* empty reduction: the identity (sum 0, mean NaN) */
+        union { double d; int64_t i; } z;
+        for (int64_t k = 0; k < p->nout; k++) {
+            acc_init(p->kind, p->ct, &z, 1);
+            if (p->kind == RD_MEAN)
+                z.d = NAN;
+            char *o = out->data + kept_off(p, k, p->kst_out) * (int64_t)nn_dtype_size(out->dtype);
+            nn_store(p->ct, o, 1, out->dtype, &z, 1);
+        }
+        return ACL_SUCCESS;
+    }
+    if (p->vector) {
+        int64_t L = p->kshape[p->nk - 1];
+        j.items = (p->nout / L) * ((L + RD_TILE - 1) / RD_TILE);
+    } else {
+        j.items = p->nout * p->splits;
+    }
+    if (p->splits > 1) {
+        j.partial = malloc((size_t)j.items * 8);
+        if (!j.partial)
+            return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
+    }
+    uint32_t nb = nn_blocks(ex, p->nout * p->nred, 256 * 1024);
+    if ((int64_t)nb > j.items)
+        nb = (uint32_t)j.items;
+    j.per = (j.items + nb - 1) / nb;
+    nb = (uint32_t)((j.items + j.per - 1) / j.per);
+    aclError rc = nn_parallel(ex, nb, rd_block, &j);
+    if (!rc && j.partial) {
+        for (int64_t k = 0; k < p->nout; k++) {
+            union { double d; int64_t i; } acc;
+            acc_init(p->kind, p->ct, &acc, 1);
+            for (int64_t s = 0; s < p->splits; s++)
+                acc_combine(p->kind, p->ct, &acc, j.partial + (size_t)(k * p->splits + s) * 8, 1);
+            finish_store(p, out, k, &acc, 1, 1);
+        }
+    }
+    free(j.partial);
+    return rc;
+}
+
+/* phase 1 shared by the three ops; dtype: ACL_DT_UNDEFINED = no dtype argument */
+static aclnnStatus rd_make(const char *api, int kind, const aclTensor *self, const aclIntArray *dims, bool keep,
+                           aclDataType dtype, bool has_dtype, aclTensor *out, uint64_t *workspaceSize,
+                           aclOpExecutor **executor)
+{
+    NN_OUTPTRS(api);
+    const nn_tensor_t *a, *o;
+    const nn_intarray_t *dl;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "self", self, false, &a)) || (rc = nn_intarray_arg(api, "dim", dims, false, &dl)) ||
+        (rc = nn_tensor_arg(api, "out", out, false, &o)))
+        return rc;
+    if (!nn_is_op_float(a->dtype) && !nn_is_op_int(a->dtype))
+        return NN_PARAM("%s: self has dtype %s (expected float32, float16, bfloat16, float64, int32 or int64)", api,
+                        nn_dtype_name(a->dtype));
+    if (has_dtype && o->dtype != dtype)
+        return NN_PARAM("%s: out has dtype %s but dtype is %s", api, nn_dtype_name(o->dtype), nn_dtype_name(dtype));
+    if (kind == RD_AMAX && o->dtype != a->dtype)
+        return NN_PARAM("%s: out has dtype %s, expected self's dtype %s", api, nn_dtype_name(o->dtype),
+                        nn_dtype_name(a->dtype));
+    if (kind == RD_MEAN && !nn_is_float(o->dtype))
+        return NN_PARAM("%s: the mean needs a floating out dtype, got %s", api, nn_dtype_name(o->dtype));
+    if (kind == RD_SUM && !nn_can_cast(a->dtype, o->dtype))
+        return NN_PARAM("%s: self's dtype %s cannot be cast to out's dtype %s", api, nn_dtype_name(a->dtype),
+                        nn_dtype_name(o->dtype));
+    bool red[NN_MAX_DIMS] = {false};
+    if (dl->n == 0) {
+        for (int32_t d = 0; d < a->ndim; d++)
+            red[d] = true;
+    }
+    for (uint64_t i = 0; i < dl->n; i++) {
+        int32_t d;
+        if (!nn_wrap_dim(dl->v[i], a->ndim, &d))
+            return NN_PARAM("%s: dim %lld is out of range for a %dD tensor (expected [%d, %d])", api,
+                            (long long)dl->v[i], a->ndim, a->ndim ? -a->ndim : -1, a->ndim ? a->ndim - 1 : 0);
+        if (a->ndim == 0)
+            continue;
+        if (red[d])
+            return NN_PARAM("%s: dim %d appears multiple times in the list of dims", api, d);
+        red[d] = true;
+    }
+    int64_t oshape[NN_MAX_DIMS];
+    int32_t ond = 0;
+    int64_t nred = 1;
+    for (int32_t d = 0; d < a->ndim; d++) {
+        if (red[d]) {
+            nred *= a->shape[d];
+            if (keep)
+                oshape[ond++] = 1;
+        } else {
+            oshape[ond++] = a->shape[d];
+        }
+    }
+    if (!nn_same_shape(o, oshape, ond)) {
+        char s1[160], s2[160];
+        return NN_PARAM("%s: out has shape %s, expected %s", api, nn_shape_str(s1, sizeof s1, o->shape, o->ndim),
+                        nn_shape_str(s2, sizeof s2, oshape, ond));
+    }
+    if (kind == RD_AMAX && nred == 0 && o->numel > 0)
+        return NN_PARAM("%s: cannot compute the maximum of an empty reduction (a reduced dim has size 0)", api);
+    nn_exec_t *ex = nn_exec_new(api, rd_run, ACLSIM_ENGINE_VECTOR, sizeof(rd_params_t));
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    rd_params_t *p = (rd_params_t *)ex->params;
+    p->kind = kind;
+    p->ct = (nn_is_float(a->dtype) || kind == RD_MEAN) ? CT_F64 : CT_I64;
+    nn_exec_add(ex, a, "self", false);
+    nn_exec_add(ex, o, "out", true);
+    if ((rc = nn_check_output_overlap(api, ex, 1, false))) {
+        free(ex);
+        return rc;
+    }
+    /* kept dims with their output strides; reduced dims sorted by input stride, descending */
+    int32_t od = 0;
+    for (int32_t d = 0; d < a->ndim; d++) {
+        int64_t ostr = 0;
+        if (!red[d] || keep)
+            ostr = o->stride[od++];
+        if (a->shape[d] == 1)
+            continue;
+        if (red[d]) {
+            int32_t i = p->nr++;
+            while (i > 0 && p->rst[i - 1] < a->stride[d]) {
+                p->rshape[i] = p->rshape[i - 1];
+                p->rst[i] = p->rst[i - 1];
+                i--;
+            }
+            p->rshape[i] = a->shape[d];
+            p->rst[i] = a->stride[d];
+        } else {
+            int32_t k = p->nk;
+            if (k > 0 && p->kst_in[k - 1] == a->stride[d] * a->shape[d] && p->kst_out[k - 1] == ostr * a->shape[d]) {
+                p->kshape[k - 1] *= a->shape[d];
+                p->kst_in[k - 1] = a->stride[d];
+                p->kst_out[k - 1] = ostr;
+            } else {
+                p->kshape[k] = a->shape[d];
+                p->kst_in[k] = a->stride[d];
+                p->kst_out[k] = ostr;
+                p->nk++;
+            }
+        }
+    }
+    /* merge reduced dims that are contiguous with each other */
+    int32_t m = 0;
+    for (int32_t i = 0; i < p->nr; i++) {
+        if (m > 0 && p->rst[m - 1] == p->rst[i] * p->rshape[i]) {
+            p->rshape[m - 1] *= p->rshape[i];
+            p->rst[m - 1] = p->rst[i];
+        } else {
+            p->rshape[m] = p->rshape[i];
+            p->rst[m] = p->rst[i];
+            m++;
+        }
+    }
+    p->nr = m;
+    if (p->nr == 0) {
+        p->nr = 1;
+        p->rshape[0] = 1;
+        p->rst[0] = 0;
+    }
+    if (p->nk == 0) {
+        p->nk = 1;
+        p->kshape[0] = 1;
+        p->kst_in[0] = p->kst_out[0] = 0;
+    }
+    p->nout = o->numel;
+    p->nred = a->numel ? nred : 0;
+    if (o->numel == 0)
+        p->nout = 0;
+    p->vector = p->nout > 1 && p->kshape[p->nk - 1] > 1 && p->kst_in[p->nk - 1] < p->rst[p->nr - 1];
+    p->splits = 1;
+    if (!p->vector && p->nout < 64 && p->nred >= (1 << 20)) {
+        int64_t rows = p->nred / p->rshape[p->nr - 1];
+        p->splits = rows < 48 ? rows : 48;
+        if (p->splits < 1)
+            p->splits = 1;
+    }
+    ex->cost_ns = (uint64_t)(a->numel * (int64_t)nn_dtype_size(a->dtype) / 4);
+    ex->cores = (uint32_t)(a->numel / (256 * 1024) + 1);
+    return nn_exec_finish(ex, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnReduceSumGetWorkspaceSize(const aclTensor *self, const aclIntArray *dims, bool keepDims,
+                                                  aclDataType dtype, aclTensor *out, uint64_t *workspaceSize,
+                                                  aclOpExecutor **executor)
+{
+    return rd_make("aclnnReduceSum", RD_SUM, self, dims, keepDims, dtype, true, out, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnReduceSum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return nn_launch("aclnnReduceSum", workspace, workspaceSize, executor, stream);
+}
+
+NN_API aclnnStatus aclnnMeanGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim,
+                                             aclDataType dtype, aclTensor *out, uint64_t *workspaceSize,
+                                             aclOpExecutor **executor)
+{
+    return rd_make("aclnnMean", RD_MEAN, self, dim, keepDim, dtype, true, out, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnMean(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return nn_launch("aclnnMean", workspace, workspaceSize, executor, stream);
+}
+
+NN_API aclnnStatus aclnnAmaxGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim,
+                                             aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return rd_make("aclnnAmax", RD_AMAX, self, dim, keepDim, ACL_DT_UNDEFINED, false, out, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnAmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return nn_launch("aclnnAmax", workspace, workspaceSize, executor, stream);
+}

@@ -1,0 +1,375 @@
+/* canna simulator: private header of the simulated op library (libopapi_sim.so).
+ *
+ * The library exports CANN's aclnn meta API (aclCreateTensor & co., like libnnopbase.so) and the
+ * two-phase aclnn ops (like libopapi.so), declared in acl_rt/_cdef/nn_*.h, and runs every op on
+ * the CPU as a task of the given stream (aclsimLaunchTask), its blocks spread over the device's
+ * AI-core threads (aclsimParallelFor). The behaviour is specified in README.md next to this file.
+ *
+ * Objects: every aclTensor / aclScalar / aclIntArray / ... / aclOpExecutor handed out is a heap
+ * object registered in a set of live objects; every API checks a handle against that set before
+ * touching it, so a destroyed, foreign or wrong-kind handle is an error, not a crash.
+ * Executors own copies of everything they need (tensor views, scalars, int arrays), so the
+ * caller may destroy its descriptors right after phase 1 and the queued task never reads them.
+ */
+#ifndef CANNA_OPSIM_H
+#define CANNA_OPSIM_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <pthread.h>
+
+#ifdef CANNA_WITH_CANN_HEADERS
+/* CANN's runtime headers give the ACL types (aclDataType, aclFormat, ...). Its aclnn headers are
+ * C++ (acl_meta.h uses constexpr), so these C sources declare the opaque aclnn handles themselves,
+ * exactly as nn_types.h does; the prototypes below then compile against CANN's types. */
+#include <acl/acl.h>
+#include <acl/error_codes/rt_error_codes.h>
+typedef struct aclOpExecutor aclOpExecutor;
+typedef struct aclTensor aclTensor;
+typedef struct aclScalar aclScalar;
+typedef struct aclIntArray aclIntArray;
+typedef struct aclFloatArray aclFloatArray;
+typedef struct aclBoolArray aclBoolArray;
+typedef struct aclTensorList aclTensorList;
+typedef struct aclScalarList aclScalarList;
+typedef int32_t aclnnStatus;
+#include "../../acl_rt/_cdef/nn_errors.h"
+#else
+#include "../../acl_rt/_cdef/rt_types.h"
+#include "../../acl_rt/_cdef/rt_errors.h"
+#include "../../acl_rt/_cdef/nn_types.h"
+#include "../../acl_rt/_cdef/nn_errors.h"
+#endif
+#include "../../acl_rt/_cdef/rt_funcs.h"
+#include "../../acl_rt/_cdef/nn_funcs.h"
+#include "../../acl_rt/_cdef/sim_funcs.h"
+
+#define NN_API __attribute__((visibility("default")))
+#define NN_LIKELY(x) __builtin_expect(!!(x), 1)
+#define NN_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define NN_MAX_DIMS 8          /* aclnn ops accept at most 8 dimensions */
+#define NN_MAX_OPERANDS 8      /* tensors (inputs + outputs) one executor references */
+#define NN_MAX_ARRAY 64        /* longest aclIntArray an op parameter may hold */
+#define NN_MSG_MAX 512
+
+/* ------------------------------------------------------------------ errors */
+
+/* format a message, store it as the thread's recent error (aclGetRecentErrMsg) and return code */
+aclnnStatus nn_err(aclnnStatus code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define NN_PARAM(...) nn_err(ACLNN_ERR_PARAM_INVALID, __VA_ARGS__)
+
+/* ------------------------------------------------------------------ dtypes */
+
+/* compute types of the kernels */
+enum { CT_F32 = 0, CT_F64 = 1, CT_I32 = 2, CT_I64 = 3, CT_COUNT = 4 };
+
+size_t nn_dtype_size(aclDataType dt);             /* 0 for a dtype the simulator does not handle */
+const char *nn_dtype_name(aclDataType dt);         /* "float32", ... ; "dtype 123" for others */
+bool nn_dtype_known(aclDataType dt);               /* a value of aclDataType */
+static inline bool nn_is_float(aclDataType d)
+{
+    return d == ACL_FLOAT || d == ACL_FLOAT16 || d == ACL_BF16 || d == ACL_DOUBLE;
+}
+static inline bool nn_is_int(aclDataType d)
+{
+    return d == ACL_INT8 || d == ACL_UINT8 || d == ACL_INT16 || d == ACL_INT32 || d == ACL_INT64;
+}
+/* the floating dtypes every float op supports, the integer dtypes of arithmetic */
+static inline bool nn_is_op_float(aclDataType d) { return nn_is_float(d); }
+static inline bool nn_is_op_int(aclDataType d) { return d == ACL_INT32 || d == ACL_INT64; }
+/* torch's type promotion of two dtypes (float16 + bfloat16 -> float32, int + float -> float) */
+aclDataType nn_promote(aclDataType a, aclDataType b);
+/* torch's canCast: a value of `from` may be written to `to` (no float -> integral, no -> bool) */
+bool nn_can_cast(aclDataType from, aclDataType to);
+/* the compute type for a (promoted) dtype: double for float64, float for the other floats,
+ * int64/int32 for integers */
+int nn_ct_of(aclDataType d);
+static inline size_t nn_ct_size(int ct) { return (ct == CT_F32 || ct == CT_I32) ? 4 : 8; }
+
+/* float16 / bfloat16 <-> float32 (round to nearest even; NaN stays NaN) */
+static inline float nn_h2f(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+    if (e == 0) {
+        if (m == 0) {
+            bits = s;
+        } else {   /* subnormal: normalize */
+            e = 127 - 15 + 1;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                e--;
+            }
+            bits = s | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        bits = s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0);
+    } else {
+        bits = s | ((e + 127 - 15) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t nn_f2h(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t s = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)   /* inf or NaN */
+        return (uint16_t)(s | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
+    if (ax >= 0x477ff000u)   /* rounds to >= 65520: overflow to inf */
+        return (uint16_t)(s | 0x7c00u);
+    if (ax < 0x38800000u) {  /* below the smallest normal half: subnormal or zero */
+        if (ax < 0x33000000u)   /* < 2^-25: rounds to 0 */
+            return (uint16_t)s;
+        uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e;   /* 14 + (113 - e) */
+        uint32_t v = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (v & 1)))
+            v++;
+        return (uint16_t)(s | v);
+    }
+    uint32_t v = ((ax >> 13) - ((127 - 15) << 10));
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (v & 1)))
+        v++;
+    return (uint16_t)(s | v);
+}
+
+static inline float nn_b2f(uint16_t b)
+{
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t nn_f2b(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)   /* NaN: keep it quiet */
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* float -> integer as x86 does it (cvtt*: NaN and out of range give the "integer indefinite"
+ * value INT64_MIN), without C's undefined behaviour */
+static inline int64_t nn_d2i64(double v)
+{
+    if (!(v > -9223372036854775808.0 && v < 9223372036854775808.0))
+        return INT64_MIN;
+    return (int64_t)v;
+}
+static inline int32_t nn_d2i32(double v)
+{
+    if (!(v > -2147483649.0 && v < 2147483648.0))
+        return INT32_MIN;
+    return (int32_t)v;
+}
+
+/* strided conversions between a tensor's dtype and a compute type (n elements; strides in elements) */
+void nn_load(int ct, void *dst, const void *src, int64_t stride, aclDataType dt, int64_t n);
+void nn_store(int ct, void *dst, int64_t stride, aclDataType dt, const void *src, int64_t n);
+/* one element */
+double nn_get_f64(const void *p, aclDataType dt);
+int64_t nn_get_i64(const void *p, aclDataType dt);
+
+/* ------------------------------------------------------------------ objects */
+
+enum {
+    NN_KIND_TENSOR = 1, NN_KIND_SCALAR, NN_KIND_INTARRAY, NN_KIND_FLOATARRAY, NN_KIND_BOOLARRAY,
+    NN_KIND_TENSORLIST, NN_KIND_SCALARLIST, NN_KIND_EXECUTOR
+};
+const char *nn_kind_name(int kind);
+/* register / unregister a live object; lookup returns true when p is a live object of `kind` */
+bool nn_obj_add(const void *p, int kind);
+bool nn_obj_remove(const void *p, int kind);
+int nn_obj_kind(const void *p);   /* 0 when p is not a live object */
+
+typedef struct nn_tensor {      /* aclTensor */
+    aclDataType dtype;
+    aclFormat format;
+    int32_t ndim, sdim;
+    int64_t shape[NN_MAX_DIMS], stride[NN_MAX_DIMS];
+    int64_t sshape[NN_MAX_DIMS];
+    int64_t offset;             /* elements */
+    int64_t numel;
+    int64_t lo, hi;             /* element range [offset+lo, offset+hi) the view touches (numel > 0) */
+    void *data;                 /* storage base */
+} nn_tensor_t;
+
+typedef struct nn_scalar {      /* aclScalar: the value, kept exactly */
+    aclDataType dtype;
+    double f;
+    int64_t i;
+    bool is_float;              /* a floating dtype (f is the value) or not (i is) */
+} nn_scalar_t;
+
+typedef struct nn_intarray {
+    uint64_t n;
+    int64_t *v;
+} nn_intarray_t;
+
+typedef struct nn_floatarray {
+    uint64_t n;
+    float *v;
+} nn_floatarray_t;
+
+typedef struct nn_boolarray {
+    uint64_t n;
+    bool *v;
+} nn_boolarray_t;
+
+typedef struct nn_tensorlist {
+    uint64_t n;
+    nn_tensor_t **v;
+} nn_tensorlist_t;
+
+typedef struct nn_scalarlist {
+    uint64_t n;
+    nn_scalar_t **v;
+} nn_scalarlist_t;
+
+/* the checked view of a handle argument (NULL handle -> *out = NULL when optional) */
+aclnnStatus nn_tensor_arg(const char *api, const char *name, const aclTensor *h, bool optional,
+                          const nn_tensor_t **out);
+aclnnStatus nn_scalar_arg(const char *api, const char *name, const aclScalar *h, const nn_scalar_t **out);
+aclnnStatus nn_intarray_arg(const char *api, const char *name, const aclIntArray *h, bool optional,
+                            const nn_intarray_t **out);
+aclnnStatus nn_boolarray_arg(const char *api, const char *name, const aclBoolArray *h, bool optional,
+                             const nn_boolarray_t **out);
+
+/* ------------------------------------------------------------------ views and executors */
+
+/* a tensor view as an executor keeps it: data already offset, strides in elements */
+typedef struct nn_view {
+    aclDataType dtype;
+    int32_t ndim;
+    int64_t shape[NN_MAX_DIMS], stride[NN_MAX_DIMS];
+    int64_t numel;
+    int64_t lo, hi;             /* touched element range relative to data */
+    int64_t offset_bytes;       /* offset of data from the storage base */
+    char *data;
+    const void *handle;         /* the aclTensor it was made from (aclSetInputTensorAddr) */
+    const char *name;           /* the parameter name, for messages */
+    bool output;
+} nn_view_t;
+
+struct nn_exec;
+typedef aclError (*nn_run_fn)(struct nn_exec *ex);
+
+typedef struct nn_exec {        /* aclOpExecutor */
+    const char *api;            /* "aclnnAdd" */
+    nn_run_fn run;
+    int32_t engine;             /* ACLSIM_ENGINE_VECTOR / _CUBE */
+    uint32_t cores;             /* blocks it spreads over (utilization) */
+    uint64_t cost_ns;           /* run-time estimate (inline fast path when small) */
+    uint64_t ws_size;           /* workspace bytes it needs */
+    bool repeatable;
+    int32_t nview;
+    nn_view_t v[NN_MAX_OPERANDS];
+    /* set at launch */
+    char *ws;
+    int32_t device;
+    uint32_t nblocks_hint;      /* AI-core threads' worth of blocks on the device */
+    size_t size;                /* bytes of this struct including the params */
+    _Alignas(16) unsigned char params[];
+} nn_exec_t;
+
+/* a new executor with `psize` bytes of zeroed op parameters (ex->params) */
+nn_exec_t *nn_exec_new(const char *api, nn_run_fn run, int32_t engine, size_t psize);
+/* append a view of t (t may be NULL for an absent optional operand: nothing added, returns -1) */
+int nn_exec_add(nn_exec_t *ex, const nn_tensor_t *t, const char *name, bool output);
+/* finish phase 1: check out-pointers, register the executor, hand it out */
+aclnnStatus nn_exec_finish(nn_exec_t *ex, uint64_t *workspaceSize, aclOpExecutor **executor);
+/* phase 2 shared by every op */
+aclnnStatus nn_launch(const char *api, void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                      aclrtStream stream);
+/* the common prologue of phase 1 */
+#define NN_OUTPTRS(api)                                                                             \
+    do {                                                                                           \
+        if (!workspaceSize)                                                                        \
+            return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize must not be NULL", api);     \
+        if (!executor)                                                                             \
+            return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: executor must not be NULL", api);          \
+    } while (0)
+
+/* number of AI-core blocks worth using for `work` units of `grain` each (>= 1, <= cores) */
+uint32_t nn_blocks(const nn_exec_t *ex, int64_t work, int64_t grain);
+/* run fn over nblocks blocks on the executor's device */
+aclError nn_parallel(nn_exec_t *ex, uint32_t nblocks, aclsimBlockFn fn, void *arg);
+
+/* ------------------------------------------------------------------ shape helpers */
+
+/* "[2, 3, 4]" into buf */
+const char *nn_shape_str(char *buf, size_t cap, const int64_t *shape, int32_t ndim);
+#define NN_SHAPE(t) nn_shape_str((char[160]){0}, 160, (t)->shape, (t)->ndim)
+/* NumPy broadcast of a and b into out (ndim returned through *ndim); false when they do not */
+bool nn_broadcast(const int64_t *a, int32_t na, const int64_t *b, int32_t nb, int64_t *out, int32_t *ndim);
+bool nn_same_shape(const nn_tensor_t *a, const int64_t *shape, int32_t ndim);
+/* normalize a dim in [-ndim, ndim) (ndim 0 accepts -1 and 0); false when out of range */
+bool nn_wrap_dim(int64_t d, int32_t ndim, int32_t *out);
+/* common checks of a data tensor for an op: known format, at most 8 dims */
+aclnnStatus nn_check_tensor(const char *api, const char *name, const nn_tensor_t *t);
+/* an output must not partially overlap an input (exact aliasing of the same view is fine for
+ * elementwise ops) */
+bool nn_views_overlap(const nn_view_t *a, const nn_view_t *b);
+/* the output view `out` of ex: no stride-0 dim of size > 1, no partial overlap with another view
+ * (allow_same: an input that is exactly the same view is fine, for elementwise in-place) */
+aclnnStatus nn_check_output_overlap(const char *api, const nn_exec_t *ex, int32_t out, bool allow_same);
+
+/* element pointer of a view at N-D index */
+static inline char *nn_at(const nn_view_t *v, const int64_t *idx)
+{
+    int64_t off = 0;
+    for (int32_t i = 0; i < v->ndim; i++)
+        off += idx[i] * v->stride[i];
+    return v->data + off * (int64_t)nn_dtype_size(v->dtype);
+}
+
+/* ------------------------------------------------------------------ BLAS (op_blas.c) */
+
+enum { NN_BLAS_ROW = 101, NN_BLAS_COL = 102, NN_BLAS_NOTRANS = 111, NN_BLAS_TRANS = 112 };
+/* C = alpha * op(A) op(B) + beta * C, row-major; single-threaded (the caller spreads blocks) */
+aclnnStatus nn_blas_ready(const char *api);
+void nn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+              const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+void nn_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a, int64_t lda,
+              const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+const char *nn_blas_name(void);
+/* false when an LP64 BLAS cannot take these sizes in one call */
+bool nn_blas_fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc);
+
+/* ------------------------------------------------------------------ packing (op_common.c) */
+
+/* a view as rows: the last dim is a row, every other dim indexes rows (row-major order) */
+static inline int64_t nn_rows(const nn_view_t *v)
+{
+    return v->ndim ? v->numel / (v->shape[v->ndim - 1] ? v->shape[v->ndim - 1] : 1) : 1;
+}
+/* copy rows [r0, r1) of v, converted to compute type ct, into dst (contiguous; dst points at row 0) */
+void nn_pack_rows(int ct, void *dst, const nn_view_t *v, int64_t r0, int64_t r1);
+/* the inverse: rows [r0, r1) of contiguous src (compute type ct) into v, converted */
+void nn_unpack_rows(int ct, const nn_view_t *v, const void *src, int64_t r0, int64_t r1);
+/* whole view, in parallel over the executor's blocks */
+aclError nn_pack(nn_exec_t *ex, int ct, void *dst, const nn_view_t *v);
+aclError nn_unpack(nn_exec_t *ex, int ct, const nn_view_t *v, const void *src);
+/* a view with its dims permuted / reshaped in place of another (helpers for ops) */
+static inline size_t nn_align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+#endif /* CANNA_OPSIM_H */
