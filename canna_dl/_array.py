@@ -402,17 +402,12 @@ class DeviceArray(_native.ArrayBase):
         flat = [dt.unpack(data[i:i + it]) for i in range(0, len(data), it)]
         if self.ndim == 0:
             return flat[0]
-
-        def build(level, start):
-            n = self.shape[level]
-            if level == self.ndim - 1:
-                return flat[start:start + n], start + n
-            out = []
-            for _ in range(n):
-                sub, start = build(level + 1, start)
-                out.append(sub)
-            return out, start
-        return build(0, 0)[0]
+        if self.size == 0:
+            return _empty_nested(self.shape)
+        out = flat
+        for n in reversed(self.shape[1:]):  # group the flat list from the innermost dimension out
+            out = [out[i:i + n] for i in range(0, len(out), n)]
+        return out
 
     def item(self):
         """The single element as a Python scalar.
@@ -503,6 +498,12 @@ class DeviceArray(_native.ArrayBase):
         return f"DeviceArray({body}{extra})"
 
     __str__ = __repr__
+
+
+def _empty_nested(shape):
+    if len(shape) == 1 or shape[0] == 0:
+        return []
+    return [_empty_nested(shape[1:]) for _ in range(shape[0])]
 
 
 def _values_repr(a):

@@ -51,6 +51,8 @@ def _finish(a, device=None):
             out = _copy.new_device_array(DeviceArray, a.shape, a.dtype, dev)
             _copy.copy_into(out, a)
             _copy.count("to_device", a.nbytes)
+            if a.readonly:  # the flag survives the copy, as it does a zero-copy import
+                out = out._view(0, out.shape, out.strides, None, True)
             return out
         import acl_rt
         dev_type, dev_id = st.dl_device
@@ -262,16 +264,12 @@ def asarray(obj, dtype=None, *, device=None, copy=None) -> DeviceArray:
         TypeError: ``obj`` cannot be converted, or ``dtype`` is unknown.
     """
     dt = None if dtype is None else _as_dtype(dtype)
-    if isinstance(obj, DeviceArray) or hasattr(obj, "__dlpack__") or type(obj) is _CapsuleType:
+    t = type(obj)
+    if (isinstance(obj, DeviceArray) or t is _CapsuleType or hasattr(obj, "__dlpack__")
+            or _IMPORTERS.get(t, False) or _importer_for(t) is not None):
         a = from_dlpack(obj, device=device, copy=copy)
-    elif isinstance(obj, (bytes, bytearray, memoryview)) or (hasattr(obj, "__buffer__") and "numpy" not in sys.modules):
-        _ensure()
-        a = _native.import_buffer(DeviceArray, obj)
-        a = _finish(a, device) if a.storage.device is None else a
-        if device is not None:
-            a = _to_device(a, device, copy)
-        if copy is True:
-            a = a.copy()
+    elif isinstance(obj, (bytes, bytearray, memoryview)):
+        a = _from_buffer(obj, device, copy)
     else:
         a = _from_python(obj, dt, device, copy)
         if dt is not None and a.dtype is not dt:
@@ -300,7 +298,22 @@ def _from_python(obj, dt, device, copy):
         if arr.dtype.byteorder not in ("=", "|"):
             arr = arr.astype(arr.dtype.newbyteorder("="))
         return from_dlpack(arr, device=device, copy=copy)
-    return _from_python_pure(obj, dt, device)
+    try:
+        memoryview(obj)
+    except TypeError:
+        return _from_python_pure(obj, dt, device)
+    return _from_buffer(obj, device, copy)
+
+
+def _from_buffer(obj, device, copy):
+    _ensure()
+    a = _native.import_buffer(DeviceArray, obj)
+    a = _finish(a, device) if a.storage.device is None else a
+    if device is not None:
+        a = _to_device(a, device, copy)
+    if copy is True:
+        a = a.copy()
+    return a
 
 
 def _from_python_pure(obj, dt, device):
