@@ -128,9 +128,16 @@ def _generic_import(x, copy):
     return a
 
 
+_MAXV = (_native.DLPACK_MAJOR, _native.DLPACK_MINOR)
+
+
 def _import_numpy(x, copy=None):
     try:
-        return _generic_import(x, copy)
+        try:  # NumPy arrays are always on the CPU: no __dlpack_device__ / stream negotiation needed
+            cap = x.__dlpack__(max_version=_MAXV) if copy is None else x.__dlpack__(max_version=_MAXV, copy=copy)
+        except TypeError:  # NumPy < 2.1: legacy only
+            return _generic_import(x, copy)
+        return _import_capsule(DeviceArray, cap)
     except (BufferError, RuntimeError, TypeError):
         # dtypes NumPy cannot export through DLPack (ml_dtypes' bfloat16): reinterpret the bits
         name = x.dtype.name
