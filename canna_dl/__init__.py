@@ -52,11 +52,14 @@ def dlpack_stats() -> dict:
 
 
 def _lazy(module: str, name: str):
+    cache = []
+
     def stub(*args, **kwargs):
-        import importlib
-        fn = getattr(importlib.import_module(module, __name__), name)
-        globals()[name] = fn  # later calls of canna_dl.<name> go straight to it
-        return fn(*args, **kwargs)
+        if not cache:
+            import importlib
+            cache.append(getattr(importlib.import_module(module, __name__), name))
+            globals()[name] = cache[0]  # later calls of canna_dl.<name> go straight to it
+        return cache[0](*args, **kwargs)
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = f"See :func:`canna_dl{module}.{name}` (imports the framework on first use)."
     return stub

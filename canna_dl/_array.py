@@ -367,6 +367,12 @@ class DeviceArray(_native.ArrayBase):
         """A C-contiguous copy on the same device (counted, reason ``"copy"``)."""
         return _copy_of(self, "copy")
 
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
     def numpy(self):
         """A NumPy array holding a copy of the data (explicit host copy, counted as ``"numpy"``).
 

@@ -12,7 +12,7 @@ import sys
 
 from . import _copy, _native, _rt
 from ._array import DeviceArray, _is_int, _normalize_shape
-from ._dtypes import DType, dtype as _as_dtype, _get as _dt
+from ._dtypes import dtype as _as_dtype, _get as _dt
 
 __all__ = ["from_dlpack", "asarray", "empty", "zeros", "ones", "full", "empty_like", "zeros_like",
            "to_numpy", "from_numpy", "CopyRequiredError"]

@@ -202,6 +202,23 @@ def test_torch_requires_grad_refused():
     assert cd.asarray(t.detach()).tolist() == [1, 1, 1]
 
 
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+def test_torch_tensors_without_a_dlpack_form():
+    gc.collect()
+    c0 = _native.counters()
+    for t, match in [(torch.eye(3).to_sparse(), "sparse"), (torch.zeros(3, dtype=torch.float8_e4m3fn), "code=10"),
+                     (torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8), "QInt")]:
+        with pytest.raises(BufferError, match=match):
+            cd.asarray(t)
+    gc.collect()
+    c1 = _native.counters()
+    # the float8 tensor was exported by torch, refused by canna: torch's deleter ran once
+    assert c1["import_deleter_calls"] - c0["import_deleter_calls"] == 1
+    e = cd.asarray(torch.ones(1, 3).expand(4, 3))  # broadcast strides import as they are
+    assert e.tolist() == [[1.0] * 3] * 4
+    assert e.strides == ((0, 1) if UNIFIED else (3, 1))
+
+
 def test_torch_negative_strides_never_reach_torch():  # pytorch#188023 (the abort is in test_dlpack_process)
     a = cd.asarray(np.arange(12, dtype=np.float64).reshape(3, 4)).copy()[:, ::-1]
     cd.reset_copy_stats()

@@ -50,7 +50,12 @@ def _import_tensor(t, copy=None):
         _copy.count("torch_resolve", t.numel() * t.element_size())
         resolved = True
     if _API is not None and t.is_cpu:
-        a = _import_exchange(_API, DeviceArray, t)
+        try:
+            a = _import_exchange(_API, DeviceArray, t)
+        except (RuntimeError, ValueError) as e:  # sparse, quantized, ...: torch's C++ message, first line
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise BufferError(f"PyTorch cannot export this tensor through DLPack ({t.layout}, {t.dtype}): "
+                              f"{msg}") from None
         if copy is True and not resolved:
             a = a.copy()
         return a
