@@ -620,8 +620,10 @@ def _export(a, stream, max_version, dl_device, copy):
                               "synchronizes) or -1 are valid for kDLCPU (array API standard)")
         if stream is None or reason is not None:
             _copy.sync_for_host(a)
-    elif stream != -1 and st.stream is not None:
-        _rt.stream_wait(_resolve_stream(stream, a), st.stream)
+    elif stream != -1:
+        consumer = _resolve_stream(stream, a)  # validates the argument even when nothing is pending
+        if st.stream is not None:
+            _rt.stream_wait(consumer, st.stream)
     flags = 0
     if reason is not None:
         if to_cpu:

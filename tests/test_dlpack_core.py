@@ -402,6 +402,10 @@ def test_device_export_orders_consumer_stream(lib):
     assert not s2.query()  # s2 now waits for s1's pending write (no host blocking)
     s2.synchronize()
     assert s1.query()
+    with pytest.raises(TypeError, match="stream must be"):
+        a.__dlpack__(stream="s2")
+    a.__dlpack__(stream=-1)  # no ordering asked
+    a.__dlpack__(stream=s2.handle)  # a raw aclrtStream handle
     b = cd.from_dlpack(cap)
     assert b.tolist() == [3] * 256
     s1.close()

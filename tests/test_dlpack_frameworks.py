@@ -409,16 +409,19 @@ def _rss():
 def test_leak_10000_round_trips(fw):  # pytorch#9261 / dlpack.md case 4
     n = int(os.environ.get("CANNA_TEST_LEAK_ROUNDS", "10000"))
     to = {"torch": cd.to_torch, "tf": cd.to_tf, "numpy": cd.to_numpy, "jax": cd.to_jax}[fw]
-    src = cd.zeros(1 << 18, cd.float32)  # 1 MiB
     for _ in range(200):  # warm up allocator caches
-        cd.asarray(to(src))
+        cd.asarray(to(cd.empty(1 << 18, cd.float32)))
     gc.collect()
     c0, rss0 = _native.counters(), _rss()
+    src = None
     for i in range(n):
+        if i % 10 == 0:  # a fresh 1 MiB buffer every 10 rounds: 1 GiB of RSS if owners leaked
+            src = cd.empty(1 << 18, cd.float32)
         back = cd.asarray(to(src))
         if UNIFIED:
             assert back.ptr == src.ptr
         del back
+    del src
     gc.collect()
     c1, rss1 = _native.counters(), _rss()
     exports = c1["exports"] - c0["exports"]
