@@ -431,7 +431,9 @@ def test_leak_10000_round_trips(fw):  # pytorch#9261 / dlpack.md case 4
     assert imports >= n
     assert c1["export_deleter_calls"] - c0["export_deleter_calls"] == exports
     assert c1["import_deleter_calls"] - c0["import_deleter_calls"] == imports
-    assert rss1 - rss0 < 20 << 20, f"RSS grew by {(rss1 - rss0) >> 20} MiB"
+    from acl_rt._lib import backend
+    if not (backend().is_sim and backend().lib.aclsimGetCheckMode()):  # memcheck quarantines freed memory
+        assert rss1 - rss0 < 20 << 20, f"RSS grew by {(rss1 - rss0) >> 20} MiB"
 
 
 # -- deleters from other threads --------------------------------------------------------------------
