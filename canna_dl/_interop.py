@@ -74,6 +74,8 @@ def _ensure():
 # -- dispatch by producer type ------------------------------------------------------------------
 
 _IMPORTERS: dict = {}
+#: type -> fast importer for the common case (no device/copy arguments); adapters register here
+_FAST: dict = {}
 
 
 def _importer_for(t):
@@ -172,8 +174,18 @@ def from_dlpack(x, /, *, device=None, copy=None) -> DeviceArray:
         CopyRequiredError: a copy is needed and ``copy=False`` (also a ValueError).
         TypeError: ``x`` is not a DLPack producer.
     """
-    _ensure()
+    if _cfg.generation != _state.generation or not _state.ready:
+        _rt.ensure()
     t = type(x)
+    if device is None and copy is None:
+        fast = _FAST.get(t)
+        if fast is not None:
+            a = fast(x)  # None: the general path decides (and raises the right error)
+            if a is not None:
+                st = a.storage
+                if st.device is None or (st.kind == 1 and getattr(_tls, "device_id", 0) != _cfg.host_device_id):
+                    a = _finish(a)
+                return a
     if isinstance(x, DeviceArray):
         a = x
         if copy is True:

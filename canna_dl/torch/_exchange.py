@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import _copy, _native
+from .. import _copy, _interop, _native
 from .._array import DeviceArray
 from .._interop import _Exporter, _generic_import, asarray, from_dlpack, host_prepare
 
@@ -52,14 +52,32 @@ def _import_tensor(t, copy=None):
     if _API is not None and t.is_cpu:
         try:
             a = _import_exchange(_API, DeviceArray, t)
-        except (RuntimeError, ValueError) as e:  # sparse, quantized, ...: torch's C++ message, first line
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise BufferError(f"PyTorch cannot export this tensor through DLPack ({t.layout}, {t.dtype}): "
-                              f"{msg}") from None
+        except (RuntimeError, ValueError) as e:
+            raise _export_error(t, e) from None
         if copy is True and not resolved:
             a = a.copy()
         return a
     return _generic_import(t, None if resolved and copy is True else copy)
+
+
+def _fast_import(t):
+    """The common case in as few steps as possible: a plain CPU tensor (None: take the general path)."""
+    if t.requires_grad or t.is_neg() or t.is_conj() or not t.is_cpu:
+        return None
+    try:
+        return _import_exchange(_API, DeviceArray, t)
+    except (RuntimeError, ValueError) as e:
+        raise _export_error(t, e) from None
+
+
+def _export_error(t, e):
+    """torch's C++ error (sparse, quantized, ...) as the BufferError DLPack consumers raise."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return BufferError(f"PyTorch cannot export this tensor through DLPack ({t.layout}, {t.dtype}): {msg}")
+
+
+if _API is not None:
+    _interop._FAST[torch.Tensor] = _fast_import
 
 
 def from_torch(t, *, device=None, copy=None) -> DeviceArray:
