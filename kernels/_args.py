@@ -275,8 +275,8 @@ def _unwrap(v, p: KernelParam, label: str):
     raise TypeError(f"{label}: expected a number, got {type(v).__name__}")
 
 
-def _scalar_converter(p: KernelParam):
-    label = f"{p.label}"
+def _scalar_converter(p: KernelParam, kernel: str):
+    label = f"{kernel}(): {p.label}"
     canon = p.scalar
     _, _, kind = SCALAR_TYPES[canon]
     if kind in "iu":
@@ -316,8 +316,8 @@ def _scalar_converter(p: KernelParam):
     return conv
 
 
-def _pointer_converter(p: KernelParam, on_device: bool):
-    label = p.label
+def _pointer_converter(p: KernelParam, on_device: bool, kernel: str):
+    label = f"{kernel}(): {p.label}"
 
     def conv(v):
         view = gm_pointer(v, label)
@@ -333,7 +333,7 @@ def _pointer_converter(p: KernelParam, on_device: bool):
     return conv
 
 
-def make_packer(params: tuple, args_size: int, *, on_device: bool):
+def make_packer(params: tuple, args_size: int, *, on_device: bool, kernel: str = "kernel"):
     """``pack(args) -> (bytes, keepalive list)`` for a kernel's parameters (raises TypeError,
     ValueError, OverflowError naming the parameter)."""
     fmt, off = ["="], 0
@@ -343,8 +343,8 @@ def make_packer(params: tuple, args_size: int, *, on_device: bool):
             fmt.append(f"{p.offset - off}x")
         fmt.append("Q" if p.kind == "pointer" else SCALAR_TYPES[p.scalar][1])
         off = p.offset + p.size
-        convs.append((p.kind == "pointer", _pointer_converter(p, on_device) if p.kind == "pointer"
-                      else _scalar_converter(p)))
+        convs.append((p.kind == "pointer", _pointer_converter(p, on_device, kernel) if p.kind == "pointer"
+                      else _scalar_converter(p, kernel)))
     if args_size > off:
         fmt.append(f"{args_size - off}x")
     st = struct.Struct("".join(fmt))

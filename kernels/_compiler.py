@@ -195,7 +195,10 @@ def generate_entry(source: str | None, include_path: str | None, source_name: st
                            f"sizeof(((struct canna_args_{i}_ *)0)->a{p.index}) == {p.size}, {what});")
             out.append(f"CANNA_SA_(sizeof(struct canna_args_{i}_) == {sig.args_size}, "
                        f"{_c_string(f'canna: the argument block of {name} differs in size')});")
-        call = f"{name}({', '.join(f'a->a{p.index}' for p in sig.params)});"
+        # called through a volatile pointer: never inlined into the entry, so a fault's pc lies in
+        # the kernel's own (exported) symbol and reports name it
+        out.append(f"static __typeof__(&{name}) volatile canna_kfn_{i}_ = &{name};")
+        call = f"canna_kfn_{i}_({', '.join(f'a->a{p.index}' for p in sig.params)});"
         out.append(f"static int canna_entry_{i}_(const void *args, uint32_t blockIdx, uint32_t numBlocks, "
                    f"char *msg, size_t msgSize) {{")
         if fields:
@@ -302,8 +305,10 @@ def _hash_file(p: Path) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _generator_id() -> str:
+    # this file too: a change of the generated entry or of the build flags is a new binary
     return hashlib.sha256((GENERATOR_VERSION + _hash_file(INCLUDE_DIR / "canna_kernel.h")
-                           + _hash_file(SIM_ABI_DIR / "sim_kernel_abi.h")).encode()).hexdigest()
+                           + _hash_file(SIM_ABI_DIR / "sim_kernel_abi.h")
+                           + _hash_file(Path(__file__))).encode()).hexdigest()
 
 
 def cache_key(source: str, options: tuple, tc: Toolchain, target: str) -> str:
@@ -333,7 +338,10 @@ def _file_lock(path: Path):
 
 def _sim_command(tc: Toolchain, src: Path, out: Path, options: tuple, include_dirs) -> list:
     std = "-std=gnu++17" if tc.language == "c++" else "-std=gnu11"
+    # hidden by default, kernels exported (CANNA_KERNEL) but bound locally: one kernel binary never
+    # resolves its own functions to another library's symbols of the same name
     cmd = [tc.path, "-shared", "-fPIC", "-O2", "-g", std, "-pthread", "-fvisibility=hidden",
+           "-fno-semantic-interposition", "-Wl,-Bsymbolic",
            "-x", tc.language, f"-I{INCLUDE_DIR}", f"-I{SIM_ABI_DIR}"]
     cmd += [f"-I{d}" for d in include_dirs]
     cmd += list(options)

@@ -259,8 +259,11 @@ class RawModule:
             cell = ffi.new("aclrtFuncHandle *")
             rc = backend().lib.aclrtBinaryGetFunction(ld.handle, name.encode(), cell)
             if rc == 107042:   # ACL_ERROR_RT_SYMBOL_NOT_FOUND
-                backend().lib.aclGetRecentErrMsg()
-                raise KernelNotFoundError(name, self.kernel_names, self._name)
+                msg = backend().lib.aclGetRecentErrMsg()
+                detail = ffi.string(msg).decode(errors="replace") if msg != ffi.NULL else ""
+                have = detail.rsplit("(it has: ", 1)[-1].rstrip(")") if "(it has: " in detail else ""
+                raise KernelNotFoundError(name, [h for h in have.split(", ") if h] or self.kernel_names,
+                                          self._name)
             rt.check(rc, "aclrtBinaryGetFunction")
             f = ld.funcs[name] = cell[0]
         return f
@@ -532,7 +535,8 @@ class RawKernel:
             s._handle(api)   # loading may have made another context current
         pack = self._pack
         if pack is None:
-            pack = self._pack = make_packer(self._sig.params, self._sig.args_size, on_device=not backend().is_sim)
+            pack = self._pack = make_packer(self._sig.params, self._sig.args_size, on_device=not backend().is_sim,
+                                            kernel=self._name)
         data, keep = pack(args)
         cfg, _cfg_keep = (ffi.NULL, None) if timeout is None else _timeout_cfg(timeout, api)
         lib = backend().lib

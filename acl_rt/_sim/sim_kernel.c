@@ -139,6 +139,7 @@ typedef struct kthread {
     volatile int sig, code, access;        /* access: 0 unknown, 1 read, 2 write */
     void *volatile addr;
     void *volatile pc;
+    void *volatile sp;
     void *altstack;
 } kthread_t;
 
@@ -277,15 +278,18 @@ static void kfault_handler(int sig, siginfo_t *si, void *ucv)
         kt->code = si->si_code;
         kt->addr = si->si_addr;
         kt->pc = NULL;
+        kt->sp = NULL;
         kt->access = 0;
 #if defined(__x86_64__)
         ucontext_t *uc = ucv;
         kt->pc = (void *)uc->uc_mcontext.gregs[REG_RIP];
+        kt->sp = (void *)uc->uc_mcontext.gregs[REG_RSP];
         if (sig == SIGSEGV || sig == SIGBUS)
             kt->access = (uc->uc_mcontext.gregs[REG_ERR] & 2) ? 2 : 1;
 #elif defined(__aarch64__)
         ucontext_t *uc = ucv;
         kt->pc = (void *)uc->uc_mcontext.pc;
+        kt->sp = (void *)uc->uc_mcontext.sp;
 #else
         (void)ucv;
 #endif
@@ -647,9 +651,13 @@ static void describe_fault(klaunch_t *L, uint32_t blk, const kthread_t *kt, char
     int what = KF_EXCEPTION;
     if (kt->pc) {
         Dl_info di;
+        memset(&di, 0, sizeof di);
         if (dladdr(kt->pc, &di) && di.dli_sname && di.dli_saddr)
             snprintf(where, sizeof where, " (pc %s+0x%lx)", di.dli_sname,
                      (unsigned long)((uintptr_t)kt->pc - (uintptr_t)di.dli_saddr));
+        else if (di.dli_fbase)
+            snprintf(where, sizeof where, " (pc %p, offset 0x%lx in its module)", kt->pc,
+                     (unsigned long)((uintptr_t)kt->pc - (uintptr_t)di.dli_fbase));
     }
     if (sig == SIGSEGV || sig == SIGBUS) {
         const char *acc = kt->access == 2 ? "write" : kt->access == 1 ? "read" : "access";
@@ -666,6 +674,8 @@ static void describe_fault(klaunch_t *L, uint32_t blk, const kthread_t *kt, char
                 what = kt->access == 1 ? KF_READ_OVERFLOW : KF_WRITE_OVERFLOW;
         } else if (a < 4096) {
             snprintf(mem, sizeof mem, "NULL pointer dereference");
+        } else if (kt->sp && (a > (uintptr_t)kt->sp ? a - (uintptr_t)kt->sp : (uintptr_t)kt->sp - a) < 65536) {
+            snprintf(mem, sizeof mem, "stack overflow (deep recursion or large local arrays in the kernel)");
         } else if (mi.state != SIM_MEM_NONE) {
             snprintf(mem, sizeof mem, "inside the %s allocation at %p (%zu bytes)", mem_kind(mi.state), (void *)mi.lo,
                      mi.size);

@@ -69,8 +69,9 @@ using AscendC::GetBlockNum;
 #define CANNA_INLINE_ static inline
 #endif
 
-/* kernels are unmangled C symbols (extern "C" in C++), as with Ascend C's extern "C" __global__ */
-#define CANNA_KERNEL CANNA_EXTERN_C
+/* kernels are unmangled C symbols (extern "C" in C++), as with Ascend C's extern "C" __global__;
+ * exported so fault reports and debuggers can name them */
+#define CANNA_KERNEL CANNA_EXTERN_C __attribute__((visibility("default")))
 /* helper functions called from kernels */
 #define CANNA_DEVICE CANNA_INLINE_
 
