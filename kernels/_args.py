@@ -116,9 +116,6 @@ def _from_capsule(capsule, what: str, label: str) -> ArgumentView:
     return ArgumentView(ptr, dtype, readonly, dev in _HOST_DEVICES, count * t.dtype.bits // 8, capsule)
 
 
-_NP_KINDS = {("f", 2): "float16", ("f", 4): "float32", ("f", 8): "float64", ("i", 1): "int8", ("i", 2): "int16",
-             ("i", 4): "int32", ("i", 8): "int64", ("u", 1): "uint8", ("u", 2): "uint16", ("u", 4): "uint32",
-             ("u", 8): "uint64", ("b", 1): "bool"}
 _TORCH_TYPES = {"torch.float16": "float16", "torch.float32": "float32", "torch.float64": "float64",
                 "torch.bfloat16": "bfloat16", "torch.int8": "int8", "torch.int16": "int16", "torch.int32": "int32",
                 "torch.int64": "int64", "torch.uint8": "uint8", "torch.uint16": "uint16", "torch.uint32": "uint32",
@@ -128,71 +125,112 @@ _FORMATS = {"b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32"
             "c": "uint8"}
 
 
+_UNRESOLVED = object()
+_asarray = _UNRESOLVED
+
+
 def _canna_dl_asarray():
-    mod = sys.modules.get("canna_dl")
-    if mod is None:
+    global _asarray
+    if _asarray is _UNRESOLVED:
         try:
-            import canna_dl as mod
+            import canna_dl
+            _asarray = getattr(canna_dl, "asarray", None)
         except ImportError:
-            return None
-    return getattr(mod, "asarray", None)
+            _asarray = None
+    return _asarray
 
 
 def _as_array(obj):
     """THE SEAM between kernels and canna_dl: what a GM pointer argument is viewed as.
 
     When canna_dl provides ``asarray`` (DESIGN.md §5), every array argument goes through it (a
-    DeviceArray, and anything it accepts), and the result is read through DLPack below. Until then
-    the object itself is read: DLPack producers, capsules and buffer-protocol objects."""
-    asarray = _canna_dl_asarray()
+    DeviceArray, and anything it accepts), and the result is read below (NumPy/PyTorch fast paths,
+    else DLPack). Until then the object itself is read: DLPack producers, capsules and
+    buffer-protocol objects."""
+    asarray = _asarray if _asarray is not _UNRESOLVED else _canna_dl_asarray()
     return asarray(obj) if asarray is not None else obj
 
 
-def gm_pointer(obj, label: str = "argument") -> ArgumentView:
-    """The address (and what is known of the memory) of an object passed as a GM pointer.
+_NP_CHARS = {"e": "float16", "f": "float32", "d": "float64", "b": "int8", "B": "uint8", "h": "int16", "H": "uint16",
+             "i": "int32", "I": "uint32", "l": "int64", "L": "uint64", "q": "int64", "Q": "uint64", "?": "bool"}
 
-    Raises:
-        TypeError: the object cannot be a kernel operand (a scalar, a list, memory on another kind
-            of device, an unknown DLPack dtype layout).
-        ValueError: the array is not C-contiguous.
-        InvalidHandleError: a DeviceBuffer that was freed.
-    """
+
+def _numpy_view(arr, label):
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"{label}: the numpy array is not C-contiguous; the kernel would read it as if it "
+                         f"were (pass numpy.ascontiguousarray(a))")
+    if arr.nbytes == 0:
+        return 0, _NP_CHARS.get(arr.dtype.char), not arr.flags.writeable, True, arr
+    cbuf = _dl.from_buffer(arr)
+    return int(_dl.cast("uintptr_t", cbuf)), _NP_CHARS.get(arr.dtype.char), not arr.flags.writeable, True, arr
+
+
+_torch_dtypes: dict = {}
+
+
+def _torch_view(t, label):
+    if not t.is_cpu:
+        dt = t.device.type
+        if dt not in ("npu", "privateuseone"):
+            raise TypeError(f"{label}: the tensor is on device '{t.device}', which an Ascend kernel cannot access")
+    if not t.is_contiguous():
+        raise ValueError(f"{label}: the tensor is not contiguous; the kernel would read it as if it were "
+                         f"(pass t.contiguous())")
+    if t.is_conj() or t.is_neg():
+        raise TypeError(f"{label}: the tensor has a lazy conjugate/negative bit; call .resolve_conj() / "
+                        f".resolve_neg() first")
+    dtype = _torch_dtypes.get(t.dtype)
+    if dtype is None:
+        dtype = _torch_dtypes[t.dtype] = _TORCH_TYPES.get(str(t.dtype), "")
+    return t.data_ptr(), dtype or None, False, t.is_cpu, t
+
+
+# type -> fast reader (NumPy arrays and PyTorch tensors, found by module and name so neither is imported)
+_fast: dict = {}
+
+
+def _fast_reader(tp):
+    r = _fast.get(tp, _UNRESOLVED)
+    if r is _UNRESOLVED:
+        r = None
+        if tp.__module__ == "numpy" and tp.__name__ == "ndarray":
+            r = _numpy_view
+        elif tp.__module__.startswith("torch") and tp.__name__ in ("Tensor", "Parameter") and hasattr(tp, "data_ptr"):
+            r = _torch_view
+        _fast[tp] = r
+    return r
+
+
+def _gm(obj, label):
+    """(ptr, dtype, readonly, host, keep) of an object passed as a GM pointer (see gm_pointer)."""
+    tp = type(obj)
+    if _asarray is None:   # no canna_dl.asarray: NumPy arrays and PyTorch tensors are read directly
+        reader = _fast.get(tp)
+        if reader is not None:
+            return reader(obj, label)
     if obj is None:
-        return ArgumentView(0, None, False, False, None, None)
-    if isinstance(obj, DeviceBuffer):
-        return ArgumentView(obj._live(label), None, False, False, obj.size, obj)
-    if isinstance(obj, ctypes.c_void_p):
-        return ArgumentView(obj.value or 0, None, False, False, None, None)
+        return 0, None, False, False, None
+    if tp is DeviceBuffer:
+        return obj._live(label), None, False, False, obj
+    if tp is ctypes.c_void_p:
+        return obj.value or 0, None, False, False, None
+    if tp in (bool, int, float, complex, str):
+        raise TypeError(f"{label} is a GM pointer: got {tp.__name__} {obj!r}; pass an array, a "
+                        f"DeviceBuffer, None (NULL), or ctypes.c_void_p(address) for a raw address")
     np = sys.modules.get("numpy")
-    if isinstance(obj, (bool, int, float, complex, str)) or (np is not None and isinstance(obj, np.generic)):
-        raise TypeError(f"{label} is a GM pointer: got {type(obj).__name__} {obj!r}; pass an array, a "
+    if np is not None and isinstance(obj, np.generic):
+        raise TypeError(f"{label} is a GM pointer: got {tp.__name__} {obj!r}; pass an array, a "
                         f"DeviceBuffer, None (NULL), or ctypes.c_void_p(address) for a raw address")
     arr = _as_array(obj)
-    what = f"the {type(obj).__name__}"
-    # fast paths: NumPy arrays and PyTorch tensors
-    tname = type(arr).__name__
-    mod = type(arr).__module__
-    if mod == "numpy" and tname == "ndarray":
-        if not arr.flags.c_contiguous:
-            raise ValueError(f"{label}: the numpy array is not C-contiguous; the kernel would read it as if it "
-                             f"were (pass numpy.ascontiguousarray(a))")
-        ptr, readonly = arr.__array_interface__["data"]
-        return ArgumentView(ptr, _NP_KINDS.get((arr.dtype.kind, arr.dtype.itemsize)), readonly, True, arr.nbytes,
-                            arr)
-    if mod == "torch" and tname in ("Tensor", "Parameter"):
-        dt = arr.device.type
-        if dt != "cpu" and dt not in ("npu", "privateuseone"):
-            raise TypeError(f"{label}: the tensor is on device '{arr.device}', which an Ascend kernel cannot access")
-        if not arr.is_contiguous():
-            raise ValueError(f"{label}: the tensor is not contiguous; the kernel would read it as if it were "
-                             f"(pass t.contiguous())")
-        if arr.is_conj() or arr.is_neg():
-            raise TypeError(f"{label}: the tensor has a lazy conjugate/negative bit; call .resolve_conj() / "
-                            f".resolve_neg() first")
-        return ArgumentView(arr.data_ptr(), _TORCH_TYPES.get(str(arr.dtype)), False, dt == "cpu",
-                            arr.numel() * arr.element_size(), arr)
-    if _PyCapsule is not None and type(arr) is _PyCapsule:
-        return _from_capsule(arr, "the capsule", label)
+    reader = _fast_reader(type(arr))
+    if reader is not None:
+        return reader(arr, label)
+    if isinstance(arr, DeviceBuffer):
+        return arr._live(label), None, False, False, arr
+    what = f"the {tp.__name__}"
+    if type(arr) is _PyCapsule:
+        v = _from_capsule(arr, "the capsule", label)
+        return v.ptr, v.dtype, v.readonly, v.host, v.keep
     if hasattr(arr, "__dlpack__"):
         try:
             dev = arr.__dlpack_device__() if hasattr(arr, "__dlpack_device__") else (_kDLCPU, 0)
@@ -205,22 +243,35 @@ def gm_pointer(obj, label: str = "argument") -> ArgumentView:
                 cap = arr.__dlpack__()
         except (BufferError, RuntimeError) as e:
             raise TypeError(f"{label}: {what} cannot be exported through DLPack: {e}") from None
-        view = _from_capsule(cap, what, label)
-        view.keep = (cap, arr)
-        return view
+        v = _from_capsule(cap, what, label)
+        return v.ptr, v.dtype, v.readonly, v.host, (cap, arr)
     try:
         mv = memoryview(arr)
     except TypeError:
-        raise TypeError(f"{label} is a GM pointer: got {type(obj).__name__}, which is neither an array (DLPack, "
+        raise TypeError(f"{label} is a GM pointer: got {tp.__name__}, which is neither an array (DLPack, "
                         f"buffer protocol) nor a DeviceBuffer; pass None for NULL or ctypes.c_void_p(address) for "
                         f"a raw address") from None
     if not mv.c_contiguous:
         raise ValueError(f"{label}: the buffer is not C-contiguous")
+    fmt = _FORMATS.get(mv.format.lstrip("@=<>!"))
     if mv.nbytes == 0:
-        return ArgumentView(0, _FORMATS.get(mv.format.lstrip("@=<>!")), mv.readonly, True, 0, mv)
+        return 0, fmt, mv.readonly, True, mv
     cbuf = _dl.from_buffer(mv)
-    return ArgumentView(int(_dl.cast("uintptr_t", cbuf)), _FORMATS.get(mv.format.lstrip("@=<>!")), mv.readonly,
-                        True, mv.nbytes, (mv, cbuf))
+    return int(_dl.cast("uintptr_t", cbuf)), fmt, mv.readonly, True, (mv, cbuf)
+
+
+def gm_pointer(obj, label: str = "argument") -> ArgumentView:
+    """The address (and what is known of the memory) of an object passed as a GM pointer.
+
+    Raises:
+        TypeError: the object cannot be a kernel operand (a scalar, a list, memory on another kind
+            of device, an unknown DLPack dtype layout).
+        ValueError: the array is not C-contiguous.
+        InvalidHandleError: a DeviceBuffer that was freed.
+    """
+    ptr, dtype, readonly, host, keep = _gm(obj, label)
+    nbytes = getattr(keep, "nbytes", None) if keep is not None and not isinstance(keep, tuple) else None
+    return ArgumentView(ptr, dtype, readonly, host, nbytes, keep)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,17 +370,19 @@ def _scalar_converter(p: KernelParam, kernel: str):
 def _pointer_converter(p: KernelParam, on_device: bool, kernel: str):
     label = f"{kernel}(): {p.label}"
 
+    const, element = p.is_const, p.element
+
     def conv(v):
-        view = gm_pointer(v, label)
-        if view.readonly and not p.is_const:
+        ptr, dtype, readonly, host, keep = _gm(v, label)
+        if readonly and not const:
             raise ValueError(f"{label}: the array is read-only but the parameter is not const; declare it "
                              f"`const` if the kernel only reads it, or pass a writable copy")
-        if p.element is not None and view.dtype is not None and view.dtype != p.element:
-            raise TypeError(f"{label}: expected an array of {p.element}, got {view.dtype}")
-        if on_device and view.host and view.ptr:
+        if element is not None and dtype is not None and dtype != element:
+            raise TypeError(f"{label}: expected an array of {element}, got {dtype}")
+        if on_device and host and ptr:
             raise TypeError(f"{label}: host memory cannot be a kernel operand on an Ascend device; copy it to the "
                             f"device first (acl_rt.alloc + copy_from, or canna_dl.asarray)")
-        return view.ptr, view.keep
+        return ptr, keep
     return conv
 
 

@@ -324,13 +324,18 @@ _event_pool: list = []
 _pending_lock = threading.Lock()
 
 
+_stream_status = ffi.new("aclrtStreamStatus *")    # used under _pending_lock
+_event_status = ffi.new("aclrtEventRecordedStatus *")
+
+
 def _hold(stream_handle, keep, lib) -> None:
     """Keep ``keep`` alive until the work queued so far on the stream has run (an event marks the
     point; completed entries are dropped at later launches)."""
-    st = ffi.new("aclrtStreamStatus *")
     gen = rt.generation()
     with _pending_lock:
-        _reap(lib, gen)
+        if _pending:
+            _reap(lib, gen)
+        st = _stream_status
         if lib.aclrtStreamQuery(stream_handle, st) == 0 and st[0] == 0:
             return   # already done (it ran inline): nothing to hold
         ev = None
@@ -357,7 +362,7 @@ def _hold(stream_handle, keep, lib) -> None:
 
 
 def _reap(lib, gen) -> None:
-    st = ffi.new("aclrtEventRecordedStatus *")
+    st = _event_status
     while _pending:
         g, ev, _keep = _pending[0]
         if g != gen:
@@ -418,6 +423,7 @@ class RawKernel:
         self._nparams = len(sig.params)
         self._funcs = {}
         self._pack = None
+        self._launch_fn = None
         self._api = f"{name}.launch"
         self._lock = threading.Lock()
 
@@ -528,27 +534,28 @@ class RawKernel:
                             f"got {len(args)}")
         s = _resolve_stream(stream, None, api)
         sh = s._handle(api)
-        dev = s._device._id
-        f = self._funcs.get((rt.generation(), dev))
+        f = self._funcs.get((rt.generation(), s._device._id))
         if f is None:
-            f = self._func(dev)
+            f = self._func(s._device._id)
             s._handle(api)   # loading may have made another context current
         pack = self._pack
         if pack is None:
-            pack = self._pack = make_packer(self._sig.params, self._sig.args_size, on_device=not backend().is_sim,
+            b = backend()
+            self._launch_fn = b.lib.aclrtLaunchKernelWithHostArgs if b.lib.has("aclrtLaunchKernelWithHostArgs") \
+                else None
+            pack = self._pack = make_packer(self._sig.params, self._sig.args_size, on_device=not b.is_sim,
                                             kernel=self._name)
         data, keep = pack(args)
         cfg, _cfg_keep = (ffi.NULL, None) if timeout is None else _timeout_cfg(timeout, api)
-        lib = backend().lib
-        buf = ffi.from_buffer(data) if data else ffi.NULL
-        if lib.has("aclrtLaunchKernelWithHostArgs"):
-            rc = lib.aclrtLaunchKernelWithHostArgs(f, num_blocks, sh, cfg, buf, len(data), ffi.NULL, 0)
+        launch = self._launch_fn
+        if launch is not None:
+            rc = launch(f, num_blocks, sh, cfg, ffi.from_buffer(data) if data else ffi.NULL, len(data), ffi.NULL, 0)
             if rc:
                 rt.raise_error(rc, "aclrtLaunchKernelWithHostArgs")
         else:   # CANN 8.2-8.3: the argument builder (untested here: the simulator has the newer call)
             self._launch_with_builder(f, num_blocks, sh, cfg, data)
         if keep:
-            _hold(sh, keep, lib)
+            _hold(sh, keep, backend().lib)
 
     __call__ = launch
 
