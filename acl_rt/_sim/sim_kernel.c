@@ -137,6 +137,7 @@ typedef struct kthread {
     volatile sig_atomic_t active;          /* 1 while a kernel block runs on this thread */
     struct klaunch *volatile launch;
     volatile int sig, code, access;        /* access: 0 unknown, 1 read, 2 write */
+    volatile int gp;                       /* x86: a general-protection fault (si_addr is not the address) */
     void *volatile addr;
     void *volatile pc;
     void *volatile sp;
@@ -280,11 +281,13 @@ static void kfault_handler(int sig, siginfo_t *si, void *ucv)
         kt->pc = NULL;
         kt->sp = NULL;
         kt->access = 0;
+        kt->gp = 0;
 #if defined(__x86_64__)
         ucontext_t *uc = ucv;
         kt->pc = (void *)uc->uc_mcontext.gregs[REG_RIP];
         kt->sp = (void *)uc->uc_mcontext.gregs[REG_RSP];
-        if (sig == SIGSEGV || sig == SIGBUS)
+        kt->gp = sig == SIGSEGV && uc->uc_mcontext.gregs[REG_TRAPNO] == 13;
+        if ((sig == SIGSEGV || sig == SIGBUS) && uc->uc_mcontext.gregs[REG_TRAPNO] == 14)   /* page fault */
             kt->access = (uc->uc_mcontext.gregs[REG_ERR] & 2) ? 2 : 1;
 #elif defined(__aarch64__)
         ucontext_t *uc = ucv;
@@ -659,7 +662,11 @@ static void describe_fault(klaunch_t *L, uint32_t blk, const kthread_t *kt, char
             snprintf(where, sizeof where, " (pc %p, offset 0x%lx in its module)", kt->pc,
                      (unsigned long)((uintptr_t)kt->pc - (uintptr_t)di.dli_fbase));
     }
-    if (sig == SIGSEGV || sig == SIGBUS) {
+    if (sig == SIGSEGV && kt->gp) {
+        snprintf(out, n, "kernel '%s' block %u of %u: SIGSEGV, general protection fault (an access through a "
+                 "non-canonical or otherwise invalid pointer; the address is not reported by the CPU)%s",
+                 kn, blk, L->nblocks, where);
+    } else if (sig == SIGSEGV || sig == SIGBUS) {
         const char *acc = kt->access == 2 ? "write" : kt->access == 1 ? "read" : "access";
         char mem[240];
         sim_mem_info_t mi;
@@ -932,7 +939,8 @@ static aclError bin_load_bytes(const char *api, const void *data, size_t length,
     int fd = memfd_create("canna-kernel", MFD_CLOEXEC);
     bool tmpfile = false;
     if (fd >= 0) {
-        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        /* by pid, not /proc/self: a debugger or profiler (another process) can open it too */
+        snprintf(path, sizeof path, "/proc/%ld/fd/%d", (long)getpid(), fd);
     } else {
         const char *dir = getenv("TMPDIR");
         snprintf(path, sizeof path, "%.200s/canna-kernel-%ld-%llu-XXXXXX.so", (dir && *dir) ? dir : "/tmp",
