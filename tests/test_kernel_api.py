@@ -331,7 +331,7 @@ def test_unload_while_a_launch_is_queued(L, binary):
     assert out[0] == 42
 
 
-def test_binary_belongs_to_its_device():
+def test_binary_belongs_to_its_device(tmp_path):
     p = run_python(r'''
     import acl_rt, kernels
     from acl_rt._lib import backend, ffi
@@ -344,6 +344,6 @@ def test_binary_belongs_to_its_device():
     print("MSG", ffi.string(lib.aclGetRecentErrMsg()).decode())
     k.launch(1, stream=s1); s1.synchronize()   # RawKernel loads it on the stream's device
     print("OK")
-    ''', env={"CANNA_SIM_DEVICES": "2"})
+    ''', env={"CANNA_SIM_DEVICES": "2", "CANNA_KERNEL_CACHE": str(tmp_path)})
     assert "RC 107003" in p.stdout and "loaded on device 0 but the stream belongs to device 1" in p.stdout
     assert "OK" in p.stdout
