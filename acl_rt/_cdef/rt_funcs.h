@@ -80,3 +80,24 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, a
 aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream);
 aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
 aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes);   /* optional */
+
+/* kernel loading and launch (optional: aclrtBinaryLoadFromFile, aclrtKernelArgs* and
+ * aclrtLaunchKernelWithConfig since CANN 8.2; aclrtBinaryLoadFromData, aclrtLaunchKernelV2 and
+ * aclrtLaunchKernelWithHostArgs since 8.5; see shared/reference/acl_api.md §5.1) */
+aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle);   /* optional */
+aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle);   /* optional */
+aclError aclrtBinaryUnLoad(aclrtBinHandle binHandle);
+aclError aclrtBinaryGetFunction(const aclrtBinHandle binHandle, const char *kernelName, aclrtFuncHandle *funcHandle);
+aclError aclrtLaunchKernel(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData, size_t argsSize, aclrtStream stream);
+aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData, size_t argsSize, aclrtLaunchKernelCfg *cfg, aclrtStream stream);   /* optional */
+aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream, aclrtLaunchKernelCfg *cfg, void *hostArgs, size_t argsSize, aclrtPlaceHolderInfo *placeHolderArray, size_t placeHolderNum);   /* optional */
+aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle funcHandle, uint32_t numBlocks, aclrtStream stream, aclrtLaunchKernelCfg *cfg, aclrtArgsHandle argsHandle, void *reserve);   /* optional */
+aclError aclrtKernelArgsInit(aclrtFuncHandle funcHandle, aclrtArgsHandle *argsHandle);   /* optional */
+aclError aclrtKernelArgsAppend(aclrtArgsHandle argsHandle, void *param, size_t paramSize, aclrtParamHandle *paramHandle);   /* optional */
+aclError aclrtKernelArgsAppendPlaceHolder(aclrtArgsHandle argsHandle, aclrtParamHandle *paramHandle);   /* optional */
+aclError aclrtKernelArgsGetPlaceHolderBuffer(aclrtArgsHandle argsHandle, aclrtParamHandle paramHandle, size_t dataSize, void **bufferAddr);   /* optional */
+aclError aclrtKernelArgsParaUpdate(aclrtArgsHandle argsHandle, aclrtParamHandle paramHandle, void *param, size_t paramSize);   /* optional */
+aclError aclrtKernelArgsFinalize(aclrtArgsHandle argsHandle);   /* optional */
+aclError aclrtGetFunctionName(aclrtFuncHandle funcHandle, uint32_t maxLen, char *name);   /* optional */
+aclError aclrtFunctionGetParamCount(const void *func, size_t *paramCount);   /* optional */
+aclError aclrtFunctionGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);   /* optional */

@@ -158,3 +158,90 @@ typedef struct aclrtUtilizationInfo {
 
 typedef void (*aclrtCallback)(void *userData);
 typedef void (*aclrtHostFunc)(void *args);
+
+/* ---- kernel loading and launch (acl_rt.h; shared/reference/acl_api.md §5.1) ---- */
+
+typedef void *aclrtBinHandle;
+typedef void *aclrtFuncHandle;
+typedef void *aclrtArgsHandle;
+typedef void *aclrtParamHandle;
+
+/* aclrtBinaryLoadOptionValue.magic values */
+#define ACL_RT_BINARY_MAGIC_ELF_AICORE 0x43554245
+#define ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE 0x41415246
+#define ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE 0x41494343
+
+typedef enum aclrtBinaryLoadOptionType {
+    ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD = 1,
+    ACL_RT_BINARY_LOAD_OPT_LAZY_MAGIC = 2,
+    ACL_RT_BINARY_LOAD_OPT_MAGIC = 2,
+    ACL_RT_BINARY_LOAD_OPT_CPU_KERNEL_MODE = 3
+} aclrtBinaryLoadOptionType;
+
+typedef union aclrtBinaryLoadOptionValue {
+    uint32_t isLazyLoad;
+    uint32_t magic;
+    int32_t cpuKernelMode;
+    uint32_t rsv[4];
+} aclrtBinaryLoadOptionValue;
+
+typedef struct {
+    aclrtBinaryLoadOptionType type;
+    aclrtBinaryLoadOptionValue value;
+} aclrtBinaryLoadOption;
+
+typedef struct aclrtBinaryLoadOptions {
+    aclrtBinaryLoadOption *options;
+    size_t numOpt;
+} aclrtBinaryLoadOptions;
+
+typedef enum {
+    ACL_RT_ENGINE_TYPE_AIC = 0,
+    ACL_RT_ENGINE_TYPE_AIV = 1
+} aclrtEngineType;
+
+typedef enum aclrtLaunchKernelAttrId {
+    ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE = 1,
+    ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE = 2,
+    ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE = 3,
+    ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET = 4,
+    ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH = 5,
+    ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP = 6,
+    ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT = 7,
+    ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US = 8
+} aclrtLaunchKernelAttrId;
+
+typedef struct {
+    uint32_t timeoutLow;
+    uint32_t timeoutHigh;
+} aclrtTimeoutUs;
+
+/* (CANN also has a deprecated alias member, localMemorySize, of dynUBufSize) */
+typedef union aclrtLaunchKernelAttrValue {
+    uint8_t schemMode;
+    uint32_t dynUBufSize;
+    aclrtEngineType engineType;
+    uint32_t blockDimOffset;
+    uint8_t isBlockTaskPrefetch;
+    uint8_t isDataDump;
+    uint16_t timeout;            /* seconds */
+    aclrtTimeoutUs timeoutUs;    /* microseconds, split in two 32-bit halves */
+    uint32_t rsv[4];
+} aclrtLaunchKernelAttrValue;
+
+typedef struct aclrtLaunchKernelAttr {
+    aclrtLaunchKernelAttrId id;
+    aclrtLaunchKernelAttrValue value;
+} aclrtLaunchKernelAttr;
+
+typedef struct aclrtLaunchKernelCfg {
+    aclrtLaunchKernelAttr *attrs;
+    size_t numAttrs;
+} aclrtLaunchKernelCfg;
+
+/* aclrtLaunchKernelWithHostArgs: the pointer at hostArgs+addrOffset is set to the device copy of
+ * the data at hostArgs+dataOffset */
+typedef struct {
+    uint32_t addrOffset;
+    uint32_t dataOffset;
+} aclrtPlaceHolderInfo;

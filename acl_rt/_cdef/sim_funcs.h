@@ -71,3 +71,16 @@ aclError aclsimSetRecentErrMsg(aclError code, const char *message);
  * message naming `what` otherwise (freed, out of bounds, host memory in the discrete model). */
 aclError aclsimCheckKernelOperand(const void *ptr, uint64_t size, int32_t deviceId, const char *what,
                                   int32_t *isDevice);
+
+/* custom kernels (acl_rt/_sim/sim_kernel.c, README "Custom kernels"): what the simulator binary
+ * says about parameter paramIndex of a kernel (name and C type as written in the source, offset and
+ * size in the argument block, isPointer: a GM pointer, isConst: a pointer to const data) */
+typedef struct aclsimKernelParamDesc {
+    char name[64];
+    char type[64];
+    uint64_t offset;
+    uint64_t size;
+    uint32_t isPointer;
+    uint32_t isConst;
+} aclsimKernelParamDesc;
+aclError aclsimFunctionGetParamDesc(aclrtFuncHandle funcHandle, size_t paramIndex, aclsimKernelParamDesc *desc);

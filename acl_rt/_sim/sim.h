@@ -385,4 +385,16 @@ aclError sim_mem_classify(const void *p, size_t n, const char *api, const char *
 /* true when [p, p+n) is still inside a live device allocation (tasks revalidate at run time) */
 bool sim_mem_still_live(const void *p, size_t n);
 
+/* what ptr points into (for the kernel launcher's checks and fault reports): state SIM_MEM_*,
+ * and for an allocation its user range [lo, lo + size) and device (-1 for host memory) */
+enum { SIM_MEM_NONE = 0, SIM_MEM_DEVICE = 1, SIM_MEM_HOST = 2, SIM_MEM_FREED_DEVICE = 3, SIM_MEM_FREED_HOST = 4 };
+typedef struct sim_mem_info {
+    int state;
+    uintptr_t lo;
+    size_t size;
+    int32_t dev;
+    size_t page;   /* the page size */
+} sim_mem_info_t;
+void sim_mem_lookup_info(const void *ptr, sim_mem_info_t *out);
+
 #endif /* CANNA_SIM_H */

@@ -687,3 +687,25 @@ out:
     sim_obj_unref(&s->obj);
     return rc;
 }
+
+/* ------------------------------------------------------------------ lookups for the kernel launcher */
+
+void sim_mem_lookup_info(const void *ptr, sim_mem_info_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->dev = -1;
+    if (!ptr)
+        return;
+    mem_init();
+    pthread_rwlock_rdlock(&g_mem_lock);
+    sim_alloc_t *r = mem_lookup((uintptr_t)ptr, 1);
+    if (r) {
+        static const int state[] = {0, SIM_MEM_DEVICE, SIM_MEM_HOST, SIM_MEM_FREED_DEVICE, SIM_MEM_FREED_HOST};
+        out->state = r->kind <= REC_FREED_HOST ? state[r->kind] : SIM_MEM_NONE;
+        out->lo = r->lo;
+        out->size = r->size;
+        out->dev = r->dev;
+    }
+    pthread_rwlock_unlock(&g_mem_lock);
+    out->page = g_page;
+}

@@ -1,0 +1,417 @@
+"""Turning Python arguments into a kernel's argument block.
+
+GM pointer parameters take device memory: an ``acl_rt.DeviceBuffer``, or an array -- anything that
+``canna_dl.asarray`` takes once canna_dl provides it (see :func:`_as_array`, the one place that
+decides), meanwhile any object with ``__dlpack__`` (PyTorch, TensorFlow, JAX, NumPy, CuPy-style
+producers), a DLPack capsule, or a C-contiguous buffer-protocol object -- always zero-copy: the
+kernel receives the address of the object's own memory. ``None`` is NULL and
+``ctypes.c_void_p(addr)`` passes a raw address. Scalar parameters take Python and NumPy scalars
+(or one-element arrays), converted to the parameter's C type with range checks (NumPy's
+``OverflowError`` convention for out-of-range integers).
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+import sys
+
+import cffi
+
+from acl_rt import DeviceBuffer
+
+from ._signature import SCALAR_TYPES, KernelParam
+
+__all__ = ["make_packer", "gm_pointer", "ArgumentView"]
+
+# ---------------------------------------------------------------------------------------------
+# DLPack (the ABI of dlpack.h v1.x, declared here from the spec; canna_dl will own this)
+
+_dl = cffi.FFI()
+_dl.cdef("""
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype; int64_t *shape;
+                 int64_t *strides; uint64_t byte_offset; } DLTensor;
+typedef struct { DLTensor dl_tensor; void *manager_ctx; void (*deleter)(void *); } DLManagedTensor;
+typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
+typedef struct { DLPackVersion version; void *manager_ctx; void (*deleter)(void *); uint64_t flags;
+                 DLTensor dl_tensor; } DLManagedTensorVersioned;
+""")
+_kDLCPU, _kDLCUDAHost, _kDLExtDev, _kDLAscend = 1, 3, 12, 21
+_HOST_DEVICES = {_kDLCPU, _kDLCUDAHost}
+_NPU_DEVICES = {_kDLExtDev, _kDLAscend}
+_DL_READ_ONLY = 1
+_DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi",
+                 10: "rocm", 11: "rocm_host", 12: "ext_dev (npu)", 13: "cuda_managed", 14: "oneapi",
+                 15: "webgpu", 16: "hexagon", 17: "maia", 21: "ascend"}
+# DLDataType (code, bits) -> canonical type
+_DL_TYPES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
+             (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
+             (2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16", (6, 8): "bool"}
+
+_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get.restype = ctypes.c_void_p
+_capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype = ctypes.c_char_p
+_capsule_name.argtypes = [ctypes.py_object]
+import datetime as _datetime
+
+_PyCapsule = type(_datetime.datetime_CAPI)   # types.CapsuleType on Python >= 3.13
+
+
+class ArgumentView:
+    """What a GM pointer argument resolved to (for tests and error messages).
+
+    Attributes: ``ptr`` (int address), ``dtype`` (canonical element type or None), ``readonly``,
+    ``host`` (host memory: valid on the simulator's unified model only), ``nbytes`` (or None),
+    ``keep`` (objects that must stay alive while the kernel may run)."""
+    __slots__ = ("ptr", "dtype", "readonly", "host", "nbytes", "keep")
+
+    def __init__(self, ptr, dtype, readonly, host, nbytes, keep):
+        self.ptr, self.dtype, self.readonly, self.host, self.nbytes, self.keep = ptr, dtype, readonly, host, nbytes, keep
+
+
+def _contiguous(ndim, shape, strides) -> bool:
+    if strides == _dl.NULL or ndim == 0:
+        return True
+    expected = 1
+    for d in range(ndim - 1, -1, -1):
+        n = shape[d]
+        if n == 0:
+            return True
+        if n != 1 and strides[d] != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _from_capsule(capsule, what: str, label: str) -> ArgumentView:
+    name = _capsule_name(capsule)
+    if name == b"dltensor_versioned":
+        m = _dl.cast("DLManagedTensorVersioned *", _capsule_get(capsule, name))
+        t, readonly = m.dl_tensor, bool(m.flags & _DL_READ_ONLY)
+    elif name == b"dltensor":
+        m = _dl.cast("DLManagedTensor *", _capsule_get(capsule, name))
+        t, readonly = m.dl_tensor, False
+    elif name in (b"used_dltensor", b"used_dltensor_versioned"):
+        raise TypeError(f"{label}: the DLPack capsule was already consumed by another library")
+    else:
+        raise TypeError(f"{label}: {what} is a capsule named {name!r}, not a DLPack tensor")
+    dev = t.device.device_type
+    if dev not in _HOST_DEVICES and dev not in _NPU_DEVICES:
+        raise TypeError(f"{label}: {what} lives on device '{_DEVICE_NAMES.get(dev, dev)}', which an Ascend kernel "
+                        f"cannot access")
+    if t.dtype.lanes != 1:
+        raise TypeError(f"{label}: {what} has a vector dtype ({t.dtype.lanes} lanes)")
+    if not _contiguous(t.ndim, t.shape, t.strides):
+        raise ValueError(f"{label}: {what} is not C-contiguous; the kernel would read it as if it were "
+                         f"(pass a contiguous copy)")
+    count = 1
+    for d in range(t.ndim):
+        count *= t.shape[d]
+    dtype = _DL_TYPES.get((t.dtype.code, t.dtype.bits))
+    ptr = int(_dl.cast("uintptr_t", t.data)) + int(t.byte_offset)
+    return ArgumentView(ptr, dtype, readonly, dev in _HOST_DEVICES, count * t.dtype.bits // 8, capsule)
+
+
+_TORCH_TYPES = {"torch.float16": "float16", "torch.float32": "float32", "torch.float64": "float64",
+                "torch.bfloat16": "bfloat16", "torch.int8": "int8", "torch.int16": "int16", "torch.int32": "int32",
+                "torch.int64": "int64", "torch.uint8": "uint8", "torch.uint16": "uint16", "torch.uint32": "uint32",
+                "torch.uint64": "uint64", "torch.bool": "bool"}
+_FORMATS = {"b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32", "l": "int64",
+            "L": "uint64", "q": "int64", "Q": "uint64", "e": "float16", "f": "float32", "d": "float64", "?": "bool",
+            "c": "uint8"}
+
+
+_UNRESOLVED = object()
+_asarray = _UNRESOLVED
+
+
+def _canna_dl_asarray():
+    global _asarray
+    if _asarray is _UNRESOLVED:
+        try:
+            import canna_dl
+            _asarray = getattr(canna_dl, "asarray", None)
+        except ImportError:
+            _asarray = None
+    return _asarray
+
+
+def _as_array(obj):
+    """THE SEAM between kernels and canna_dl: what a GM pointer argument is viewed as.
+
+    When canna_dl provides ``asarray`` (docs/DESIGN.md §5), every array argument goes through it (a
+    DeviceArray, and anything it accepts), and the result is read below (NumPy/PyTorch fast paths,
+    else DLPack). Until then the object itself is read: DLPack producers, capsules and
+    buffer-protocol objects."""
+    asarray = _asarray if _asarray is not _UNRESOLVED else _canna_dl_asarray()
+    return asarray(obj) if asarray is not None else obj
+
+
+_NP_CHARS = {"e": "float16", "f": "float32", "d": "float64", "b": "int8", "B": "uint8", "h": "int16", "H": "uint16",
+             "i": "int32", "I": "uint32", "l": "int64", "L": "uint64", "q": "int64", "Q": "uint64", "?": "bool"}
+
+
+def _numpy_view(arr, label):
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"{label}: the numpy array is not C-contiguous; the kernel would read it as if it "
+                         f"were (pass numpy.ascontiguousarray(a))")
+    if arr.nbytes == 0:
+        return 0, _NP_CHARS.get(arr.dtype.char), not arr.flags.writeable, True, arr
+    cbuf = _dl.from_buffer(arr)
+    return int(_dl.cast("uintptr_t", cbuf)), _NP_CHARS.get(arr.dtype.char), not arr.flags.writeable, True, arr
+
+
+_torch_dtypes: dict = {}
+
+
+def _torch_view(t, label):
+    if not t.is_cpu:
+        dt = t.device.type
+        if dt not in ("npu", "privateuseone"):
+            raise TypeError(f"{label}: the tensor is on device '{t.device}', which an Ascend kernel cannot access")
+    if not t.is_contiguous():
+        raise ValueError(f"{label}: the tensor is not contiguous; the kernel would read it as if it were "
+                         f"(pass t.contiguous())")
+    if t.is_conj() or t.is_neg():
+        raise TypeError(f"{label}: the tensor has a lazy conjugate/negative bit; call .resolve_conj() / "
+                        f".resolve_neg() first")
+    dtype = _torch_dtypes.get(t.dtype)
+    if dtype is None:
+        dtype = _torch_dtypes[t.dtype] = _TORCH_TYPES.get(str(t.dtype), "")
+    return t.data_ptr(), dtype or None, False, t.is_cpu, t
+
+
+# type -> fast reader (NumPy arrays and PyTorch tensors, found by module and name so neither is imported)
+_fast: dict = {}
+
+
+def _fast_reader(tp):
+    r = _fast.get(tp, _UNRESOLVED)
+    if r is _UNRESOLVED:
+        r = None
+        if tp.__module__ == "numpy" and tp.__name__ == "ndarray":
+            r = _numpy_view
+        elif tp.__module__.startswith("torch") and tp.__name__ in ("Tensor", "Parameter") and hasattr(tp, "data_ptr"):
+            r = _torch_view
+        _fast[tp] = r
+    return r
+
+
+def _gm(obj, label):
+    """(ptr, dtype, readonly, host, keep) of an object passed as a GM pointer (see gm_pointer)."""
+    tp = type(obj)
+    if _asarray is None:   # no canna_dl.asarray: NumPy arrays and PyTorch tensors are read directly
+        reader = _fast.get(tp)
+        if reader is not None:
+            return reader(obj, label)
+    if obj is None:
+        return 0, None, False, False, None
+    if tp is DeviceBuffer:
+        return obj._live(label), None, False, False, obj
+    if tp is ctypes.c_void_p:
+        return obj.value or 0, None, False, False, None
+    if tp in (bool, int, float, complex, str):
+        raise TypeError(f"{label} is a GM pointer: got {tp.__name__} {obj!r}; pass an array, a "
+                        f"DeviceBuffer, None (NULL), or ctypes.c_void_p(address) for a raw address")
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(obj, np.generic):
+        raise TypeError(f"{label} is a GM pointer: got {tp.__name__} {obj!r}; pass an array, a "
+                        f"DeviceBuffer, None (NULL), or ctypes.c_void_p(address) for a raw address")
+    arr = _as_array(obj)
+    reader = _fast_reader(type(arr))
+    if reader is not None:
+        return reader(arr, label)
+    if isinstance(arr, DeviceBuffer):
+        return arr._live(label), None, False, False, arr
+    what = f"the {tp.__name__}"
+    if type(arr) is _PyCapsule:
+        v = _from_capsule(arr, "the capsule", label)
+        return v.ptr, v.dtype, v.readonly, v.host, v.keep
+    if hasattr(arr, "__dlpack__"):
+        try:
+            dev = arr.__dlpack_device__() if hasattr(arr, "__dlpack_device__") else (_kDLCPU, 0)
+            if dev[0] not in _HOST_DEVICES and dev[0] not in _NPU_DEVICES:
+                raise TypeError(f"{label}: {what} lives on device '{_DEVICE_NAMES.get(dev[0], dev[0])}', which an "
+                                f"Ascend kernel cannot access")
+            try:
+                cap = arr.__dlpack__(max_version=(1, 0))
+            except TypeError:
+                cap = arr.__dlpack__()
+        except (BufferError, RuntimeError) as e:
+            raise TypeError(f"{label}: {what} cannot be exported through DLPack: {e}") from None
+        v = _from_capsule(cap, what, label)
+        return v.ptr, v.dtype, v.readonly, v.host, (cap, arr)
+    try:
+        mv = memoryview(arr)
+    except TypeError:
+        raise TypeError(f"{label} is a GM pointer: got {tp.__name__}, which is neither an array (DLPack, "
+                        f"buffer protocol) nor a DeviceBuffer; pass None for NULL or ctypes.c_void_p(address) for "
+                        f"a raw address") from None
+    if not mv.c_contiguous:
+        raise ValueError(f"{label}: the buffer is not C-contiguous")
+    fmt = _FORMATS.get(mv.format.lstrip("@=<>!"))
+    if mv.nbytes == 0:
+        return 0, fmt, mv.readonly, True, mv
+    cbuf = _dl.from_buffer(mv)
+    return int(_dl.cast("uintptr_t", cbuf)), fmt, mv.readonly, True, (mv, cbuf)
+
+
+def gm_pointer(obj, label: str = "argument") -> ArgumentView:
+    """The address (and what is known of the memory) of an object passed as a GM pointer.
+
+    Raises:
+        TypeError: the object cannot be a kernel operand (a scalar, a list, memory on another kind
+            of device, an unknown DLPack dtype layout).
+        ValueError: the array is not C-contiguous.
+        InvalidHandleError: a DeviceBuffer that was freed.
+    """
+    ptr, dtype, readonly, host, keep = _gm(obj, label)
+    nbytes = getattr(keep, "nbytes", None) if keep is not None and not isinstance(keep, tuple) else None
+    return ArgumentView(ptr, dtype, readonly, host, nbytes, keep)
+
+
+# ---------------------------------------------------------------------------------------------
+# scalars
+
+_INT_RANGE = {name: ((-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if kind == "i" else (0, (1 << (8 * size)) - 1))
+              for name, (size, _, kind) in SCALAR_TYPES.items() if kind in "iu"}
+_FLOAT_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38, "float64": math.inf}
+
+
+def _numel(v):
+    shape = getattr(v, "shape", None)
+    if shape is None:
+        return None
+    try:
+        n = 1
+        for d in tuple(shape):
+            n *= int(d)
+        return n
+    except TypeError:
+        return None
+
+
+def _unwrap(v, p: KernelParam, label: str):
+    """A Python scalar from v (numpy scalars and one-element arrays are unwrapped), with its kind."""
+    if isinstance(v, bool):
+        return v, "b"
+    if isinstance(v, int):
+        return v, "i"
+    if isinstance(v, float):
+        return v, "f"
+    if v is None or isinstance(v, (str, bytes, bytearray, list, tuple, dict, set, complex, DeviceBuffer)):
+        raise TypeError(f"{label}: expected a number, got {type(v).__name__}")
+    n = _numel(v)
+    if n is not None:
+        if n != 1:
+            raise TypeError(f"{label} is passed by value: got a {type(v).__name__} with {n} elements (a multi-element "
+                            f"array cannot be a scalar argument; declare a pointer parameter for an array)")
+        dtype = getattr(v, "dtype", None)
+        kind = getattr(dtype, "kind", None)
+        if kind is None:   # torch / tf dtypes
+            s = str(dtype)
+            kind = "b" if "bool" in s else "f" if ("float" in s or "half" in s) else "c" if "complex" in s else "i"
+        item = v.item() if hasattr(v, "item") else v.numpy().item()
+        if kind == "c" or isinstance(item, complex):
+            raise TypeError(f"{label}: complex values are not supported")
+        return item, ("b" if kind == "b" else "f" if kind == "f" else "i")
+    if hasattr(v, "__index__"):
+        return v.__index__(), "i"
+    if hasattr(v, "__float__"):
+        return float(v), "f"
+    raise TypeError(f"{label}: expected a number, got {type(v).__name__}")
+
+
+def _scalar_converter(p: KernelParam, kernel: str):
+    label = f"{kernel}(): {p.label}"
+    canon = p.scalar
+    _, _, kind = SCALAR_TYPES[canon]
+    if kind in "iu":
+        lo, hi = _INT_RANGE[canon]
+
+        def conv(v):
+            if type(v) is int:
+                x = v
+            else:
+                x, k = _unwrap(v, p, label)
+                if k == "f":
+                    raise TypeError(f"{label}: expected an integer, got a float ({x!r}); convert it explicitly")
+                x = int(x)
+            if not lo <= x <= hi:
+                raise OverflowError(f"{label}: {x} is out of range for {canon} ({lo}..{hi})")
+            return x
+        return conv
+    if kind == "f":
+        fmax = _FLOAT_MAX[canon]
+
+        def conv(v):
+            if type(v) is float:
+                x = v
+            else:
+                x, _k = _unwrap(v, p, label)
+                x = float(x)
+            if abs(x) > fmax and not math.isinf(x):
+                raise OverflowError(f"{label}: {x!r} is out of range for {canon} (max {fmax:g})")
+            return x
+        return conv
+
+    def conv(v):   # bool
+        x, k = _unwrap(v, p, label)
+        if k == "f" or (k == "i" and x not in (0, 1)):
+            raise TypeError(f"{label}: expected a bool (or 0/1), got {x!r}")
+        return bool(x)
+    return conv
+
+
+def _pointer_converter(p: KernelParam, on_device: bool, kernel: str):
+    label = f"{kernel}(): {p.label}"
+
+    const, element = p.is_const, p.element
+
+    def conv(v):
+        ptr, dtype, readonly, host, keep = _gm(v, label)
+        if readonly and not const:
+            raise ValueError(f"{label}: the array is read-only but the parameter is not const; declare it "
+                             f"`const` if the kernel only reads it, or pass a writable copy")
+        if element is not None and dtype is not None and dtype != element:
+            raise TypeError(f"{label}: expected an array of {element}, got {dtype}")
+        if on_device and host and ptr:
+            raise TypeError(f"{label}: host memory cannot be a kernel operand on an Ascend device; copy it to the "
+                            f"device first (acl_rt.alloc + copy_from, or canna_dl.asarray)")
+        return ptr, keep
+    return conv
+
+
+def make_packer(params: tuple, args_size: int, *, on_device: bool, kernel: str = "kernel"):
+    """``pack(args) -> (bytes, keepalive list)`` for a kernel's parameters (raises TypeError,
+    ValueError, OverflowError naming the parameter)."""
+    fmt, off = ["="], 0
+    convs = []
+    for p in params:
+        if p.offset > off:
+            fmt.append(f"{p.offset - off}x")
+        fmt.append("Q" if p.kind == "pointer" else SCALAR_TYPES[p.scalar][1])
+        off = p.offset + p.size
+        convs.append((p.kind == "pointer", _pointer_converter(p, on_device, kernel) if p.kind == "pointer"
+                      else _scalar_converter(p, kernel)))
+    if args_size > off:
+        fmt.append(f"{args_size - off}x")
+    st = struct.Struct("".join(fmt))
+    assert st.size == args_size, (st.size, args_size)
+
+    def pack(args):
+        values, keep = [], []
+        for (is_ptr, conv), a in zip(convs, args):
+            if is_ptr:
+                ptr, k = conv(a)
+                values.append(ptr)
+                if k is not None:
+                    keep.append(k)
+            else:
+                values.append(conv(a))
+        return st.pack(*values), keep
+    return pack
