@@ -140,15 +140,24 @@ def _canna_dl_asarray():
     return _asarray
 
 
-def _as_array(obj):
+def _as_array(obj, label):
     """THE SEAM between kernels and canna_dl: what a GM pointer argument is viewed as.
 
-    When canna_dl provides ``asarray`` (docs/DESIGN.md §5), every array argument goes through it (a
-    DeviceArray, and anything it accepts), and the result is read below (NumPy/PyTorch fast paths,
-    else DLPack). Until then the object itself is read: DLPack producers, capsules and
-    buffer-protocol objects."""
-    asarray = _asarray if _asarray is not _UNRESOLVED else _canna_dl_asarray()
-    return asarray(obj) if asarray is not None else obj
+    DLPack producers (TF, JAX tensors) go through ``canna_dl.from_dlpack(obj,
+    copy=False)``: a kernel writes through its pointers, so a copy would silently lose its writes
+    — memory the kernel cannot reach (host memory in the discrete model) is an error naming the
+    parameter instead. NumPy arrays, PyTorch tensors, DeviceArrays and DeviceBuffers are read
+    directly; anything else is tried as a buffer-protocol object below."""
+    if _canna_dl_asarray() is None or not hasattr(obj, "__dlpack__"):
+        return obj   # capsules are viewed below without being consumed (a launch may be repeated)
+    import canna_dl
+    try:
+        return canna_dl.from_dlpack(obj, copy=False)
+    except canna_dl.CopyRequiredError as e:
+        raise TypeError(f"{label}: the {type(obj).__name__} is not in memory the kernel can access ({e}); "
+                        f"pass device memory (canna_dl.asarray(x) copies it there)") from None
+    except BufferError as e:
+        raise TypeError(f"{label}: the {type(obj).__name__} cannot be exported through DLPack: {e}") from None
 
 
 _NP_CHARS = {"e": "float16", "f": "float32", "d": "float64", "b": "int8", "B": "uint8", "h": "int16", "H": "uint16",
@@ -189,6 +198,13 @@ def _torch_view(t, label):
 _fast: dict = {}
 
 
+def _device_array_view(a, label):
+    if not a.is_c_contiguous:
+        raise ValueError(f"{label}: the array is not C-contiguous; the kernel would read it as if it were "
+                         f"(pass a.contiguous())")
+    return a.ptr, a.dtype.name, a.readonly, False, a
+
+
 def _fast_reader(tp):
     r = _fast.get(tp, _UNRESOLVED)
     if r is _UNRESOLVED:
@@ -197,6 +213,8 @@ def _fast_reader(tp):
             r = _numpy_view
         elif tp.__module__.startswith("torch") and tp.__name__ in ("Tensor", "Parameter") and hasattr(tp, "data_ptr"):
             r = _torch_view
+        elif tp.__module__.startswith("canna_dl") and tp.__name__ == "DeviceArray":
+            r = _device_array_view
         _fast[tp] = r
     return r
 
@@ -204,10 +222,9 @@ def _fast_reader(tp):
 def _gm(obj, label):
     """(ptr, dtype, readonly, host, keep) of an object passed as a GM pointer (see gm_pointer)."""
     tp = type(obj)
-    if _asarray is None:   # no canna_dl.asarray: NumPy arrays and PyTorch tensors are read directly
-        reader = _fast.get(tp)
-        if reader is not None:
-            return reader(obj, label)
+    reader = _fast_reader(tp)   # NumPy arrays, PyTorch tensors and DeviceArrays are read directly
+    if reader is not None:
+        return reader(obj, label)
     if obj is None:
         return 0, None, False, False, None
     if tp is DeviceBuffer:
@@ -221,7 +238,7 @@ def _gm(obj, label):
     if np is not None and isinstance(obj, np.generic):
         raise TypeError(f"{label} is a GM pointer: got {tp.__name__} {obj!r}; pass an array, a "
                         f"DeviceBuffer, None (NULL), or ctypes.c_void_p(address) for a raw address")
-    arr = _as_array(obj)
+    arr = _as_array(obj, label)
     reader = _fast_reader(type(arr))
     if reader is not None:
         return reader(arr, label)
@@ -374,7 +391,9 @@ def _pointer_converter(p: KernelParam, on_device: bool, kernel: str):
 
     def conv(v):
         ptr, dtype, readonly, host, keep = _gm(v, label)
-        if readonly and not const:
+        if readonly and not const and element is not None:
+            # typed non-const pointers promise a write; untyped GM_ADDR parameters (Ascend C's
+            # convention for inputs and outputs alike) take read-only arrays such as TF/JAX tensors
             raise ValueError(f"{label}: the array is read-only but the parameter is not const; declare it "
                              f"`const` if the kernel only reads it, or pass a writable copy")
         if element is not None and dtype is not None and dtype != element:

@@ -517,7 +517,7 @@ class RawKernel:
             TypeError: wrong number of arguments, or an argument that cannot be converted (the
                 message names the parameter), a multi-element array for a scalar.
             OverflowError: a scalar out of its C type's range.
-            ValueError: a non-contiguous array; a read-only array for a non-const pointer.
+            ValueError: a non-contiguous array; a read-only array for a non-const typed pointer (``float *``; untyped ``GM_ADDR`` parameters accept read-only arrays such as TF and JAX tensors).
             acl_rt.InvalidArgumentError: num_blocks out of range; a pointer into freed memory (or not
                 device memory in the discrete model / memcheck), named by the runtime.
             CompileError: the first launch compiles the source.
