@@ -44,7 +44,7 @@ class Stream:
     operation with ``stream=None`` uses) and restores the previous one afterwards.
     """
 
-    __slots__ = ("_h", "_device", "_gen", "_owned", "_priority", "_errors", "_lock", "__weakref__")
+    __slots__ = ("_h", "_ih", "_device", "_gen", "_owned", "_priority", "_errors", "_lock", "__weakref__")
 
     def __init__(self, *a, **k):
         raise TypeError("streams are created with Device.create_stream() or Device.default_stream")
@@ -53,6 +53,7 @@ class Stream:
     def _wrap(cls, device, handle, owned, priority):
         self = object.__new__(cls)
         self._h = handle
+        self._ih = int(ffi.cast("uintptr_t", handle)) if handle is not None else 0   # the handle as an int
         self._device = device
         self._gen = rt.generation()
         self._owned = owned
@@ -85,7 +86,7 @@ class Stream:
     @property
     def handle(self) -> int:
         """The ``aclrtStream`` handle as an int (0 = the context's default stream)."""
-        return int(ffi.cast("uintptr_t", self._h)) if self._h is not None else 0
+        return self._ih if self._h is not None else 0
 
     @property
     def device(self) -> Device:
@@ -240,6 +241,7 @@ class Stream:
         if self._gen != rt.generation() or not rt.is_initialized():
             return
         rt.activate(self._device._id, "Stream.close")
+        _run_close_hooks(self)
         rt.check(backend().lib.aclrtDestroyStream(h), "aclrtDestroyStream")
 
     destroy = close
@@ -247,6 +249,7 @@ class Stream:
     def __del__(self):
         try:
             if self._h is not None and self._owned and self._gen == rt.generation() and rt.is_initialized():
+                _run_close_hooks(self)
                 h, self._h = self._h, None
                 rc = backend().lib.aclrtDestroyStream(h)
                 if rc:
@@ -257,6 +260,18 @@ class Stream:
 
 
 _pending_callbacks: set = set()
+
+#: callables ``hook(stream)`` run just before an owned stream is destroyed (the memory pool uses
+#: it: blocks cached for the stream must wait for its queued work before another stream takes them)
+_close_hooks: list = []
+
+
+def _run_close_hooks(stream) -> None:
+    for hook in _close_hooks:
+        try:
+            hook(stream)
+        except Exception as e:  # closing must not fail because of a hook
+            warnings.warn(f"acl_rt: stream close hook {hook!r} failed: {e}", RuntimeWarning)
 
 
 class Event:
