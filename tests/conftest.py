@@ -9,6 +9,13 @@ import textwrap
 import pytest
 
 os.environ.setdefault("CANNA_BACKEND", "sim")
+# a simulated machine of this test session only: processes of the same machine share device memory
+# and see each other (as on a device), so concurrent test runs must not meet; subprocesses inherit
+# it and belong to the session's machine. Pool statistics are published in a private folder too.
+os.environ.setdefault("CANNA_SIM_MACHINE", f"pytest-{os.getpid()}")
+if "CANNA_STATS_DIR" not in os.environ:
+    import tempfile
+    os.environ["CANNA_STATS_DIR"] = tempfile.mkdtemp(prefix="canna-stats-")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
