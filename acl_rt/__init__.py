@@ -25,6 +25,8 @@ from ._pool import (DebugPrintHook, MemoryHook, MemoryPool, empty_cache, get_mem
                     memory_stats_as_nested_dict, memory_summary, reset_accumulated_memory_stats,
                     reset_peak_memory_stats, set_memory_limit)
 
+from . import monitor
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -38,5 +40,5 @@ __all__ = [
     "MemoryPool", "MemoryHook", "DebugPrintHook", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
     "memory_snapshot", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache", "set_memory_limit",
-    "get_memory_limit",
+    "get_memory_limit", "monitor",
 ]
