@@ -52,7 +52,8 @@ _new = object.__new__
 
 # pools of the current runtime session, by device id
 _pools: dict[int, "MemoryPool"] = {}
-_pools_lock = threading.Lock()
+_pools_lock = threading.RLock()
+_all_pools: "weakref.WeakSet[MemoryPool]" = weakref.WeakSet()   # every pool (stream-close notices)
 
 
 def _parse_limit(text: str, total: int, source: str) -> int:
@@ -215,6 +216,8 @@ class MemoryPool(MemoryResource):
         self._gen = rt.generation()
         self._core = _native.Pool(fns, int(ffi.cast("uintptr_t", st.ctx)), dev._id, self._total)
         self._limit = 0
+        with _pools_lock:
+            _all_pools.add(self)
         env = os.environ.get("CANNA_MEMORY_LIMIT", "").strip()
         if env:
             self._set_limit_bytes(_parse_limit(env, self._total, "CANNA_MEMORY_LIMIT"))
@@ -325,6 +328,8 @@ class MemoryPool(MemoryResource):
     def _malloc_slow(self, nbytes: int, stream: Stream, err) -> int:
         """The out-of-memory ladder (PyTorch's and CuPy's): release the cache, retry, collect
         garbage, release again, retry, raise."""
+        if self._core.info()["closed"]:
+            self._check_stream(stream)
         kind = self._raise_runtime(err)
         if kind != _native.E_NOMEM:   # a request larger than the device skips the ladder
             for step in ("release", "gc"):
@@ -483,10 +488,7 @@ def default_resource(dev: Device) -> MemoryResource:
 
 def _pool(device, api: str) -> MemoryPool | None:
     """The pool of ``device`` (default: current) if it is the device's resource, else None."""
-    dev = Device(device)
-    mr = dev._mr
-    if mr is None and rt.is_initialized():
-        mr = dev.memory_resource
+    mr = Device(device).memory_resource
     return mr if isinstance(mr, MemoryPool) else None
 
 
@@ -497,14 +499,15 @@ def live_pools() -> list[MemoryPool]:
 
 
 def _on_stream_close(stream: Stream) -> None:
-    pool = _pools.get(stream._device._id)
-    if pool is not None and pool._gen == stream._gen:
+    with _pools_lock:
+        pools = [p for p in _all_pools if p._id == stream._device._id and p._gen == stream._gen]
+    for pool in pools:
         pool._stream_closed(stream)
 
 
 def _on_finalize() -> None:
     with _pools_lock:
-        pools = list(_pools.values())
+        pools = list(_all_pools)
         _pools.clear()
     for pool in pools:
         try:

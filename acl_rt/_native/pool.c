@@ -714,17 +714,16 @@ static int pool_malloc(Pool *p, size_t req, uint64_t stream, uintptr_t *out)
         free_remove(p, b);
         b->stream = stream;
     } else {
+        /* PyTorch's segment size first; when that does not fit (device or limit) a 1-10 MiB request
+         * falls back to a segment rounded to 2 MiB, so a nearly full device still serves it */
         size_t seg = segment_size(n);
-        if ((p->limit && p->st.s[S_RESERVED_BYTES][ST_ALL].current + (int64_t)seg > (int64_t)p->limit)) {
-            if (ctx)
-                ctx_leave(p, &g);
-            return raise_err(E_LIMIT, 0, "the memory limit of %zu bytes would be exceeded", p->limit);
-        }
-        if (p->total && seg > p->total) {
+        size_t alt = (n + K_ROUND_LARGE - 1) / K_ROUND_LARGE * K_ROUND_LARGE;
+        size_t tries[2] = {seg, alt < seg ? alt : 0};
+        if (p->total && tries[0] > p->total && (!tries[1] || tries[1] > p->total)) {
             if (ctx)
                 ctx_leave(p, &g);
             p->st.num_oom_rejections++;
-            return raise_err(E_NOMEM, 207001, "%zu bytes is more than the device has (%zu bytes)", seg, p->total);
+            return raise_err(E_NOMEM, 207001, "%zu bytes is more than the device has (%zu bytes)", n, p->total);
         }
         Segment *sg = calloc(1, sizeof *sg);
         b = calloc(1, sizeof *b);
@@ -741,14 +740,28 @@ static int pool_malloc(Pool *p, size_t req, uint64_t stream, uintptr_t *out)
             ctx = 1;
         }
         void *mem = NULL;
-        aclError rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = p->fn.malloc(&mem, seg, 0 /* ACL_MEM_MALLOC_HUGE_FIRST */);
-        Py_END_ALLOW_THREADS
-        if (rc != 0) {
+        aclError rc = 0;
+        int limited = 0;
+        for (int k = 0; k < 2 && tries[k]; k++) {
+            seg = tries[k];
+            if (p->limit && p->st.s[S_RESERVED_BYTES][ST_ALL].current + (int64_t)seg > (int64_t)p->limit) {
+                limited = 1;
+                continue;
+            }
+            limited = 0;
+            Py_BEGIN_ALLOW_THREADS
+            rc = p->fn.malloc(&mem, seg, 0 /* ACL_MEM_MALLOC_HUGE_FIRST */);
+            Py_END_ALLOW_THREADS
+            if (rc == 0)
+                break;
+            p->fn.recent_msg();
+        }
+        if (limited || rc != 0 || !mem) {
             free(sg);
             free(b);
             ctx_leave(p, &g);
+            if (limited)
+                return raise_err(E_LIMIT, 0, "the memory limit of %zu bytes would be exceeded", p->limit);
             return raise_err(E_RUNTIME, rc, "aclrtMalloc of a %zu-byte segment failed", seg);
         }
         p->st.num_device_alloc++;
