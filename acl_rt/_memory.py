@@ -406,18 +406,34 @@ class HostBuffer:
 
 
 def alloc(nbytes: int, *, stream: Stream | None = None, device=None) -> DeviceBuffer:
-    """``nbytes`` bytes of device memory on ``device`` (default: the current device), from its
-    memory resource, usable in order on ``stream`` (default: the current stream).
+    """``nbytes`` bytes of device memory from the device's memory resource (by default its caching
+    pool, :class:`acl_rt.MemoryPool`), usable in order on ``stream``.
 
-    Fresh memory is not zeroed (the simulator fills it with a NaN pattern, ``0x7FFF`` per 16 bits).
+    Args:
+        nbytes: size in bytes (int > 0).
+        stream: the stream that will use it (default: the current stream of the device).
+        device: the device (default: ``stream``'s device when a stream is given, else the current
+            device).
+
+    Fresh memory is not zeroed (the simulator fills new device memory with a NaN pattern, ``0x7FFF``
+    per 16 bits; memory the pool reuses holds whatever was written before).
 
     Raises:
         TypeError: ``nbytes`` is not an int.
-        InvalidArgumentError: ``nbytes`` <= 0.
-        OutOfMemoryError: the device (or the memory limit) cannot hold it.
+        InvalidArgumentError: ``nbytes`` <= 0, or ``stream`` is on another device than ``device``.
+        OutOfMemoryError: the device (or the pool's memory limit) cannot hold it, even after the
+            pool released its cache.
     """
-    dev = Device(device)
-    return dev.memory_resource.allocate(nbytes, stream=stream)
+    if device is None:
+        if type(stream) is Stream:
+            dev = stream._device
+        else:   # the calling thread's current device, without Device()'s validation (already valid)
+            dev = Device._instances.get(getattr(rt._tls, "device_id", 0)) or Device(None)
+        mr = dev._mr
+        if mr is None:
+            mr = dev.memory_resource
+        return mr.allocate(nbytes, stream=stream)
+    return Device(device).memory_resource.allocate(nbytes, stream=stream)
 
 
 def alloc_host(nbytes: int) -> HostBuffer:

@@ -38,6 +38,8 @@ from ._lib import backend, ffi
 from ._memory import DeviceBuffer, DeviceMemoryResource, MemoryResource, _check_nbytes
 from ._stream import Stream, _close_hooks, current_stream
 
+_tls = rt.thread_state()
+
 __all__ = ["MemoryPool", "MemoryHook", "DebugPrintHook", "memory_stats", "memory_stats_as_nested_dict",
            "memory_summary", "memory_snapshot", "memory_allocated", "max_memory_allocated",
            "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
@@ -216,6 +218,7 @@ class MemoryPool(MemoryResource):
         self._gen = rt.generation()
         self._core = _native.Pool(fns, int(ffi.cast("uintptr_t", st.ctx)), dev._id, self._total)
         self._limit = 0
+        self._default = None
         with _pools_lock:
             _all_pools.add(self)
         env = os.environ.get("CANNA_MEMORY_LIMIT", "").strip()
@@ -240,8 +243,15 @@ class MemoryPool(MemoryResource):
         """
         if type(nbytes) is not int or not 0 < nbytes <= _MAX_ALLOC:
             nbytes = _check_nbytes(nbytes, "acl_rt.alloc")
-        if stream is None:
-            stream = current_stream(self._device)
+        if stream is None:   # the current stream: the innermost `with stream:` of this thread, or the default
+            stacks = getattr(_tls, "streams", None)
+            top = stacks.get(self._id) if stacks else None
+            if top:
+                stream = top[-1]
+            else:
+                stream = self._default
+                if stream is None or stream._gen != self._gen:
+                    stream = self._default = current_stream(self._device)
         elif type(stream) is not Stream:
             if not isinstance(stream, Stream):
                 raise TypeError(f"acl_rt.alloc: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
