@@ -39,6 +39,7 @@ from ._memory import DeviceBuffer, DeviceMemoryResource, MemoryResource, _check_
 from ._stream import Stream, _close_hooks, current_stream
 
 _tls = rt.thread_state()
+_state = rt._state
 
 __all__ = ["MemoryPool", "MemoryHook", "DebugPrintHook", "memory_stats", "memory_stats_as_nested_dict",
            "memory_summary", "memory_snapshot", "memory_allocated", "max_memory_allocated",
@@ -241,6 +242,8 @@ class MemoryPool(MemoryResource):
             InvalidHandleError: ``stream`` was destroyed, or the pool belongs to a finalized session.
             OutOfMemoryError: see the class docstring.
         """
+        if not _state.ready:   # finalized, or a forked child: a clear error, never the cache
+            rt.ensure("acl_rt.alloc")
         if type(nbytes) is not int or not 0 < nbytes <= _MAX_ALLOC:
             nbytes = _check_nbytes(nbytes, "acl_rt.alloc")
         if stream is None:   # the current stream: the innermost `with stream:` of this thread, or the default
@@ -459,6 +462,16 @@ class MemoryPool(MemoryResource):
 
     def _shutdown(self) -> None:
         self._core.shutdown()
+
+    def __del__(self):
+        # a pool nobody references has no live buffer left (each holds its pool): give its cached
+        # segments back. Never raises; nothing to do after finalize or in a forked child.
+        try:
+            core = getattr(self, "_core", None)
+            if core is not None and _state.ready and self._gen == _state.generation:
+                core.shutdown()
+        except Exception:
+            pass
 
 
 def _poll(done, timeout: float | None = None):
