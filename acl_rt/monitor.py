@@ -300,7 +300,12 @@ def processes(device_id: int | None = None) -> list[ProcessInfo]:
 
 def pool_stats(device_id: int | None = None) -> list[PoolStats]:
     """The pool statistics published by live canna processes (of this user; see
-    ``acl_rt._publish``), one entry per process and device. Works on both backends."""
+    ``acl_rt._publish``), one entry per process and device. Works on both backends.
+
+    Raises:
+        TypeError / InvalidArgumentError: bad device id."""
+    if device_id is not None:
+        device_id = _check_id(device_id, "acl_rt.monitor.pool_stats")
     out = []
     for rec in _publish.read_records():
         for d in rec.get("devices", ()):

@@ -264,7 +264,7 @@ def test_monitor_api_and_unknown_devices(acl):
     assert monitor.device_count() == 1
     d = monitor.device_status(0)
     assert d.name == "910B1" and d.hbm_total_bytes == 64 << 30 and d.aicpu_percent == 0
-    for fn in (monitor.device_status, monitor.processes, lambda i: monitor.devices([i])):
+    for fn in (monitor.device_status, monitor.processes, monitor.pool_stats, lambda i: monitor.devices([i])):
         with pytest.raises(acl.InvalidArgumentError, match="out of range"):
             fn(3)
         with pytest.raises(TypeError):
@@ -296,5 +296,27 @@ def test_machines_are_separate_by_configuration():
         other = json.loads(smi_run("--json", env={"CANNA_SIM_HBM_SIZE": "1G"}).stdout)
         assert any(p["pid"] == child.pid for p in same["processes"])
         assert not any(p["pid"] == child.pid for p in other["processes"])
+    finally:
+        child.stop()
+
+
+def test_sharing_can_be_turned_off():
+    env = {"CANNA_SIM_HBM_SIZE": "384M", "CANNA_SIM_SHARED": "0"}
+    child = Child("""
+        import acl_rt
+        b = acl_rt.DeviceMemoryResource(0).allocate(300 << 20)
+        print("ready")
+        """, env)
+    try:
+        code = """
+            import acl_rt
+            free, total = acl_rt.Device(0).mem_info()
+            assert free == total and not [p for p in acl_rt.monitor.processes(0) if p.pid != __import__("os").getpid()]
+            acl_rt.DeviceMemoryResource(0).allocate(300 << 20)    # its own capacity
+            print("ok")
+            """
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=dict(os.environ, **env), cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
     finally:
         child.stop()
