@@ -14,8 +14,11 @@ os.environ.setdefault("CANNA_BACKEND", "sim")
 # it and belong to the session's machine. Pool statistics are published in a private folder too.
 os.environ.setdefault("CANNA_SIM_MACHINE", f"pytest-{os.getpid()}")
 if "CANNA_STATS_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
     os.environ["CANNA_STATS_DIR"] = tempfile.mkdtemp(prefix="canna-stats-")
+    atexit.register(shutil.rmtree, os.environ["CANNA_STATS_DIR"], True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,6 +4,7 @@ For 512 B, 1 MiB and 64 MiB, measured side by side in one run (medians of repeat
 warm-up):
 
   pool pair   buf = acl_rt.alloc(n, stream=s); buf.close()       (the public API, DeviceBuffer and all)
+  (no stream) acl_rt.alloc(n).close()                            (the current stream, found per call)
   pool core   the C core alone (acl_rt._native Pool.malloc / free) - what the Python wrapper adds
   raw pair    aclrtMalloc(&p, n, 0); aclrtFree(p) through cffi   (the runtime: simulator or CANN)
   torch       torch.empty(n, dtype=torch.uint8) and its release  (PyTorch's CPU allocator)
@@ -71,6 +72,11 @@ def main():
             acl_rt.alloc(n, stream=s).close()
         return f
 
+    def pool_cur(n):
+        def f():
+            acl_rt.alloc(n).close()
+        return f
+
     def core_pair(n):
         def f():
             core.free(core.malloc(n, key))
@@ -94,6 +100,7 @@ def main():
         big = n >= (16 << 20)
         r = {"size": name,
              "pool": bench(pool_pair(n), budget=budget, batch=2000),
+             "cur": bench(pool_cur(n), budget=budget / 2, batch=2000),
              "core": bench(core_pair(n), budget=budget / 2, batch=5000),
              "raw": bench(raw_pair(n), budget=budget, batch=2 if big else 200),
              "torch": bench(torch_pair(n), budget=budget / 2, batch=50 if big else 2000) if torch else None}
@@ -101,13 +108,13 @@ def main():
     gc.enable()
 
     print()
-    print(f"{'size':>7} | {'pool pair':>11} | {'pool core':>11} | {'raw aclrtMalloc+Free':>20} | "
+    print(f"{'size':>7} | {'pool pair':>11} | {'(no stream)':>11} | {'pool core':>11} | {'raw aclrtMalloc+Free':>20} | "
           f"{'torch.empty':>11} | {'raw/pool':>9} | {'pool/torch':>10}")
-    print("-" * 100)
+    print("-" * 114)
     for r in rows:
         tq = fmt(r["torch"]) if r["torch"] else "n/a"
         ratio_t = f"{r['pool'] / r['torch']:9.2f}x" if r["torch"] else "n/a"
-        print(f"{r['size']:>7} | {fmt(r['pool']):>11} | {fmt(r['core']):>11} | {fmt(r['raw']):>20} | {tq:>11} | "
+        print(f"{r['size']:>7} | {fmt(r['pool']):>11} | {fmt(r['cur']):>11} | {fmt(r['core']):>11} | {fmt(r['raw']):>20} | {tq:>11} | "
               f"{r['raw'] / r['pool']:8.1f}x | {ratio_t:>10}")
     one = rows[1]
     ok1 = one["pool"] <= 3e-6
