@@ -61,6 +61,13 @@ if glob.glob("canna_dl/_native/*.c"):
                                  depends=sorted(glob.glob("canna_dl/_native/*.h")),
                                  extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]))
 
+# the core of acl_rt's caching allocator (block bookkeeping, best fit, split/merge, statistics):
+# a CPython extension that calls the runtime through function pointers taken from the loaded library
+if glob.glob("acl_rt/_native/*.c"):
+    ext_modules.append(Extension("acl_rt._native", sources=sorted(glob.glob("acl_rt/_native/*.c")),
+                                 depends=sorted(glob.glob("acl_rt/_native/*.h")),
+                                 extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-pthread"]))
+
 setup(
     ext_modules=ext_modules,
     cmdclass={"build_ext": BuildExt},

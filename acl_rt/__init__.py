@@ -21,6 +21,12 @@ from ._runtime import backend_info, device_count, finalize, init, is_initialized
 from ._device import Device, DeviceProperties, MemInfo, Utilization, current_device
 from ._stream import Event, Stream, current_stream, synchronize
 from ._memory import DeviceBuffer, DeviceMemoryResource, HostBuffer, MemoryResource, alloc, alloc_host
+from ._pool import (DebugPrintHook, MemoryHook, MemoryPool, empty_cache, get_memory_limit, max_memory_allocated,
+                    max_memory_reserved, memory_allocated, memory_reserved, memory_snapshot, memory_stats,
+                    memory_stats_as_nested_dict, memory_summary, reset_accumulated_memory_stats,
+                    reset_peak_memory_stats, set_memory_limit)
+
+from . import monitor
 
 __version__ = "0.1.0"
 
@@ -32,4 +38,8 @@ __all__ = [
     "Device", "DeviceProperties", "MemInfo", "Utilization", "current_device",
     "Event", "Stream", "current_stream", "synchronize",
     "DeviceBuffer", "DeviceMemoryResource", "HostBuffer", "MemoryResource", "alloc", "alloc_host",
+    "MemoryPool", "MemoryHook", "DebugPrintHook", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
+    "memory_snapshot", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache", "set_memory_limit",
+    "get_memory_limit", "monitor",
 ]

@@ -221,11 +221,13 @@ class Device:
 
     @property
     def memory_resource(self):
-        """Where :func:`acl_rt.alloc` takes this device's memory from (settable)."""
+        """Where :func:`acl_rt.alloc` takes this device's memory from (settable): the device's
+        caching pool (:class:`acl_rt.MemoryPool`) unless ``CANNA_NO_MEMORY_CACHING=1``, then the
+        raw :class:`acl_rt.DeviceMemoryResource`."""
         mr = self._mr
         if mr is None:
-            from ._memory import DeviceMemoryResource
-            mr = self._mr = DeviceMemoryResource(self)
+            from ._pool import default_resource
+            mr = self._mr = default_resource(self)
         return mr
 
     @memory_resource.setter

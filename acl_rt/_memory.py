@@ -1,8 +1,9 @@
 """Device and host memory: buffers, memory resources, copies and fills.
 
-A :class:`DeviceBuffer` is a range of device memory owned by a :class:`MemoryResource` (the raw
-``aclrtMalloc`` resource here; the caching pool plugs in the same way). It remembers the stream
-that last used it, copies to and from host objects (anything with the buffer protocol: bytes,
+A :class:`DeviceBuffer` is a range of device memory owned by a :class:`MemoryResource` (by
+default each device's caching pool, :class:`acl_rt.MemoryPool`; :class:`DeviceMemoryResource` is the
+raw ``aclrtMalloc`` one). It remembers the stream it was allocated on and the other streams that
+used it (:meth:`DeviceBuffer.record_stream`), so it is freed in stream order; it copies to and from host objects (anything with the buffer protocol: bytes,
 bytearray, memoryview, NumPy arrays, :class:`HostBuffer`) and other device buffers, and fills.
 
 Host memory in copies: AscendCL copies from pageable host memory are not truly asynchronous, and
@@ -53,8 +54,18 @@ class MemoryResource(abc.ABC):
 
     @abc.abstractmethod
     def deallocate(self, ptr: int, nbytes: int, *, stream: Stream | None = None) -> None:
-        """Give back memory obtained from :meth:`allocate`; ``stream`` is the last stream that used
-        it (the memory may be reused only after that stream's queued work)."""
+        """Give back memory obtained from :meth:`allocate`; ``stream`` is the stream it was used on
+        (the memory may be reused only after that stream's queued work)."""
+
+    def _record_stream(self, buf: "DeviceBuffer", stream: Stream) -> None:
+        """``buf`` is also used on ``stream`` (see :meth:`DeviceBuffer.record_stream`). The default
+        remembers the stream on the buffer; :meth:`DeviceBuffer.close` waits for it before
+        :meth:`deallocate`. Stream-ordered resources (the pool) override this."""
+        uses = buf._uses
+        if uses is None:
+            buf._uses = [stream]
+        elif not any(s == stream for s in uses):
+            uses.append(stream)
 
 
 class DeviceMemoryResource(MemoryResource):
@@ -111,12 +122,12 @@ class DeviceBuffer:
 
     Attributes:
         ptr: the device address (int).
-        size / nbytes: its length in bytes.
+        size / nbytes: its length in bytes (as requested).
         device: the :class:`Device` it lives on.
-        stream: the stream that last used it (where it is freed in order).
+        stream: the stream it was allocated on (it is freed in order on that stream).
     """
 
-    __slots__ = ("_ptr", "_size", "_mr", "_stream", "_gen", "__weakref__")
+    __slots__ = ("_ptr", "_size", "_mr", "_stream", "_gen", "_uses", "__weakref__")
 
     def __init__(self, *a, **k):
         raise TypeError("device buffers are created with acl_rt.alloc() or a MemoryResource")
@@ -129,6 +140,7 @@ class DeviceBuffer:
         self._mr = mr
         self._stream = stream
         self._gen = rt.generation()
+        self._uses = None
         return self
 
     # -- identity --------------------------------------------------------------------------------
@@ -181,10 +193,24 @@ class DeviceBuffer:
         return ffi.cast("void *", self._live(api))
 
     def record_stream(self, stream: Stream) -> None:
-        """Note that ``stream`` now uses this buffer: it is freed in order on that stream."""
+        """Mark the buffer as used by work queued on ``stream`` (PyTorch's
+        ``Tensor.record_stream``): when the buffer is freed, its memory is not reused before the
+        work queued on ``stream`` up to the free has completed. The pool records an event on each
+        such stream at free time and polls it lazily (no synchronize); the raw resource waits for
+        the streams. :meth:`copy_from`, :meth:`copy_to` and :meth:`fill` call it for the stream
+        they use; call it yourself when other code (a kernel, another library) uses :attr:`ptr` on
+        another stream.
+
+        Raises:
+            TypeError: ``stream`` is not an :class:`acl_rt.Stream`.
+            InvalidHandleError: the buffer was freed.
+        """
         if not isinstance(stream, Stream):
             raise TypeError(f"DeviceBuffer.record_stream: expected an acl_rt.Stream, not {type(stream).__name__}")
-        self._stream = stream
+        self._live("DeviceBuffer.record_stream")
+        if stream._h is self._stream._h or stream == self._stream:
+            return
+        self._mr._record_stream(self, stream)
 
     # -- copies ----------------------------------------------------------------------------------
     def copy_from(self, src, *, stream: Stream | None = None) -> None:
@@ -209,9 +235,11 @@ class DeviceBuffer:
             kind, sync = _H2D, True
         if n > self._size:
             raise InvalidArgumentError(100000, api, f"source is {n} bytes but the destination buffer has only {self._size}")
+        if s._h is not self._stream._h:
+            self.record_stream(s)
+        if kind == _D2D and src._stream._h is not s._h:
+            src.record_stream(s)
         _memcpy(dst, self._size, sp, n, kind, s, api, sync, keep)
-        if kind == _D2D and stream is not None:
-            self._stream = s
 
     def copy_to(self, dst, *, stream: Stream | None = None) -> None:
         """Copy the start of this buffer into ``dst`` (a :class:`DeviceBuffer`, :class:`HostBuffer`
@@ -234,6 +262,10 @@ class DeviceBuffer:
             kind, sync = _D2H, True
         if n > self._size:
             raise InvalidArgumentError(100000, api, f"destination is {n} bytes but this buffer has only {self._size}")
+        if s._h is not self._stream._h:
+            self.record_stream(s)
+        if kind == _D2D and dst._stream._h is not s._h:
+            dst.record_stream(s)
         _memcpy(dp, n, src, n, kind, s, api, sync, keep)
 
     def tobytes(self, *, stream: Stream | None = None) -> bytes:
@@ -252,16 +284,31 @@ class DeviceBuffer:
             raise InvalidArgumentError(100000, api, f"value must be a byte (0..255), got {v}")
         p = self._cptr(api)
         s = _resolve_stream(stream, self.device, api)
+        if s._h is not self._stream._h:
+            self.record_stream(s)
         rt.check(backend().lib.aclrtMemsetAsync(p, self._size, v, self._size, s._handle(api)), "aclrtMemsetAsync")
 
     # -- lifetime --------------------------------------------------------------------------------
     def close(self, *, stream: Stream | None = None) -> None:
-        """Give the memory back to its resource, in order on ``stream`` (default: the stream that
-        last used it). Idempotent; using the buffer afterwards raises InvalidHandleError."""
-        ptr, self._ptr = self._ptr, None
-        if ptr is None or self._gen != rt.generation() or not rt.is_initialized():
+        """Give the memory back to its resource, in stream order: after the work queued so far on
+        the stream it was allocated on, on every stream passed to :meth:`record_stream`, and on
+        ``stream`` if given. Idempotent; using the buffer afterwards raises InvalidHandleError."""
+        ptr = self._ptr
+        if ptr is None:
             return
-        self._mr.deallocate(ptr, self._size, stream=stream if stream is not None else self._stream)
+        if stream is not None and stream is not self._stream:
+            self.record_stream(stream)
+        self._ptr = None
+        st = rt._state
+        if self._gen != st.generation or not st.ready:
+            return
+        uses = self._uses
+        if uses is not None:   # a resource that is not stream-ordered: wait for the other streams
+            self._uses = None
+            for s in uses:
+                if s._alive_quiet():
+                    s._sync_raw()
+        self._mr.deallocate(ptr, self._size, stream=self._stream)
 
     free = close
 
@@ -274,7 +321,7 @@ class DeviceBuffer:
 
     def __del__(self):
         try:
-            if self._ptr is not None and self._gen == rt.generation() and rt.is_initialized():
+            if self._ptr is not None:
                 self.close()
         except Exception as e:
             try:
@@ -359,18 +406,34 @@ class HostBuffer:
 
 
 def alloc(nbytes: int, *, stream: Stream | None = None, device=None) -> DeviceBuffer:
-    """``nbytes`` bytes of device memory on ``device`` (default: the current device), from its
-    memory resource, usable in order on ``stream`` (default: the current stream).
+    """``nbytes`` bytes of device memory from the device's memory resource (by default its caching
+    pool, :class:`acl_rt.MemoryPool`), usable in order on ``stream``.
 
-    Fresh memory is not zeroed (the simulator fills it with a NaN pattern, ``0x7FFF`` per 16 bits).
+    Args:
+        nbytes: size in bytes (int > 0).
+        stream: the stream that will use it (default: the current stream of the device).
+        device: the device (default: ``stream``'s device when a stream is given, else the current
+            device).
+
+    Fresh memory is not zeroed (the simulator fills new device memory with a NaN pattern, ``0x7FFF``
+    per 16 bits; memory the pool reuses holds whatever was written before).
 
     Raises:
         TypeError: ``nbytes`` is not an int.
-        InvalidArgumentError: ``nbytes`` <= 0.
-        OutOfMemoryError: the device (or the memory limit) cannot hold it.
+        InvalidArgumentError: ``nbytes`` <= 0, or ``stream`` is on another device than ``device``.
+        OutOfMemoryError: the device (or the pool's memory limit) cannot hold it, even after the
+            pool released its cache.
     """
-    dev = Device(device)
-    return dev.memory_resource.allocate(nbytes, stream=stream)
+    if device is None:
+        if type(stream) is Stream:
+            dev = stream._device
+        else:   # the calling thread's current device, without Device()'s validation (already valid)
+            dev = Device._instances.get(getattr(rt._tls, "device_id", 0)) or Device(None)
+        mr = dev._mr
+        if mr is None:
+            mr = dev.memory_resource
+        return mr.allocate(nbytes, stream=stream)
+    return Device(device).memory_resource.allocate(nbytes, stream=stream)
 
 
 def alloc_host(nbytes: int) -> HostBuffer:

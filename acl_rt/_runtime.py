@@ -49,7 +49,14 @@ class _DeviceContext:
 
 _state = _State()
 _lock = threading.RLock()
-_tls = threading.local()
+class _ThreadState(threading.local):
+    # class-level defaults: reading a per-thread value that was never set costs no AttributeError
+    device_id = 0
+    ctx_key = None
+    streams = None
+
+
+_tls = _ThreadState()
 
 
 def _after_fork_in_child():

@@ -264,6 +264,7 @@ class Stream:
         if self._gen != rt._state.generation or not rt._state.ready:
             return
         rt.activate(self._device._id, "Stream.close")
+        _run_close_hooks(self)
         rt.check(backend().lib.aclrtDestroyStream(h), "aclrtDestroyStream")
 
     destroy = close
@@ -271,6 +272,7 @@ class Stream:
     def __del__(self):
         try:
             if self._h is not None and self._owned and self._gen == rt.generation() and rt.is_initialized():
+                _run_close_hooks(self)
                 h, self._h = self._h, None
                 rc = backend().lib.aclrtDestroyStream(h)
                 if rc:
@@ -322,6 +324,19 @@ def _wait_sliced(fn, name: str, handle, ms: int, timeout_code: int) -> None:
         if remaining >= 0:
             remaining -= step
     rt.check(rc, name)
+
+
+#: callables ``hook(stream)`` run just before an owned stream is destroyed (the memory pool uses
+#: it: blocks cached for the stream must wait for its queued work before another stream takes them)
+_close_hooks: list = []
+
+
+def _run_close_hooks(stream) -> None:
+    for hook in _close_hooks:
+        try:
+            hook(stream)
+        except Exception as e:  # closing must not fail because of a hook
+            warnings.warn(f"acl_rt: stream close hook {hook!r} failed: {e}", RuntimeWarning)
 
 
 class Event:

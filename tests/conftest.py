@@ -13,6 +13,16 @@ os.environ.setdefault("CANNA_BACKEND", "sim")
 # (CANNA_SIM_CHECK stays: running the whole suite under memcheck is useful)
 for _var in ("CANNA_SIM_DEVICES", "CANNA_SIM_SOC", "CANNA_SIM_HBM_SIZE", "CANNA_SIM_MEMORY"):
     os.environ.pop(_var, None)
+# a simulated machine of this test session only: processes of the same machine share device memory
+# and see each other (as on a device), so concurrent test runs must not meet; subprocesses inherit
+# it and belong to the session's machine. Pool statistics are published in a private folder too.
+os.environ.setdefault("CANNA_SIM_MACHINE", f"pytest-{os.getpid()}")
+if "CANNA_STATS_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    os.environ["CANNA_STATS_DIR"] = tempfile.mkdtemp(prefix="canna-stats-")
+    atexit.register(shutil.rmtree, os.environ["CANNA_STATS_DIR"], True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -120,7 +120,7 @@ def test_at_least_25_distinct_bad_inputs():
 
 def _raw_cases(L, ffi):
     cell = ffi.new("void **")
-    buf = acl_rt.alloc(64)
+    buf = acl_rt.DeviceMemoryResource(0).allocate(64)   # a raw allocation: its bounds are the runtime's
     dev = ffi.cast("void *", buf.ptr)
     host = ffi.new("char[]", 128)
     s = ffi.new("aclrtStream *")

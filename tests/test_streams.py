@@ -123,7 +123,7 @@ def test_async_error_is_reported_at_synchronize_once(acl, stream):
     from acl_rt._lib import backend
     L = backend().lib
     ran = []
-    buf = acl.alloc(256, stream=stream)
+    buf = acl.DeviceMemoryResource(0).allocate(256, stream=stream)   # fresh, poisoned memory
     assert L.aclsimLaunchFault(stream._handle("t"), 507015, b"injected aicore exception") == 0
     buf.fill(0, stream=stream)                          # work after the fault is skipped
     stream.launch_host_func(ran.append, "host func")    # host functions still run (bookkeeping)

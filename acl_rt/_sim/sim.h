@@ -9,7 +9,8 @@
  *   g_state_lock > device lock > stream lock > event lock > report lock
  *   the handle registry lock, the memory-table lock, device mem_lock / util_lock, the worker
  *   count lock and pool locks are leaves (nothing else is acquired while holding them, except
- *   that sim_mem free takes mem_lock after the table lock).
+ *   that sim_mem free takes mem_lock after the table lock, and that mem_lock / util_lock holders
+ *   may take the cross-process lock of the shared segment, sim_shm.c, the innermost of all).
  * Objects are freed only by sim_obj_unref() and their free functions take no lock.
  */
 #ifndef CANNA_SIM_H
@@ -40,6 +41,9 @@
 #endif
 #include "../_cdef/rt_funcs.h"
 #include "../_cdef/sim_funcs.h"
+#include "../_cdef/dcmi_types.h"
+#include "../_cdef/dcmi_funcs.h"
+#include "../_cdef/sim_mon_funcs.h"
 
 #define SIM_API __attribute__((visibility("default")))
 #define SIM_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -238,7 +242,8 @@ typedef struct sim_device {
     uint64_t capacity, used, peak, nallocs, nmalloc_calls, nfree_calls;
 
     pthread_mutex_t util_lock;
-    sim_util_t util[3];
+    sim_util_t *util;                /* [3]: util_local, or this process's slot of the shared segment */
+    sim_util_t util_local[3];
 
     atomic_uint_fast64_t tasks_executed;
     atomic_uint_fast64_t tasks_inline;
@@ -396,5 +401,28 @@ typedef struct sim_mem_info {
     size_t page;   /* the page size */
 } sim_mem_info_t;
 void sim_mem_lookup_info(const void *ptr, sim_mem_info_t *out);
+
+/* ------------------------------------------------------------------ processes (sim_shm.c) */
+
+/* attach to the machine's shared segment and claim this process's slot (at aclInit; idempotent) */
+void sim_shm_attach_process(void);
+/* attach without a slot (monitoring: DCMI and aclsim* readers); false when there is no segment */
+bool sim_shm_attach_reader(void);
+/* count `bytes` of device `dev` against this process, failing (false) when the machine's devices
+ * would exceed `capacity` in total; called with the device's mem_lock held */
+bool sim_shm_charge(int32_t dev, uint64_t bytes, uint64_t capacity);
+void sim_shm_uncharge(int32_t dev, uint64_t bytes);
+/* bytes of device `dev` in use by every live process of the machine (`local` without a segment) */
+uint64_t sim_shm_used_total(int32_t dev, uint64_t local);
+void sim_shm_set_open(int32_t dev, bool open);
+/* device-wide utilization in percent of engine `engine` over the last ~1 s, all processes */
+int32_t sim_shm_util_percent(sim_device_t *d, int32_t engine, uint32_t cores, uint64_t now);
+/* helpers of sim_device.c used by sim_shm.c */
+void sim_util_advance(sim_util_t *u, uint64_t now);
+long double sim_util_window(sim_util_t *u, uint64_t now, uint64_t *window_ns);
+bool sim_profile_has_hbm(void);
+/* for sim_dcmi.c: the machine-wide view (attaching as a reader when needed) */
+uint64_t sim_shm_device_used(int32_t dev);
+int32_t sim_shm_device_util(int32_t dev, int32_t engine);
 
 #endif /* CANNA_SIM_H */

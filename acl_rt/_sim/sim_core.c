@@ -284,6 +284,8 @@ static const sim_profile_t g_profiles[] = {
     {"Ascend310B1", 16ull << 30, 1, 1, 4, 4ull << 20},
 };
 
+bool sim_profile_has_hbm(void) { return strncmp(g_cfg.profile->name, "Ascend910", 9) == 0; }
+
 static const char *env_get(const char *name)
 {
     const char *v = getenv(name);
@@ -437,6 +439,7 @@ SIM_API aclError aclInit(const char *configPath)
         atomic_store(&g_dev[i].tasks_inline, 0);
     }
     atomic_store(&g_ever_inited, 1);
+    sim_shm_attach_process();
     atomic_store_explicit(&g_inited, 1, memory_order_release);
 out:
     pthread_mutex_unlock(&g_state_lock);

@@ -17,6 +17,7 @@ void sim_devices_setup(void)
         pthread_mutex_init(&d->mem_lock, NULL);
         d->capacity = g_cfg.hbm;
         pthread_mutex_init(&d->util_lock, NULL);
+        d->util = d->util_local;
         pthread_mutex_init(&d->pool.lock, NULL);
         sim_cond_init(&d->pool.cv_work);
         sim_cond_init(&d->pool.cv_done);
@@ -151,6 +152,7 @@ SIM_API aclError aclrtSetDevice(int32_t deviceId)
     }
     d->primary_refs++;
     tls_set_ctx(d->primary);
+    sim_shm_set_open(deviceId, true);
 out:
     pthread_mutex_unlock(&d->lock);
     return rc;
@@ -170,6 +172,7 @@ SIM_API aclError aclrtResetDevice(int32_t deviceId)
     }
     sim_ctx_t *c = d->primary;
     d->primary = NULL;
+    sim_shm_set_open(deviceId, false);
     pthread_mutex_unlock(&d->lock);
 
     sim_device_sync(d, -1, false, api);
@@ -442,7 +445,7 @@ SIM_API aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId)
  * start/end, plus a ring of 100 ms buckets receiving the same integral split at bucket
  * boundaries; the window is the last 10 full buckets plus the current partial one (1.0-1.1 s). */
 
-static void util_advance(sim_util_t *u, uint64_t now)
+void sim_util_advance(sim_util_t *u, uint64_t now)
 {
     if (now <= u->last)
         return;
@@ -477,7 +480,7 @@ void sim_util_begin(sim_device_t *d, int32_t engine, uint32_t cores, uint64_t no
         return;
     pthread_mutex_lock(&d->util_lock);
     sim_util_t *u = &d->util[engine];
-    util_advance(u, now);
+    sim_util_advance(u, now);
     u->active += cores;
     pthread_mutex_unlock(&d->util_lock);
 }
@@ -488,17 +491,15 @@ void sim_util_end(sim_device_t *d, int32_t engine, uint32_t cores, uint64_t now)
         return;
     pthread_mutex_lock(&d->util_lock);
     sim_util_t *u = &d->util[engine];
-    util_advance(u, now);
+    sim_util_advance(u, now);
     u->active = u->active >= cores ? u->active - cores : 0;
     pthread_mutex_unlock(&d->util_lock);
 }
 
-/* caller holds util_lock */
-static int32_t util_percent(sim_util_t *u, uint64_t now, uint32_t cores)
+/* busy core-ns in the window (the last 10 full buckets and the current one) of an advanced u;
+ * *window_ns gets the window's length */
+long double sim_util_window(sim_util_t *u, uint64_t now, uint64_t *window_ns)
 {
-    if (cores == 0)
-        return -1;
-    util_advance(u, now);
     uint64_t bnow = now / SIM_UTIL_BUCKET_NS;
     uint64_t bfirst = bnow >= SIM_UTIL_WINDOW_BUCKETS ? bnow - SIM_UTIL_WINDOW_BUCKETS : 0;
     uint64_t start = bfirst * SIM_UTIL_BUCKET_NS;
@@ -506,14 +507,8 @@ static int32_t util_percent(sim_util_t *u, uint64_t now, uint32_t cores)
     for (unsigned i = 0; i < SIM_UTIL_BUCKETS; i++)
         if (u->bucket_id[i] >= bfirst && u->bucket_id[i] <= bnow)
             sum += (long double)u->bucket_ns[i];
-    if (now <= start)
-        return 0;
-    long double pct = sum * 100.0L / ((long double)(now - start) * (long double)cores);
-    if (pct < 0)
-        pct = 0;
-    if (pct > 100)
-        pct = 100;
-    return (int32_t)(pct + 0.5L);
+    *window_ns = now > start ? now - start : 0;
+    return sum;
 }
 
 SIM_API aclError aclrtGetDeviceUtilizationRate(int32_t deviceId, aclrtUtilizationInfo *utilizationInfo)
@@ -525,10 +520,9 @@ SIM_API aclError aclrtGetDeviceUtilizationRate(int32_t deviceId, aclrtUtilizatio
         return bad_dev(api, deviceId);
     sim_device_t *d = &g_dev[deviceId];
     uint64_t now = sim_now_ns();
-    pthread_mutex_lock(&d->util_lock);
-    utilizationInfo->cubeUtilization = util_percent(&d->util[ACLSIM_ENGINE_CUBE], now, g_cfg.profile->ai_cores);
-    utilizationInfo->vectorUtilization = util_percent(&d->util[ACLSIM_ENGINE_VECTOR], now, g_cfg.profile->vector_cores);
-    pthread_mutex_unlock(&d->util_lock);
+    /* device-wide, as on the device: every process of this simulated machine counts */
+    utilizationInfo->cubeUtilization = sim_shm_util_percent(d, ACLSIM_ENGINE_CUBE, g_cfg.profile->ai_cores, now);
+    utilizationInfo->vectorUtilization = sim_shm_util_percent(d, ACLSIM_ENGINE_VECTOR, g_cfg.profile->vector_cores, now);
     utilizationInfo->aicpuUtilization = 0;
     utilizationInfo->memoryUtilization = -1;
     return ACL_SUCCESS;
@@ -564,7 +558,7 @@ SIM_API aclError aclsimGetDeviceStats(int32_t deviceId, aclsimDeviceStats *stats
     uint64_t now = sim_now_ns();
     pthread_mutex_lock(&d->util_lock);
     for (int e = 0; e < 3; e++) {
-        util_advance(&d->util[e], now);
+        sim_util_advance(&d->util[e], now);
         stats->busyNs[e] = d->util[e].cum_ns;
     }
     pthread_mutex_unlock(&d->util_lock);

@@ -182,8 +182,10 @@ static aclError dev_malloc(const char *api, void **devPtr, size_t size, aclrtMem
     if (!too_big)
         charged = round_up(size, 32) + (align32 ? 0 : 32);
     pthread_mutex_lock(&d->mem_lock);
-    if (too_big || d->used + charged > d->capacity || d->used + charged < d->used) {
-        uint64_t used = d->used, cap = d->capacity;
+    if (too_big || d->used + charged > d->capacity || d->used + charged < d->used ||
+        !sim_shm_charge(d->id, charged, d->capacity)) {
+        /* the capacity is shared by every process of the simulated machine, as on a device */
+        uint64_t used = sim_shm_used_total(d->id, d->used), cap = d->capacity;
         pthread_mutex_unlock(&d->mem_lock);
         return sim_err(ACL_ERROR_RT_MEMORY_ALLOCATION,
                        "%s: out of device memory on device %d: requested %zu bytes (%llu counted), %llu of %llu bytes "
@@ -212,6 +214,7 @@ static aclError dev_malloc(const char *api, void **devPtr, size_t size, aclrtMem
     pthread_mutex_lock(&d->mem_lock);
     if (!base) {
         d->used -= charged;
+        sim_shm_uncharge(d->id, charged);
     } else {
         d->nallocs++;
         d->nmalloc_calls++;
@@ -311,6 +314,7 @@ static aclError do_free(const char *api, void *ptr, bool host)
         sim_device_t *d = &g_dev[dev];
         pthread_mutex_lock(&d->mem_lock);
         d->used -= charged;
+        sim_shm_uncharge(d->id, charged);
         d->nallocs--;
         d->nfree_calls++;
         pthread_mutex_unlock(&d->mem_lock);
@@ -477,8 +481,9 @@ SIM_API aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free_, size_t *total
     sim_device_t *d = c->dev;
     sim_obj_unref(&c->obj);
     pthread_mutex_lock(&d->mem_lock);
+    uint64_t used = sim_shm_used_total(d->id, d->used);   /* every process of the machine */
     *total = (size_t)d->capacity;
-    *free_ = (size_t)(d->capacity > d->used ? d->capacity - d->used : 0);
+    *free_ = (size_t)(d->capacity > used ? d->capacity - used : 0);
     pthread_mutex_unlock(&d->mem_lock);
     return ACL_SUCCESS;
 }
