@@ -53,7 +53,7 @@ class DevTensor:
     ``DevTensor.from_numpy(a)``: contiguous copy of ``a``. ``DevTensor.strided(a)``: ``a``'s values in
     a non-contiguous view (reversed-order dims / padding / offset) of a larger storage."""
 
-    def __init__(self, shape, dtype, strides=None, offset=0, storage=None, stream=None, fill=None):
+    def __init__(self, shape, dtype, strides=None, offset=0, storage=None, stream=None, fill=None, raw=False):
         self.dtype = np.dtype(dtype)
         self.shape = tuple(int(s) for s in shape)
         self.itemsize = self.dtype.itemsize
@@ -68,7 +68,10 @@ class DevTensor:
             reach = sum((s - 1) * st for s, st in zip(self.shape, self.strides)) + 1 if all(self.shape) else 0
             storage = self.offset + reach
         self.storage = int(storage)
-        self.buf = acl_rt.alloc(max(self.storage * self.itemsize, 1), stream=stream)
+        # raw=True: straight from aclrtMalloc (closing really frees it), else from the caching pool
+        mr = acl_rt.DeviceMemoryResource(acl_rt.Device(0)) if raw else None
+        nbytes = max(self.storage * self.itemsize, 1)
+        self.buf = mr.allocate(nbytes, stream=stream) if raw else acl_rt.alloc(nbytes, stream=stream)
         if fill is not None:
             self.buf.fill(fill)
         self.handle = self._create()
@@ -87,9 +90,9 @@ class DevTensor:
         return ffi.gc(h, lambda p, _buf=buf, _lib=lib: _lib.aclDestroyTensor(p))
 
     @classmethod
-    def from_numpy(cls, a, stream=None):
+    def from_numpy(cls, a, stream=None, raw=False):
         a = np.ascontiguousarray(a)
-        t = cls(a.shape, a.dtype, stream=stream)
+        t = cls(a.shape, a.dtype, stream=stream, raw=raw)
         if a.size:
             t.buf.copy_from(a.reshape(-1).view(np.uint8), stream=stream)
         return t

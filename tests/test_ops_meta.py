@@ -205,7 +205,7 @@ def test_workspace_checked(stream):
 
 def test_operand_must_be_accessible(stream):
     """Freed device memory and out-of-bounds views are refused at launch, not crashed on."""
-    a = DevTensor.from_numpy(np.ones(16, np.float32), stream)
+    a = DevTensor.from_numpy(np.ones(16, np.float32), stream, raw=True)   # raw: close() really frees
     o = DevTensor((16,), np.float32)
     lib = nn()
     ws, ex = ffi.new("uint64_t *"), ffi.new("aclOpExecutor **")

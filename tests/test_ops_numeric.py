@@ -682,7 +682,7 @@ def test_runs_asynchronously_on_the_stream(stream, rng):
     rt = acl_rt._lib.backend().lib
     a = rnd((64,), np.float32, rng)
     ta = DevTensor.from_numpy(a)
-    out = DevTensor((64,), np.float32)
+    out = DevTensor((64,), np.float32, raw=True)   # fresh from aclrtMalloc: poisoned, not pooled
     assert rt.aclsimLaunchDelay(acl_rt._lib.ffi.cast("void *", stream.handle), 50000, 0, 1) == 0
     run("Exp", ta.handle, out.handle, stream=stream, sync=False)
     assert not stream.query()

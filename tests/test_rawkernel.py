@@ -419,7 +419,7 @@ def test_block_count_checked_by_the_runtime_too(add):
 
 
 def test_freed_buffer_argument(add):
-    buf = acl_rt.alloc(64)
+    buf = acl_rt.DeviceMemoryResource(acl_rt.Device(0)).allocate(64)   # raw: close() really frees
     ptr = buf.ptr
     buf.close()
     x = np.zeros(16, np.float32)
