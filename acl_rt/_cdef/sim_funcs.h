@@ -31,6 +31,7 @@ typedef struct aclsimDeviceStats {
     uint64_t busyNs[3];         /* core-nanoseconds spent per engine (index ACLSIM_ENGINE_*) */
     uint32_t aiCoreNum;         /* cores of the SoC profile */
     uint32_t vectorCoreNum;
+    uint64_t tasksAtSync;       /* of which ran on a thread synchronizing their stream (not at launch) */
 } aclsimDeviceStats;
 
 /* the simulator's own version, e.g. "0.1.0" (aclsysGetVersionStr reports the CANN version it emulates) */

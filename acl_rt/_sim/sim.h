@@ -61,6 +61,9 @@
 #define SIM_UTIL_BUCKET_NS (100ull * 1000 * 1000)     /* utilization bucket width: 100 ms */
 #define SIM_UTIL_BUCKETS 16                           /* ring of buckets (window uses ~11) */
 #define SIM_UTIL_WINDOW_BUCKETS 10                    /* full buckets in the ~1 s window */
+#define SIM_MAX_THREADS 1024                          /* CANNA_SIM_THREADS limit */
+#define SIM_SPIN_DEFAULT_NS 100000u                   /* CANNA_SIM_SPIN_US default: 100 us */
+#define SIM_KICK_DELAY_NS 30000u                      /* a deferred worker wake-up waits this long */
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -123,6 +126,8 @@ typedef struct sim_config {
     uint64_t hbm;
     int32_t memory_model;   /* ACLSIM_MEMORY_* */
     int32_t check;          /* 1 = memcheck */
+    uint32_t threads;       /* CANNA_SIM_THREADS: threads running one launch's blocks (0 = the CPUs) */
+    uint64_t spin_ns;       /* CANNA_SIM_SPIN_US: how long an idle thread spins before sleeping */
 } sim_config_t;
 
 extern sim_config_t g_cfg;
@@ -212,15 +217,21 @@ typedef struct sim_util {
 
 struct sim_pfjob;
 typedef struct sim_pool {
-    pthread_mutex_t lock;
-    pthread_cond_t cv_work;
-    pthread_cond_t cv_done;
-    struct sim_pfjob *jobs;        /* jobs with unclaimed blocks (FIFO) */
+    pthread_mutex_t lock;          /* the job list, starting and stopping */
+    struct sim_pfjob *jobs;        /* jobs that may have unclaimed blocks (FIFO) */
     struct sim_pfjob *jobs_tail;
+    _Atomic uint32_t work_gen;     /* bumped when a job is queued or the pool stops (futex word) */
+    _Atomic uint32_t sleepers;     /* pool threads asleep on work_gen */
+    _Atomic uint32_t done_gen;     /* bumped when a job completes (futex word) */
+    _Atomic uint32_t done_waiters; /* callers asleep on done_gen */
+    atomic_int stop;
     pthread_t *threads;
     uint32_t nthreads;
     bool started;
-    bool stop;
+    /* deferred wake-ups of stream workers (sim_pool_defer_wake), under lock */
+    uint32_t idle_spinners;        /* pool threads spinning for work: they also deliver wake-ups */
+    struct sim_stream *kicks;      /* streams whose worker is to be woken (each holds a reference) */
+    atomic_uint_fast64_t kick_first;   /* when the oldest pending wake-up was deferred (0: none) */
 } sim_pool_t;
 
 struct sim_ctx;
@@ -247,6 +258,7 @@ typedef struct sim_device {
 
     atomic_uint_fast64_t tasks_executed;
     atomic_uint_fast64_t tasks_inline;
+    atomic_uint_fast64_t tasks_at_sync;
 
     sim_pool_t pool;
 } sim_device_t;
@@ -307,6 +319,9 @@ typedef struct sim_stream {
 
     bool subscribed;          /* aclrtSubscribeReport */
     uint64_t sub_tid;
+
+    struct sim_stream *kick_next;   /* in dev->pool.kicks, under the pool lock */
+    bool kick_pending;              /* under the pool lock */
 } sim_stream_t;
 
 typedef struct sim_event {
@@ -336,6 +351,8 @@ struct sim_task {
     bool control;        /* control tasks run even after a sticky error */
     bool launch_failed;  /* submit failed: release must not call user callbacks */
     bool skipped;
+    bool steal;          /* a synchronizing thread may run it (cost_ns is a run-time estimate) */
+    uint64_t cost_ns;
     int32_t engine;
     uint32_t cores;
     sim_task_run_fn run;
@@ -379,6 +396,35 @@ void sim_stream_set_fault(sim_stream_t *s, aclError code, const char *msg);
 aclError sim_stream_take_error(sim_stream_t *s, const char *api);
 void sim_workers_wait_all(void);
 void sim_report_shutdown(void);
+/* caller holds s->lock and the worker sleeps with work queued: when a pool thread of the device is
+ * spinning idle, leave the wake-up to it (sim_stream_kick after SIM_KICK_DELAY_NS, unless a thread
+ * synchronizing the stream runs the work first) and return true; false: wake the worker yourself */
+bool sim_pool_defer_wake(sim_stream_t *s);
+/* wake s's worker if it sleeps with work queued and nothing running; drops the kick's reference */
+void sim_stream_kick(sim_stream_t *s);
+
+/* ------------------------------------------------------------------ scheduling (sim_sched.c) */
+
+void sim_sched_setup(void);          /* once, when the configuration is loaded */
+uint32_t sim_host_cpus(void);        /* CPUs this process may use (affinity, cgroup quota) */
+uint32_t sim_sched_cpus(void);
+uint32_t sim_sched_threads(void);    /* threads running one launch's blocks, the caller included */
+uint32_t sim_sched_busy(void);       /* the simulator's threads computing or spinning now */
+/* the calling thread computes (a task, blocks): counted in the busy threads (nests) */
+void sim_busy_enter(void);
+void sim_busy_leave(void);
+/* a bounded spin: start (false: do not spin, sleep at once), more (pause; false: stop now), stop */
+typedef struct sim_spin {
+    uint64_t t0, last;
+    uint32_t i;
+    bool reserved;
+} sim_spin_t;
+bool sim_spin_start(sim_spin_t *sp);
+bool sim_spin_more(sim_spin_t *sp);
+void sim_spin_stop(sim_spin_t *sp);
+/* futex wait while *word == val (deadline: absolute CLOCK_MONOTONIC, NULL = forever); 0 or errno */
+int sim_futex_wait(_Atomic uint32_t *word, uint32_t val, const struct timespec *deadline);
+void sim_futex_wake(_Atomic uint32_t *word, int n);
 
 /* ------------------------------------------------------------------ memory */
 

@@ -387,7 +387,24 @@ aclError sim_config_ensure(const char *api)
             goto out;
         }
     }
+    c.spin_ns = SIM_SPIN_DEFAULT_NS;
+    if ((v = env_get("CANNA_SIM_THREADS"))) {
+        if (!parse_u64(v, &u, false) || u < 1 || u > SIM_MAX_THREADS) {
+            rc = sim_err(ACL_ERROR_INVALID_PARAM, "%s: invalid CANNA_SIM_THREADS=%s (expected 1..%d)", api, v,
+                         SIM_MAX_THREADS);
+            goto out;
+        }
+        c.threads = (uint32_t)u;
+    }
+    if ((v = env_get("CANNA_SIM_SPIN_US"))) {
+        if (!parse_u64(v, &u, false) || u > 1000000) {
+            rc = sim_err(ACL_ERROR_INVALID_PARAM, "%s: invalid CANNA_SIM_SPIN_US=%s (expected 0..1000000)", api, v);
+            goto out;
+        }
+        c.spin_ns = u * 1000;
+    }
     g_cfg = c;
+    sim_sched_setup();
     sim_devices_setup();
     atomic_store_explicit(&g_cfg_loaded, 1, memory_order_release);
 out:
@@ -437,6 +454,7 @@ SIM_API aclError aclInit(const char *configPath)
         pthread_mutex_unlock(&g_dev[i].mem_lock);
         atomic_store(&g_dev[i].tasks_executed, 0);
         atomic_store(&g_dev[i].tasks_inline, 0);
+        atomic_store(&g_dev[i].tasks_at_sync, 0);
     }
     atomic_store(&g_ever_inited, 1);
     sim_shm_attach_process();

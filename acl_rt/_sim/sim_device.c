@@ -19,8 +19,6 @@ void sim_devices_setup(void)
         pthread_mutex_init(&d->util_lock, NULL);
         d->util = d->util_local;
         pthread_mutex_init(&d->pool.lock, NULL);
-        sim_cond_init(&d->pool.cv_work);
-        sim_cond_init(&d->pool.cv_done);
     }
 }
 
@@ -555,6 +553,7 @@ SIM_API aclError aclsimGetDeviceStats(int32_t deviceId, aclsimDeviceStats *stats
     pthread_mutex_unlock(&d->lock);
     stats->tasksExecuted = atomic_load(&d->tasks_executed);
     stats->tasksInline = atomic_load(&d->tasks_inline);
+    stats->tasksAtSync = atomic_load(&d->tasks_at_sync);
     uint64_t now = sim_now_ns();
     pthread_mutex_lock(&d->util_lock);
     for (int e = 0; e < 3; e++) {

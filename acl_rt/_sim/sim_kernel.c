@@ -1748,8 +1748,12 @@ static aclError launch_common(const char *api, aclrtFuncHandle funcHandle, uint3
         t->engine = ACLSIM_ENGINE_VECTOR;
         t->cores = numBlocks < g_cfg.profile->vector_cores ? numBlocks : g_cfg.profile->vector_cores;
     }
-    /* run inline (on this thread, the stream being idle) when the kernel's previous launch was short */
-    bool small = atomic_load_explicit(&f->last_ns, memory_order_relaxed) <= SIM_INLINE_COST_MAX_NS;
+    /* run inline (on this thread, the stream being idle) when the kernel's previous launch was short;
+     * a thread synchronizing the stream may run it when its previous run time is known */
+    uint64_t last = atomic_load_explicit(&f->last_ns, memory_order_relaxed);
+    bool small = last <= SIM_INLINE_COST_MAX_NS;
+    t->steal = last != UINT64_MAX;
+    t->cost_ns = last;
     rc = sim_stream_submit(s, t, small, api);   /* releases the task (and L, and f) on failure */
     sim_obj_unref(&s->obj);
     return rc;

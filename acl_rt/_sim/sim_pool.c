@@ -1,98 +1,201 @@
 /* canna simulator: the per-device pool of AI-core threads behind aclsimParallelFor.
  *
- * A job lives on its caller's stack. Pool threads and the caller claim blocks under the pool
- * lock; the caller claims blocks of its own job too, so a job always completes even when every
- * pool thread is busy with other jobs (or the pool is stopping). A call from a pool thread (a
- * block that itself calls aclsimParallelFor) runs its blocks serially on that thread. */
+ * A pool has CANNA_SIM_THREADS - 1 threads (default: the CPUs this process may use, minus one):
+ * the thread calling aclsimParallelFor -- a stream worker, or the thread that runs a task inline or
+ * while synchronizing -- runs blocks of its own job too, so together they fill the CPUs, and a job
+ * always completes even when every pool thread is busy with other jobs, the pool is stopping, or
+ * there is no pool thread at all.
+ *
+ * A job lives on its caller's stack. Blocks are claimed with an atomic counter (no lock per
+ * block), so a job may have many more blocks than threads at little cost: that balances the load
+ * when a thread starts late or loses its CPU. The job list is under the pool lock; a pool thread
+ * takes a job from it (counting itself in the job's `pending`) and the caller removes its job from
+ * the list before waiting for `pending` to reach zero, so no pool thread can touch the job after
+ * the caller returns.
+ *
+ * Idle pool threads spin for a while before sleeping (sim_sched.c decides whether spinning is
+ * worth it); a caller wakes sleeping ones with a futex only when it has blocks to spare. A call
+ * from a pool thread (a block that itself calls aclsimParallelFor) runs its blocks serially on that
+ * thread, so pool threads never wait for each other. */
 #include "sim.h"
 
 #include <signal.h>
 #include <unistd.h>
 
 typedef struct sim_pfjob {
-    struct sim_pfjob *next;
+    struct sim_pfjob *next;        /* in pool->jobs, under pool->lock */
+    bool queued;                   /* under pool->lock */
     aclsimBlockFn fn;
     void *arg;
     uint32_t n;
-    uint32_t next_block;   /* next unclaimed block */
-    uint32_t done;         /* finished blocks */
-    aclError rc;           /* result of the lowest failing block */
+    atomic_uint_fast64_t next_block;   /* next unclaimed block (may run past n) */
+    _Atomic uint32_t pending;      /* blocks not finished + pool threads holding the job */
+    aclError rc;                   /* result of the lowest failing block (under pool->lock) */
     uint32_t rc_idx;
-    bool queued;
 } sim_pfjob_t;
 
 static __thread bool tls_in_pool;
 
-/* caller holds pool->lock; claims a block of job j (removing j from the queue when it has none left) */
-static bool claim_locked(sim_pool_t *pool, sim_pfjob_t *j, uint32_t *idx)
+/* caller holds pool->lock */
+static void dequeue_locked(sim_pool_t *pool, sim_pfjob_t *j)
 {
-    if (j->next_block >= j->n)
-        return false;
-    *idx = j->next_block++;
-    if (j->next_block >= j->n && j->queued) {
-        sim_pfjob_t **pp = &pool->jobs, *prev = NULL;
-        while (*pp && *pp != j) {
-            prev = *pp;
-            pp = &(*pp)->next;
-        }
-        if (*pp) {
-            *pp = j->next;
-            if (pool->jobs_tail == j)
-                pool->jobs_tail = prev;
-        }
-        j->queued = false;
+    if (!j->queued)
+        return;
+    sim_pfjob_t **pp = &pool->jobs, *prev = NULL;
+    while (*pp && *pp != j) {
+        prev = *pp;
+        pp = &(*pp)->next;
     }
-    return true;
+    if (*pp) {
+        *pp = j->next;
+        if (pool->jobs_tail == j)
+            pool->jobs_tail = prev;
+    }
+    j->queued = false;
 }
 
-/* run block idx of j (without the lock), then account it under the lock */
-static void run_block_unlocked(sim_pool_t *pool, sim_pfjob_t *j, uint32_t idx)
+/* one unit of j->pending is done; the last one tells the waiting callers (j is not touched after
+ * the decrement: its caller may return as soon as it sees zero) */
+static void job_release(sim_pool_t *pool, sim_pfjob_t *j)
 {
-    pthread_mutex_unlock(&pool->lock);
-    aclError rc = j->fn(idx, j->n, j->arg);
-    pthread_mutex_lock(&pool->lock);
-    if (rc != ACL_SUCCESS && (j->rc == ACL_SUCCESS || idx < j->rc_idx)) {
-        j->rc = rc;
-        j->rc_idx = idx;
+    if (atomic_fetch_sub(&j->pending, 1) == 1) {
+        atomic_fetch_add(&pool->done_gen, 1);
+        if (atomic_load(&pool->done_waiters))
+            sim_futex_wake(&pool->done_gen, INT32_MAX);
     }
-    if (++j->done == j->n)
-        pthread_cond_broadcast(&pool->cv_done);
 }
+
+/* claim and run blocks of j until none is left */
+static void run_blocks(sim_pool_t *pool, sim_pfjob_t *j)
+{
+    for (;;) {
+        uint64_t idx = atomic_fetch_add_explicit(&j->next_block, 1, memory_order_relaxed);
+        if (idx >= j->n)
+            break;
+        aclError rc = j->fn((uint32_t)idx, j->n, j->arg);
+        if (SIM_UNLIKELY(rc != ACL_SUCCESS)) {
+            pthread_mutex_lock(&pool->lock);
+            if (j->rc == ACL_SUCCESS || idx < j->rc_idx) {
+                j->rc = rc;
+                j->rc_idx = (uint32_t)idx;
+            }
+            pthread_mutex_unlock(&pool->lock);
+        }
+        job_release(pool, j);
+    }
+    pthread_mutex_lock(&pool->lock);
+    dequeue_locked(pool, j);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+/* ------------------------------------------------------------------ deferred worker wake-ups */
+
+bool sim_pool_defer_wake(sim_stream_t *s)
+{
+    sim_pool_t *pool = &s->dev->pool;
+    bool deferred = false;
+    pthread_mutex_lock(&pool->lock);
+    if (pool->idle_spinners && !atomic_load(&pool->stop)) {
+        if (!s->kick_pending) {
+            s->kick_pending = true;
+            sim_obj_ref(&s->obj);
+            s->kick_next = pool->kicks;
+            pool->kicks = s;
+            if (!atomic_load_explicit(&pool->kick_first, memory_order_relaxed))
+                atomic_store_explicit(&pool->kick_first, sim_now_ns(), memory_order_relaxed);
+        }
+        deferred = true;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return deferred;
+}
+
+/* caller holds pool->lock: detach every pending wake-up */
+static sim_stream_t *kicks_take_locked(sim_pool_t *pool)
+{
+    sim_stream_t *l = pool->kicks;
+    pool->kicks = NULL;
+    atomic_store_explicit(&pool->kick_first, 0, memory_order_relaxed);
+    for (sim_stream_t *s = l; s; s = s->kick_next)
+        s->kick_pending = false;
+    return l;
+}
+
+static void kicks_deliver(sim_stream_t *l)
+{
+    while (l) {
+        sim_stream_t *next = l->kick_next;
+        sim_stream_kick(l);
+        l = next;
+    }
+}
+
+/* ------------------------------------------------------------------ pool threads */
 
 static void *pool_thread(void *arg)
 {
     sim_pool_t *pool = arg;
     tls_in_pool = true;
-    pthread_mutex_lock(&pool->lock);
     for (;;) {
-        if (pool->jobs) {
-            sim_pfjob_t *j = pool->jobs;
-            uint32_t idx;
-            if (claim_locked(pool, j, &idx))
-                run_block_unlocked(pool, j, idx);
+        uint32_t seen = atomic_load(&pool->work_gen);
+        pthread_mutex_lock(&pool->lock);
+        sim_pfjob_t *j = pool->jobs;
+        if (j)
+            atomic_fetch_add(&j->pending, 1);   /* the caller waits for us to let go of j */
+        bool stop = atomic_load(&pool->stop);
+        pthread_mutex_unlock(&pool->lock);
+        if (j) {
+            sim_busy_enter();
+            run_blocks(pool, j);
+            job_release(pool, j);
+            sim_busy_leave();
             continue;
         }
-        if (pool->stop)
+        if (stop)
             break;
-        pthread_cond_wait(&pool->cv_work, &pool->lock);
+        /* idle: spin a while for the next job (delivering deferred worker wake-ups when they are
+         * due), then sleep until one is queued */
+        sim_spin_t sp;
+        if (sim_spin_start(&sp)) {
+            pthread_mutex_lock(&pool->lock);
+            pool->idle_spinners++;
+            pthread_mutex_unlock(&pool->lock);
+            while (atomic_load_explicit(&pool->work_gen, memory_order_acquire) == seen && sim_spin_more(&sp)) {
+                uint64_t k = atomic_load_explicit(&pool->kick_first, memory_order_relaxed);
+                if (k && sim_now_ns() - k >= SIM_KICK_DELAY_NS) {
+                    pthread_mutex_lock(&pool->lock);
+                    sim_stream_t *l = kicks_take_locked(pool);
+                    pthread_mutex_unlock(&pool->lock);
+                    kicks_deliver(l);
+                }
+            }
+            pthread_mutex_lock(&pool->lock);
+            pool->idle_spinners--;
+            sim_stream_t *l = kicks_take_locked(pool);   /* nobody would deliver them now */
+            pthread_mutex_unlock(&pool->lock);
+            kicks_deliver(l);
+            sim_spin_stop(&sp);
+        }
+        if (atomic_load(&pool->work_gen) != seen)
+            continue;
+        atomic_fetch_add(&pool->sleepers, 1);
+        if (atomic_load(&pool->work_gen) == seen)
+            sim_futex_wait(&pool->work_gen, seen, NULL);
+        atomic_fetch_sub(&pool->sleepers, 1);
     }
-    pthread_mutex_unlock(&pool->lock);
     return NULL;
 }
 
 /* caller holds pool->lock */
 static void pool_start_locked(sim_pool_t *pool)
 {
-    if (pool->started || pool->stop)
+    if (pool->started || atomic_load(&pool->stop))
         return;
     pool->started = true;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus < 1)
-        cpus = 1;
-    uint32_t n = g_cfg.profile->ai_cores;
-    if ((uint64_t)n > (uint64_t)cpus * 2)
-        n = (uint32_t)(cpus * 2);
-    pool->threads = calloc(n ? n : 1, sizeof(pthread_t));
+    uint32_t n = sim_sched_threads() - 1;   /* the caller of each job is the other thread */
+    if (!n)
+        return;
+    pool->threads = calloc(n, sizeof(pthread_t));
     if (!pool->threads)
         return;
     sigset_t all, old;
@@ -117,11 +220,12 @@ void sim_pools_stop(void)
             pthread_mutex_unlock(&pool->lock);
             continue;
         }
-        pool->stop = true;
-        pthread_cond_broadcast(&pool->cv_work);
+        atomic_store(&pool->stop, 1);
         pthread_t *th = pool->threads;
         uint32_t n = pool->nthreads;
         pthread_mutex_unlock(&pool->lock);
+        atomic_fetch_add(&pool->work_gen, 1);   /* spinners see it; sleepers are woken */
+        sim_futex_wake(&pool->work_gen, INT32_MAX);
         for (uint32_t k = 0; k < n; k++)
             pthread_join(th[k], NULL);
         pthread_mutex_lock(&pool->lock);
@@ -129,7 +233,7 @@ void sim_pools_stop(void)
         pool->threads = NULL;
         pool->nthreads = 0;
         pool->started = false;
-        pool->stop = false;   /* restarted lazily after the next aclInit */
+        atomic_store(&pool->stop, 0);   /* restarted lazily after the next aclInit */
         pthread_mutex_unlock(&pool->lock);
     }
 }
@@ -147,43 +251,76 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
         return rc;
     if (!sim_dev_valid(deviceId))
         return sim_err(ACL_ERROR_RT_INVALID_DEVICEID, "%s: invalid device id %d", api, deviceId);
-    if (numBlocks == 1 || tls_in_pool) {
+    sim_pool_t *pool = &g_dev[deviceId].pool;
+    bool queued = false;
+    sim_pfjob_t job;
+    if (numBlocks > 1 && !tls_in_pool && sim_sched_threads() > 1) {
+        memset(&job, 0, sizeof job);
+        job.fn = fn;
+        job.arg = arg;
+        job.n = numBlocks;
+        atomic_init(&job.next_block, 0);
+        atomic_init(&job.pending, numBlocks);
+        pthread_mutex_lock(&pool->lock);
+        if (atomic_load(&g_inited))
+            pool_start_locked(pool);
+        if (pool->nthreads > 0 && !atomic_load(&pool->stop)) {
+            job.queued = queued = true;
+            if (pool->jobs_tail)
+                pool->jobs_tail->next = &job;
+            else
+                pool->jobs = &job;
+            pool->jobs_tail = &job;
+        }
+        uint32_t nthreads = pool->nthreads;
+        pthread_mutex_unlock(&pool->lock);
+        if (queued) {
+            sim_busy_enter();
+            atomic_fetch_add(&pool->work_gen, 1);   /* spinning pool threads take it at once */
+            uint32_t sleepers = atomic_load(&pool->sleepers);
+            if (sleepers) {
+                /* wake as many as there are blocks to spare and idle CPUs to run them */
+                uint32_t want = numBlocks - 1 < nthreads ? numBlocks - 1 : nthreads;
+                uint32_t busy = sim_sched_busy(), cpus = sim_sched_cpus();
+                uint32_t room = busy < cpus ? cpus - busy : 0;
+                if (want > room)
+                    want = room;
+                if (want > sleepers)
+                    want = sleepers;
+                if (want)
+                    sim_futex_wake(&pool->work_gen, (int)want);
+            }
+        }
+    }
+    if (!queued) {   /* serially on this thread */
         aclError first = ACL_SUCCESS;
+        sim_busy_enter();
         for (uint32_t i = 0; i < numBlocks; i++) {
             aclError r = fn(i, numBlocks, arg);
             if (r != ACL_SUCCESS && first == ACL_SUCCESS)
                 first = r;
         }
+        sim_busy_leave();
         return first;
     }
-    sim_pool_t *pool = &g_dev[deviceId].pool;
-    sim_pfjob_t job;
-    memset(&job, 0, sizeof job);
-    job.fn = fn;
-    job.arg = arg;
-    job.n = numBlocks;
-    pthread_mutex_lock(&pool->lock);
-    if (atomic_load(&g_inited))
-        pool_start_locked(pool);
-    if (pool->nthreads > 0 && !pool->stop) {
-        job.queued = true;
-        if (pool->jobs_tail)
-            pool->jobs_tail->next = &job;
-        else
-            pool->jobs = &job;
-        pool->jobs_tail = &job;
-        if (numBlocks - 1 >= pool->nthreads)
-            pthread_cond_broadcast(&pool->cv_work);
-        else
-            for (uint32_t k = 0; k + 1 < numBlocks; k++)
-                pthread_cond_signal(&pool->cv_work);
+    run_blocks(pool, &job);   /* and takes the job off the list: nobody can pick it up any more */
+    /* wait for the blocks other threads are running (and for them to let go of the job) */
+    if (atomic_load(&job.pending)) {
+        sim_spin_t sp;
+        if (sim_spin_start(&sp)) {
+            while (atomic_load_explicit(&job.pending, memory_order_acquire) && sim_spin_more(&sp))
+                ;
+            sim_spin_stop(&sp);
+        }
+        while (atomic_load(&job.pending)) {
+            uint32_t g = atomic_load(&pool->done_gen);
+            atomic_fetch_add(&pool->done_waiters, 1);
+            if (atomic_load(&job.pending))
+                sim_futex_wait(&pool->done_gen, g, NULL);
+            atomic_fetch_sub(&pool->done_waiters, 1);
+        }
     }
-    uint32_t idx;
-    while (claim_locked(pool, &job, &idx))
-        run_block_unlocked(pool, &job, idx);
-    while (job.done < job.n)
-        pthread_cond_wait(&pool->cv_done, &pool->lock);
-    pthread_mutex_unlock(&pool->lock);
+    sim_busy_leave();
     if (job.rc != ACL_SUCCESS)
         return sim_err(job.rc, "%s: block %u of %u failed with error %d", api, job.rc_idx, numBlocks, job.rc);
     return ACL_SUCCESS;

@@ -10,7 +10,6 @@ static pthread_cond_t g_wk_cv = PTHREAD_COND_INITIALIZER;
 static int g_wk_count;
 static atomic_uint_fast64_t g_err_id;
 
-#define SIM_SPIN_NS 10000u   /* spin this long before sleeping on a condition variable */
 
 /* ------------------------------------------------------------------ lifetime */
 
@@ -173,11 +172,13 @@ static void stream_exec(sim_stream_t *s, sim_task_t *t)
         t->skipped = true;
     } else {
         bool acct = t->engine == ACLSIM_ENGINE_VECTOR || t->engine == ACLSIM_ENGINE_CUBE;
+        sim_busy_enter();
         if (acct)
             sim_util_begin(s->dev, t->engine, t->cores, sim_now_ns());
         aclError rc = t->run(t, s);
         if (acct)
             sim_util_end(s->dev, t->engine, t->cores, sim_now_ns());
+        sim_busy_leave();
         if (rc != ACL_SUCCESS) {
             const char *m = sim_err_peek();
             char buf[96];
@@ -196,13 +197,16 @@ static void stream_exec(sim_stream_t *s, sim_task_t *t)
     free(t);
 }
 
-/* caller holds s->lock */
+/* caller holds s->lock. A task run on another thread (inline or at a synchronize) may have kept
+ * the worker waiting for `running` to clear: wake it when it has something to do. */
 static void stream_finish_locked(sim_stream_t *s, uint64_t seq)
 {
     atomic_store_explicit(&s->done_seq, seq, memory_order_release);
     s->running = false;
     if (s->waiters)
         pthread_cond_broadcast(&s->cv_done);
+    if (s->worker_sleeping && (s->head || s->dead))
+        pthread_cond_signal(&s->cv_work);
 }
 
 static void *stream_worker(void *arg)
@@ -223,28 +227,20 @@ static void *stream_worker(void *arg)
             stream_finish_locked(s, seq);
             continue;
         }
-        if (s->running) {   /* an inline task is executing on another thread */
+        if (s->running) {   /* a task is executing on another thread (inline, or at a synchronize) */
+            struct timespec dl;
+            sim_deadline(&dl, SIM_WORKER_IDLE_NS);
             s->worker_sleeping = true;
-            pthread_cond_wait(&s->cv_work, &s->lock);
+            pthread_cond_timedwait(&s->cv_work, &s->lock, &dl);
             s->worker_sleeping = false;
             continue;
         }
         if (s->dead)
             break;
-        /* idle: spin briefly, then sleep up to the idle limit */
-        uint64_t seen = atomic_load_explicit(&s->enq_seq, memory_order_acquire);
-        pthread_mutex_unlock(&s->lock);
-        uint64_t t0 = sim_now_ns();
-        for (unsigned i = 0;; i++) {
-            if (atomic_load_explicit(&s->enq_seq, memory_order_acquire) != seen)
-                break;
-            sim_cpu_relax();
-            if ((i & 63) == 63 && sim_now_ns() - t0 > SIM_SPIN_NS)
-                break;
-        }
-        pthread_mutex_lock(&s->lock);
-        if (s->head || s->running || s->dead)
-            continue;
+        /* idle: sleep up to the idle limit. No spinning here: a thread that synchronizes runs the
+         * queued tasks it waits for itself (stream_steal), so the worker's wake-up latency only
+         * delays work nobody is waiting for yet, and a spinning worker would take a CPU from the
+         * AI-core threads. */
         struct timespec dl;
         sim_deadline(&dl, SIM_WORKER_IDLE_NS);
         s->worker_sleeping = true;
@@ -323,8 +319,6 @@ aclError sim_stream_submit(sim_stream_t *s, sim_task_t *t, bool small, const cha
         stream_exec(s, t);
         pthread_mutex_lock(&s->lock);
         stream_finish_locked(s, seq);
-        if (s->worker_alive)
-            pthread_cond_signal(&s->cv_work);
         bool dead = s->dead;
         pthread_mutex_unlock(&s->lock);
         atomic_fetch_add_explicit(&s->dev->tasks_inline, 1, memory_order_relaxed);
@@ -348,7 +342,11 @@ aclError sim_stream_submit(sim_stream_t *s, sim_task_t *t, bool small, const cha
         s->head = t;
     s->tail = t;
     atomic_store_explicit(&s->enq_seq, seq, memory_order_release);
-    if (s->worker_sleeping)
+    /* Waking a sleeping thread costs the waker ~10 us on a small virtual machine. When an AI-core
+     * thread is spinning idle, it delivers the wake-up a little later instead (nothing is lost:
+     * a thread that synchronizes runs the task itself meanwhile, and otherwise the worker starts
+     * it SIM_KICK_DELAY_NS later). */
+    if (s->worker_sleeping && !(t->steal && !g_cfg.check && sim_pool_defer_wake(s)))
         pthread_cond_signal(&s->cv_work);
     pthread_mutex_unlock(&s->lock);
     return ACL_SUCCESS;
@@ -360,20 +358,74 @@ fail:
     return rc;
 }
 
+void sim_stream_kick(sim_stream_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->worker_sleeping && s->head && !s->running)
+        pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->lock);
+    sim_obj_unref(&s->obj);
+}
+
 /* ------------------------------------------------------------------ waiting */
+
+/* Run the stream's next queued task on this (synchronizing) thread when nothing runs on the
+ * stream, the task allows it, is queued at or before `target`, and its estimated cost fits before
+ * the deadline. The caller would only wait for the worker to do it: running it here saves the
+ * handoff (the worker's wake-up) and lets this thread take part in the task's AI-core blocks. The
+ * launch stayed asynchronous: the worker was woken at submit and runs whatever is left. Never in
+ * memcheck mode (work runs on the stream's own thread there). true when a task was run. */
+static bool stream_steal(sim_stream_t *s, uint64_t target, const struct timespec *deadline)
+{
+    if (g_cfg.check)
+        return false;
+    pthread_mutex_lock(&s->lock);
+    sim_task_t *t = s->head;
+    if (s->running || !t || !t->steal || t->seq > target) {
+        pthread_mutex_unlock(&s->lock);
+        return false;
+    }
+    if (deadline) {
+        uint64_t dl = (uint64_t)deadline->tv_sec * 1000000000ull + (uint64_t)deadline->tv_nsec, now = sim_now_ns();
+        if (now >= dl || t->cost_ns > dl - now) {
+            pthread_mutex_unlock(&s->lock);
+            return false;
+        }
+    }
+    s->head = t->next;
+    if (!s->head)
+        s->tail = NULL;
+    s->running = true;
+    uint64_t seq = t->seq;
+    pthread_mutex_unlock(&s->lock);
+    stream_exec(s, t);
+    pthread_mutex_lock(&s->lock);
+    stream_finish_locked(s, seq);
+    bool dead = s->dead;
+    pthread_mutex_unlock(&s->lock);
+    atomic_fetch_add_explicit(&s->dev->tasks_at_sync, 1, memory_order_relaxed);
+    if (dead)
+        stream_maybe_unlist(s);
+    return true;
+}
 
 /* wait until done_seq >= target; deadline NULL = forever. true when reached. */
 static bool stream_wait_seq(sim_stream_t *s, uint64_t target, const struct timespec *deadline)
 {
-    if (atomic_load_explicit(&s->done_seq, memory_order_acquire) >= target)
-        return true;
-    uint64_t t0 = sim_now_ns();
-    for (unsigned i = 0;; i++) {
+    for (;;) {
         if (atomic_load_explicit(&s->done_seq, memory_order_acquire) >= target)
             return true;
-        sim_cpu_relax();
-        if ((i & 63) == 63 && sim_now_ns() - t0 > SIM_SPIN_NS)
+        if (!stream_steal(s, target, deadline))
             break;
+    }
+    sim_spin_t sp;
+    if (sim_spin_start(&sp)) {
+        bool reached = false;
+        while (!(reached = atomic_load_explicit(&s->done_seq, memory_order_acquire) >= target) && sim_spin_more(&sp))
+            ;
+        sim_spin_stop(&sp);
+        if (reached)
+            return true;
     }
     bool ok = true;
     pthread_mutex_lock(&s->lock);
@@ -600,6 +652,8 @@ SIM_API aclError aclsimLaunchTask(aclrtStream stream, aclsimTaskFn fn, void *arg
     t->u.user.fn = fn;
     t->u.user.arg = arg;
     t->u.user.rel = release;
+    t->steal = true;
+    t->cost_ns = costNs;
     rc = sim_stream_submit(s, t, costNs <= SIM_INLINE_COST_MAX_NS, api);
     sim_obj_unref(&s->obj);
     return rc;
