@@ -55,8 +55,8 @@
 #define SIM_MAX_STREAMS_PER_DEVICE 1984
 #define SIM_MSG_MAX 512
 #define SIM_WORKER_IDLE_NS (2000ull * 1000 * 1000)   /* a stream worker exits after ~2 s idle */
-#define SIM_INLINE_COPY_MAX (64u * 1024u)            /* memcpy/memset inline threshold (bytes) */
-#define SIM_INLINE_COST_MAX_NS 20000u                 /* aclsimLaunchTask inline threshold */
+#define SIM_INLINE_COPY_MAX (1024u * 1024u)          /* memcpy/memset inline threshold (bytes) */
+#define SIM_INLINE_COST_MAX_NS 100000u                /* aclsimLaunchTask / kernel inline threshold */
 #define SIM_FREED_RING 4096                           /* remembered freed ranges */
 #define SIM_UTIL_BUCKET_NS (100ull * 1000 * 1000)     /* utilization bucket width: 100 ms */
 #define SIM_UTIL_BUCKETS 16                           /* ring of buckets (window uses ~11) */
@@ -64,6 +64,7 @@
 #define SIM_MAX_THREADS 1024                          /* CANNA_SIM_THREADS limit */
 #define SIM_SPIN_DEFAULT_NS 100000u                   /* CANNA_SIM_SPIN_US default: 100 us */
 #define SIM_KICK_DELAY_NS 30000u                      /* a deferred worker wake-up waits this long */
+#define SIM_WAKE_MIN_NS 100000u                       /* wake a sleeping AI-core thread for this much work */
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -371,6 +372,8 @@ struct sim_task {
 };
 
 extern __thread sim_stream_t *tls_running_stream;
+/* cost estimate (ns) of the task the calling thread runs; UINT64_MAX: unknown, or not in a task */
+extern __thread uint64_t tls_task_cost_ns;
 
 /* resolve a stream handle (NULL = current context's default stream); returns a reference */
 aclError sim_stream_resolve(aclrtStream h, const char *api, sim_stream_t **out);

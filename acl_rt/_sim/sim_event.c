@@ -217,6 +217,7 @@ static aclError event_task(const char *api, aclrtEvent event, aclrtStream stream
     }
     t->control = true;
     t->steal = mode != 1;   /* records and resets are instant: a synchronizing thread may run them */
+    t->cost_ns = 0;
     t->run = run;
     t->release = release_ev;
     sim_obj_ref(&e->obj);

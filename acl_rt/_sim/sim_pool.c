@@ -132,6 +132,55 @@ static void kicks_deliver(sim_stream_t *l)
 
 /* ------------------------------------------------------------------ pool threads */
 
+/* wake up to `want` sleeping pool threads, no more than there are idle CPUs to run them */
+static void wake_sleepers(sim_pool_t *pool, uint32_t want, uint32_t nthreads)
+{
+    uint32_t sleepers = atomic_load(&pool->sleepers);
+    if (!sleepers)
+        return;
+    uint32_t busy = sim_sched_busy(), cpus = sim_sched_cpus();
+    uint32_t room = busy < cpus ? cpus - busy : 0;
+    if (want > nthreads)
+        want = nthreads;
+    if (want > room)
+        want = room;
+    if (want > sleepers)
+        want = sleepers;
+    if (want)
+        sim_futex_wake(&pool->work_gen, (int)want);
+}
+
+/* the caller's first blocks of a job estimated short: run them one by one, measuring, and wake
+ * sleeping pool threads as soon as the blocks left look worth SIM_WAKE_MIN_NS of work */
+static void run_blocks_timed(sim_pool_t *pool, sim_pfjob_t *j, uint32_t nthreads)
+{
+    uint64_t t0 = sim_now_ns(), ran = 0;
+    for (;;) {
+        uint64_t idx = atomic_fetch_add_explicit(&j->next_block, 1, memory_order_relaxed);
+        if (idx >= j->n)
+            return;
+        aclError rc = j->fn((uint32_t)idx, j->n, j->arg);
+        if (SIM_UNLIKELY(rc != ACL_SUCCESS)) {
+            pthread_mutex_lock(&pool->lock);
+            if (j->rc == ACL_SUCCESS || idx < j->rc_idx) {
+                j->rc = rc;
+                j->rc_idx = (uint32_t)idx;
+            }
+            pthread_mutex_unlock(&pool->lock);
+        }
+        job_release(pool, j);
+        ran++;
+        uint64_t claimed = atomic_load_explicit(&j->next_block, memory_order_relaxed);
+        if (claimed >= j->n)
+            return;
+        uint64_t left = j->n - claimed, per = (sim_now_ns() - t0) / ran;
+        if (left * per >= SIM_WAKE_MIN_NS) {
+            wake_sleepers(pool, (uint32_t)(left < nthreads ? left : nthreads), nthreads);
+            return;
+        }
+    }
+}
+
 static void *pool_thread(void *arg)
 {
     sim_pool_t *pool = arg;
@@ -252,7 +301,8 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
     if (!sim_dev_valid(deviceId))
         return sim_err(ACL_ERROR_RT_INVALID_DEVICEID, "%s: invalid device id %d", api, deviceId);
     sim_pool_t *pool = &g_dev[deviceId].pool;
-    bool queued = false;
+    bool queued = false, lazy_wake = false;
+    uint32_t nthreads = 0;
     sim_pfjob_t job;
     if (numBlocks > 1 && !tls_in_pool && sim_sched_threads() > 1) {
         memset(&job, 0, sizeof job);
@@ -272,24 +322,18 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
                 pool->jobs = &job;
             pool->jobs_tail = &job;
         }
-        uint32_t nthreads = pool->nthreads;
+        nthreads = pool->nthreads;
         pthread_mutex_unlock(&pool->lock);
         if (queued) {
             sim_busy_enter();
             atomic_fetch_add(&pool->work_gen, 1);   /* spinning pool threads take it at once */
-            uint32_t sleepers = atomic_load(&pool->sleepers);
-            if (sleepers) {
-                /* wake as many as there are blocks to spare and idle CPUs to run them */
-                uint32_t want = numBlocks - 1 < nthreads ? numBlocks - 1 : nthreads;
-                uint32_t busy = sim_sched_busy(), cpus = sim_sched_cpus();
-                uint32_t room = busy < cpus ? cpus - busy : 0;
-                if (want > room)
-                    want = room;
-                if (want > sleepers)
-                    want = sleepers;
-                if (want)
-                    sim_futex_wake(&pool->work_gen, (int)want);
-            }
+            /* sleeping ones take ~10 us of this thread to wake and tens of us to arrive: worth it
+             * only for a task estimated long enough (or of unknown length); otherwise decide once
+             * the first blocks have shown how long the rest will take */
+            if (tls_task_cost_ns >= SIM_WAKE_MIN_NS)
+                wake_sleepers(pool, numBlocks - 1, nthreads);
+            else
+                lazy_wake = true;
         }
     }
     if (!queued) {   /* serially on this thread */
@@ -303,6 +347,8 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
         sim_busy_leave();
         return first;
     }
+    if (lazy_wake)
+        run_blocks_timed(pool, &job, nthreads);
     run_blocks(pool, &job);   /* and takes the job off the list: nobody can pick it up any more */
     /* wait for the blocks other threads are running (and for them to let go of the job) */
     if (atomic_load(&job.pending)) {

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 __thread sim_stream_t *tls_running_stream;
+__thread uint64_t tls_task_cost_ns = UINT64_MAX;
 
 static pthread_mutex_t g_wk_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_wk_cv = PTHREAD_COND_INITIALIZER;
@@ -160,7 +161,13 @@ aclError sim_stream_take_error(sim_stream_t *s, const char *api)
 
 /* ------------------------------------------------------------------ execution */
 
-sim_task_t *sim_task_new(void) { return calloc(1, sizeof(sim_task_t)); }
+sim_task_t *sim_task_new(void)
+{
+    sim_task_t *t = calloc(1, sizeof(sim_task_t));
+    if (t)
+        t->cost_ns = UINT64_MAX;
+    return t;
+}
 
 static void stream_exec(sim_stream_t *s, sim_task_t *t)
 {
@@ -172,6 +179,8 @@ static void stream_exec(sim_stream_t *s, sim_task_t *t)
         t->skipped = true;
     } else {
         bool acct = t->engine == ACLSIM_ENGINE_VECTOR || t->engine == ACLSIM_ENGINE_CUBE;
+        uint64_t prev_cost = tls_task_cost_ns;
+        tls_task_cost_ns = t->cost_ns;
         sim_busy_enter();
         if (acct)
             sim_util_begin(s->dev, t->engine, t->cores, sim_now_ns());
@@ -179,6 +188,7 @@ static void stream_exec(sim_stream_t *s, sim_task_t *t)
         if (acct)
             sim_util_end(s->dev, t->engine, t->cores, sim_now_ns());
         sim_busy_leave();
+        tls_task_cost_ns = prev_cost;
         if (rc != ACL_SUCCESS) {
             const char *m = sim_err_peek();
             char buf[96];

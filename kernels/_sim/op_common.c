@@ -61,7 +61,7 @@ static aclError pack_run(nn_exec_t *ex, int ct, void *buf, const nn_view_t *v, b
         return ACL_SUCCESS;
     pack_job_t j = {ct, buf, v, nn_rows(v), 0, unpack};
     int64_t cols = v->numel / j.rows;
-    uint32_t nb = nn_blocks(ex, v->numel, 256 * 1024);
+    uint32_t nb = nn_blocks(ex, v->numel, NN_BLOCK_GRAIN);
     j.per = (j.rows + nb - 1) / nb;
     nb = (uint32_t)((j.rows + j.per - 1) / j.per);
     (void)cols;

@@ -325,7 +325,7 @@ static aclError ew_run(nn_exec_t *ex)
     j.k = g_kern[p->op][p->ct];
     for (int k = 0; k < 1 + p->nin; k++)
         j.base[k] = p->view[k] < 0 ? (char *)p->sval : ex->v[p->view[k]].data;
-    uint32_t nb = nn_blocks(ex, p->numel * op_weight(p->op), 256 * 1024);
+    uint32_t nb = nn_blocks(ex, p->numel * op_weight(p->op), NN_BLOCK_GRAIN);
     int64_t per = (p->numel + nb - 1) / nb;
     per = (per + 63) & ~(int64_t)63;
     j.per = per;

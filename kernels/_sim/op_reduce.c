@@ -227,7 +227,7 @@ static aclError rd_run(nn_exec_t *ex)
         if (!j.partial)
             return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
     }
-    uint32_t nb = nn_blocks(ex, p->nout * p->nred, 256 * 1024);
+    uint32_t nb = nn_blocks(ex, p->nout * p->nred, NN_BLOCK_GRAIN);
     if ((int64_t)nb > j.items)
         nb = (uint32_t)j.items;
     j.per = (j.items + nb - 1) / nb;

@@ -309,6 +309,13 @@ aclnnStatus nn_launch(const char *api, void *workspace, uint64_t workspaceSize, 
             return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: executor must not be NULL", api);          \
     } while (0)
 
+/* Streaming work (elements, weighted by cost) per block of elementwise ops, reductions and packing.
+ * Blocks are claimed dynamically by the simulator's AI-core threads (aclsimParallelFor), so more
+ * blocks than threads cost next to nothing (~0.1 us each) and let a thread that starts late (a
+ * sleeping one takes ~20-50 us to wake on a small virtual machine) or loses its CPU still take a
+ * share: ~64K elements (~10-30 us of work) keeps the tail short without measurable overhead. */
+#define NN_BLOCK_GRAIN (64 * 1024)
+
 /* number of AI-core blocks worth using for `work` units of `grain` each (>= 1, <= cores) */
 uint32_t nn_blocks(const nn_exec_t *ex, int64_t work, int64_t grain);
 /* run fn over nblocks blocks on the executor's device */
