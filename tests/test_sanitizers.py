@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIM_SOURCES = sorted(glob.glob(os.path.join(ROOT, "acl_rt", "_sim", "*.c")))
 FLAGS = ["-O1", "-g", "-fPIC", "-pthread", "-std=gnu11", "-fvisibility=hidden", "-fno-omit-frame-pointer",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-shared"]
-SUITE = ["tests/test_streams.py", "tests/test_memory.py", "tests/test_bad_input.py", "tests/test_runtime.py"]
+SUITE = ["tests/test_streams.py", "tests/test_memory.py", "tests/test_bad_input.py", "tests/test_runtime.py",
+         "tests/test_sim_exec.py"]
 
 
 def _libasan():
