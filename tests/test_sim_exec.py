@@ -301,3 +301,36 @@ def test_kernel_faults_are_contained_wherever_blocks_run():
         """ % KERNELS, timeout=300).stdout
     assert "CODES [(507015, True)] RAN True" in out
     assert "TIMEOUT 507014" in out and "DONE" in out
+
+
+# ------------------------------------------------------------------ large copies and fills (split into pieces)
+
+@pytest.mark.parametrize("n", [(5 << 20) + 3, 1 << 21])
+def test_large_copies_and_fills_are_exact(acl, rt, stream, n):
+    import numpy as np
+    lib, ffi = rt
+    rng = np.random.default_rng(n)
+    host = rng.integers(0, 256, n, dtype=np.uint8)
+    a, b = acl.alloc(n + 64, stream=stream), acl.alloc(n + 64, stream=stream)
+    a.copy_from(host, stream=stream)                          # H2D, queued
+    b.copy_from(a, stream=stream)                             # D2D, queued
+    out = np.empty(n, np.uint8)
+    b.copy_to(out, stream=stream)                             # D2H
+    stream.synchronize()
+    assert np.array_equal(out, host)
+    b.fill(0xA5, stream=stream)
+    stream.synchronize()
+    assert b.tobytes() == b"\xa5" * (n + 64)
+    # synchronous copy and memset on the calling thread
+    assert lib.aclrtMemcpy(ffi.cast("void *", b.ptr), n, ffi.cast("void *", a.ptr), n, 3) == 0
+    assert lib.aclrtMemset(ffi.cast("void *", b.ptr + n), 64, 7, 64) == 0
+    got = np.frombuffer(b.tobytes(), np.uint8)
+    assert np.array_equal(got[:n], host) and (got[n:] == 7).all()
+    # overlapping ranges of one allocation keep memmove's meaning (copied as if through a buffer)
+    shift = (1 << 20) + 5
+    assert lib.aclrtMemcpy(ffi.cast("void *", b.ptr + shift), n + 64 - shift, ffi.cast("void *", b.ptr),
+                           n - shift, 3) == 0
+    got = np.frombuffer(b.tobytes(), np.uint8)
+    assert np.array_equal(got[shift:n], host[:n - shift]) and np.array_equal(got[:shift], host[:shift])
+    a.close()
+    b.close()

@@ -428,6 +428,9 @@ void sim_spin_stop(sim_spin_t *sp);
 /* futex wait while *word == val (deadline: absolute CLOCK_MONOTONIC, NULL = forever); 0 or errno */
 int sim_futex_wait(_Atomic uint32_t *word, uint32_t val, const struct timespec *deadline);
 void sim_futex_wake(_Atomic uint32_t *word, int n);
+/* memmove / memset of n bytes, spread over device dev's AI-core threads when large (sim_pool.c) */
+void sim_parallel_memmove(int32_t dev, void *dst, const void *src, size_t n);
+void sim_parallel_memset(int32_t dev, void *dst, int value, size_t n);
 
 /* ------------------------------------------------------------------ memory */
 

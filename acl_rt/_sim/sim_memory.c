@@ -562,25 +562,25 @@ SIM_API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t 
     aclError rc = sim_need_ctx(api, &c);
     if (rc)
         return rc;
+    int32_t dev = c->dev->id;
     sim_obj_unref(&c->obj);
     copy_plan_t plan;
     rc = copy_check(api, dst, destMax, src, count, kind, &plan);
     if (rc || plan.noop)
         return rc;
-    memmove(dst, src, count);
+    sim_parallel_memmove(dev, dst, src, count);
     return ACL_SUCCESS;
 }
 
 static aclError run_copy(sim_task_t *t, sim_stream_t *s)
 {
-    (void)s;
     if (t->u.copy.dst_dev && !sim_mem_still_live(t->u.copy.dst, t->u.copy.n))
         return sim_err(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpyAsync: destination %p was freed before the copy ran",
                        t->u.copy.dst);
     if (t->u.copy.src_dev && !sim_mem_still_live(t->u.copy.src, t->u.copy.n))
         return sim_err(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpyAsync: source %p was freed before the copy ran",
                        (void *)t->u.copy.src);
-    memmove(t->u.copy.dst, t->u.copy.src, t->u.copy.n);
+    sim_parallel_memmove(s->dev->id, t->u.copy.dst, t->u.copy.src, t->u.copy.n);
     return ACL_SUCCESS;
 }
 
@@ -619,6 +619,8 @@ SIM_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, si
     t->u.copy.staging = staging;
     t->u.copy.dst_dev = plan.dst_where == SIM_PTR_DEVICE;
     t->u.copy.src_dev = !staging && plan.src_where == SIM_PTR_DEVICE;
+    t->steal = true;                 /* a synchronizing thread may run it: ~16 bytes per ns */
+    t->cost_ns = count / 16;
     rc = sim_stream_submit(s, t, count <= SIM_INLINE_COPY_MAX, api);
 out:
     sim_obj_unref(&s->obj);
@@ -647,21 +649,21 @@ SIM_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_
     aclError rc = sim_need_ctx(api, &c);
     if (rc)
         return rc;
+    int32_t dev = c->dev->id;
     sim_obj_unref(&c->obj);
     int where = SIM_PTR_HOST;
     rc = memset_check(api, devPtr, maxCount, count, &where);
     if (rc || count == 0)
         return rc;
-    memset(devPtr, value & 0xFF, count);
+    sim_parallel_memset(dev, devPtr, value & 0xFF, count);
     return ACL_SUCCESS;
 }
 
 static aclError run_memset(sim_task_t *t, sim_stream_t *s)
 {
-    (void)s;
     if (t->u.set.dev && !sim_mem_still_live(t->u.set.ptr, t->u.set.n))
         return sim_err(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemsetAsync: %p was freed before the memset ran", t->u.set.ptr);
-    memset(t->u.set.ptr, t->u.set.value, t->u.set.n);
+    sim_parallel_memset(s->dev->id, t->u.set.ptr, t->u.set.value, t->u.set.n);
     return ACL_SUCCESS;
 }
 
@@ -687,6 +689,8 @@ SIM_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, 
     t->u.set.n = count;
     t->u.set.value = value & 0xFF;
     t->u.set.dev = where == SIM_PTR_DEVICE;
+    t->steal = true;
+    t->cost_ns = count / 32;
     rc = sim_stream_submit(s, t, count <= SIM_INLINE_COPY_MAX, api);
 out:
     sim_obj_unref(&s->obj);

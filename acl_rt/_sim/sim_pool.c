@@ -371,3 +371,55 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
         return sim_err(job.rc, "%s: block %u of %u failed with error %d", api, job.rc_idx, numBlocks, job.rc);
     return ACL_SUCCESS;
 }
+
+/* ------------------------------------------------------------------ large copies and fills */
+
+/* Copies and fills of at least 2 chunks are cut into SIM_COPY_CHUNK pieces spread over the AI-core
+ * threads: one core rarely saturates the memory bandwidth of a host (it does on a small virtual
+ * machine, where this costs next to nothing). Overlapping ranges (a memmove) stay serial. */
+#define SIM_COPY_CHUNK ((size_t)1 << 20)
+
+typedef struct copy_job {
+    char *dst;
+    const char *src;
+    size_t n;
+    int value;
+} copy_job_t;
+
+static aclError copy_block(uint32_t i, uint32_t nb, void *arg)
+{
+    (void)nb;
+    copy_job_t *j = arg;
+    size_t lo = (size_t)i * SIM_COPY_CHUNK, len = j->n - lo < SIM_COPY_CHUNK ? j->n - lo : SIM_COPY_CHUNK;
+    if (j->src)
+        memcpy(j->dst + lo, j->src + lo, len);
+    else
+        memset(j->dst + lo, j->value, len);
+    return ACL_SUCCESS;
+}
+
+static bool copy_split(int32_t dev, copy_job_t *j)
+{
+    if (j->n < 2 * SIM_COPY_CHUNK || sim_sched_threads() < 2 || !sim_dev_valid(dev))
+        return false;
+    size_t nb = (j->n + SIM_COPY_CHUNK - 1) / SIM_COPY_CHUNK;
+    if (nb > UINT32_MAX)
+        return false;
+    return aclsimParallelFor(dev, (uint32_t)nb, copy_block, j) == ACL_SUCCESS;
+}
+
+void sim_parallel_memmove(int32_t dev, void *dst, const void *src, size_t n)
+{
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    copy_job_t j = {dst, src, n, 0};
+    if ((d + n <= s || s + n <= d) && copy_split(dev, &j))
+        return;
+    memmove(dst, src, n);
+}
+
+void sim_parallel_memset(int32_t dev, void *dst, int value, size_t n)
+{
+    copy_job_t j = {dst, NULL, n, value};
+    if (!copy_split(dev, &j))
+        memset(dst, value, n);
+}
