@@ -334,3 +334,25 @@ def test_large_copies_and_fills_are_exact(acl, rt, stream, n):
     assert np.array_equal(got[shift:n], host[:n - shift]) and np.array_equal(got[:shift], host[:shift])
     a.close()
     b.close()
+
+
+def test_the_library_stays_mapped_while_its_threads_run(py):
+    # cffi dlclose()s a library whose object is collected (at interpreter exit, say) while the
+    # simulator's threads (AI-core threads, stream workers, the kernel watchdog) still run in it: the
+    # library pins itself so they never lose their code under them (it was a crash at exit)
+    out = py("""
+        import gc, os, time, acl_rt
+        from acl_rt._lib import backend, ffi
+        acl_rt.init(); acl_rt.Device(0).set_current()
+        cb = ffi.callback("aclsimBlockFn", lambda i, n, a: 0)
+        assert backend().lib.aclsimParallelFor(0, 64, cb, ffi.NULL) == 0   # AI-core threads spin now
+        s = acl_rt.Device(0).create_stream(); s.synchronize()
+        path = os.path.realpath(acl_rt.backend_info()["library"])
+        libs = [o for o in gc.get_objects() if type(o).__module__ == "_cffi_backend" and type(o).__name__ == "Lib"]
+        for o in libs:                                                    # every handle this process holds
+            ffi.dlclose(o)
+        time.sleep(0.3)                                                   # threads spin, wake, time out
+        print("MAPPED", len(libs) > 0, any(path in line for line in open("/proc/self/maps")))
+        os._exit(0)
+        """, env={"CANNA_SIM_SPIN_US": "200000"}).stdout.split()
+    assert out == ["MAPPED", "True", "True"]

@@ -338,13 +338,18 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
     }
     if (!queued) {   /* serially on this thread */
         aclError first = ACL_SUCCESS;
+        uint32_t first_idx = 0;
         sim_busy_enter();
         for (uint32_t i = 0; i < numBlocks; i++) {
             aclError r = fn(i, numBlocks, arg);
-            if (r != ACL_SUCCESS && first == ACL_SUCCESS)
+            if (r != ACL_SUCCESS && first == ACL_SUCCESS) {
                 first = r;
+                first_idx = i;
+            }
         }
         sim_busy_leave();
+        if (first != ACL_SUCCESS && numBlocks > 1)   /* as when the blocks are spread (one block: its own message) */
+            return sim_err(first, "%s: block %u of %u failed with error %d", api, first_idx, numBlocks, first);
         return first;
     }
     if (lazy_wake)

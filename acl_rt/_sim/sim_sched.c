@@ -17,6 +17,7 @@
  * Sleeping uses futexes (sim_futex_*) for the AI-core pool and condition variables elsewhere. */
 #include "sim.h"
 
+#include <dlfcn.h>
 #include <limits.h>
 #include <sched.h>
 #include <unistd.h>
@@ -25,6 +26,17 @@
 
 #define SIM_PREEMPT_NS 50000ull         /* a spinner that lost the CPU this long was preempted */
 #define SIM_QUIET_NS (20ull * 1000 * 1000)   /* then nobody spins for this long */
+
+/* The library starts threads that outlive any call into it (AI-core threads, stream workers, the
+ * kernel watchdog). A loader that unloads it while they run -- cffi dlclose()s a library when its
+ * Python object is collected, e.g. at interpreter shutdown -- would pull the code from under them
+ * (a crash at exit). Pin it once loaded: RTLD_NODELETE keeps it mapped until the process ends. */
+__attribute__((constructor)) static void sim_pin_library(void)
+{
+    Dl_info info;
+    if (dladdr((void *)&sim_pin_library, &info) && info.dli_fname)
+        (void)dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+}
 
 static uint32_t g_cpus = 1;
 static uint32_t g_threads = 1;
