@@ -327,7 +327,7 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
         if (queued) {
             sim_busy_enter();
             atomic_fetch_add(&pool->work_gen, 1);   /* spinning pool threads take it at once */
-            /* sleeping ones take ~10 us of this thread to wake and tens of us to arrive: worth it
+            /* sleeping ones take 4-10 us of this thread to wake and tens of us to arrive: worth it
              * only for a task estimated long enough (or of unknown length); otherwise decide once
              * the first blocks have shown how long the rest will take */
             if (tls_task_cost_ns >= SIM_WAKE_MIN_NS)

@@ -352,7 +352,7 @@ aclError sim_stream_submit(sim_stream_t *s, sim_task_t *t, bool small, const cha
         s->head = t;
     s->tail = t;
     atomic_store_explicit(&s->enq_seq, seq, memory_order_release);
-    /* Waking a sleeping thread costs the waker ~10 us on a small virtual machine. When an AI-core
+    /* Waking a sleeping thread costs the waker 4-10 us on a small virtual machine. When an AI-core
      * thread is spinning idle, it delivers the wake-up a little later instead (nothing is lost:
      * a thread that synchronizes runs the task itself meanwhile, and otherwise the worker starts
      * it SIM_KICK_DELAY_NS later). */
