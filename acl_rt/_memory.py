@@ -14,13 +14,15 @@ wait for their stream before returning. Copies with a :class:`HostBuffer` (page-
 from __future__ import annotations
 
 import abc
+import collections
+import threading
 import warnings
 
 from . import _runtime as rt
 from ._device import Device
 from ._errors import InvalidArgumentError, InvalidHandleError
 from ._lib import backend, ffi
-from ._stream import Stream, _resolve_stream
+from ._stream import Event, Stream, _resolve_stream, drain
 
 __all__ = ["MemoryResource", "DeviceMemoryResource", "DeviceBuffer", "HostBuffer", "alloc", "alloc_host"]
 
@@ -93,7 +95,7 @@ class DeviceMemoryResource(MemoryResource):
 
     def deallocate(self, ptr: int, nbytes: int, *, stream: Stream | None = None) -> None:
         if stream is not None and stream._alive_quiet():
-            stream._sync_raw()
+            drain(stream)
         rt.activate(self._device._id, "aclrtFree")
         rt.check(backend().lib.aclrtFree(ffi.cast("void *", ptr)), "aclrtFree")
 
@@ -293,6 +295,8 @@ class DeviceBuffer:
         """Give the memory back to its resource, in stream order: after the work queued so far on
         the stream it was allocated on, on every stream passed to :meth:`record_stream`, and on
         ``stream`` if given. Idempotent; using the buffer afterwards raises InvalidHandleError."""
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"DeviceBuffer.close: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
         ptr = self._ptr
         if ptr is None:
             return
@@ -307,7 +311,7 @@ class DeviceBuffer:
             self._uses = None
             for s in uses:
                 if s._alive_quiet():
-                    s._sync_raw()
+                    drain(s)
         self._mr.deallocate(ptr, self._size, stream=self._stream)
 
     free = close
@@ -318,6 +322,15 @@ class DeviceBuffer:
     def __exit__(self, *exc):
         self.close()
         return False
+
+    def __copy__(self, *memo):
+        raise TypeError("acl_rt.DeviceBuffer owns device memory and cannot be copied "
+                        "(allocate another one and use copy_from)")
+
+    __deepcopy__ = __copy__
+
+    def __reduce__(self):
+        raise TypeError("acl_rt.DeviceBuffer owns device memory and cannot be pickled")
 
     def __del__(self):
         try:
@@ -341,6 +354,53 @@ def _memcpy(dst, dst_max, src, n, kind, stream: Stream, api, sync, keep):
         rt.check(backend().lib.aclrtMemcpy(dst, dst_max, src, n, kind), "aclrtMemcpy")
     else:
         rt.check(backend().lib.aclrtMemcpyAsync(dst, dst_max, src, n, kind, h), "aclrtMemcpyAsync")
+        if isinstance(keep, HostBuffer):
+            _keep_until_done(stream, keep._cdata)   # the memory itself, even if keep.close() is called
+
+
+# Host memory in an asynchronous copy must outlive the copy even when the user drops the last
+# reference right after queueing it (PyTorch's pinned-memory allocator does the same with events):
+# each such copy records an event, and the HostBuffer is held until the event has completed.
+_pending: collections.deque = collections.deque()     # (event, keep)
+_free_events: dict = {}                                 # device id -> [Event] for reuse
+_pending_lock = threading.Lock()
+
+
+def _reap_pending() -> None:
+    """Drop the references of copies that have completed (never waits)."""
+    with _pending_lock:
+        keep = collections.deque()
+        while _pending:
+            ev, obj = _pending.popleft()
+            try:
+                done = ev._gen != rt._state.generation or ev.query()
+            except Exception:
+                done = True
+            if done:
+                if ev._gen == rt._state.generation:
+                    _free_events.setdefault(ev.device.device_id, []).append(ev)
+            else:
+                keep.append((ev, obj))
+        _pending.extend(keep)
+
+
+def _keep_until_done(stream: Stream, obj) -> None:
+    if _pending:
+        _reap_pending()
+    with _pending_lock:
+        free = _free_events.get(stream.device.device_id)
+        ev = free.pop() if free else None
+    if ev is None or ev._gen != rt._state.generation:
+        ev = Event._create(stream.device, timing=False)
+    ev.record(stream)
+    with _pending_lock:
+        _pending.append((ev, obj))
+
+
+def pending_host_copies() -> int:
+    """How many asynchronous copies still hold a HostBuffer alive (after dropping completed ones)."""
+    _reap_pending()
+    return len(_pending)
 
 
 class HostBuffer:
@@ -397,8 +457,17 @@ class HostBuffer:
         return memoryview(ffi.buffer(self._cptr("HostBuffer.view"), self._size))
 
     def close(self) -> None:
-        """Drop this object's reference; the memory is freed once no view uses it either."""
+        """Drop this object's reference; the memory is freed once no view and no queued
+        asynchronous copy uses it either."""
         self._cdata = None
+
+    def __copy__(self, *memo):
+        raise TypeError("acl_rt.HostBuffer owns page-locked memory and cannot be copied")
+
+    __deepcopy__ = __copy__
+
+    def __reduce__(self):
+        raise TypeError("acl_rt.HostBuffer owns page-locked memory and cannot be pickled")
 
     def __repr__(self):
         state = f"ptr={self.ptr:#x} " if self._cdata is not None else "(closed) "
