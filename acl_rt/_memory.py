@@ -119,6 +119,16 @@ def _host_view(obj, api, *, writable):
     return ffi.from_buffer(mv, require_writable=writable), mv.nbytes, mv
 
 
+def _other_side(obj, api, *, writable):
+    """(pointer, nbytes, keepalive, sync) of the host or device side of a copy: a DeviceBuffer or
+    HostBuffer (asynchronous), or a C-contiguous buffer-protocol object (``sync``: the copy must be
+    complete before returning, the object may change as soon as we return)."""
+    if isinstance(obj, (DeviceBuffer, HostBuffer)):
+        return obj._cptr(api), obj._size, obj, False
+    p, n, keep = _host_view(obj, api, writable=writable)
+    return p, n, keep, True
+
+
 class DeviceBuffer:
     """A range of device memory (no public constructor: use :func:`acl_rt.alloc`).
 
@@ -227,21 +237,11 @@ class DeviceBuffer:
         api = "DeviceBuffer.copy_from"
         dst = self._cptr(api)
         s = _resolve_stream(stream, self.device, api)
-        sync = False
-        if isinstance(src, DeviceBuffer):
-            sp, n, keep, kind = src._cptr(api), src._size, src, _D2D
-        elif isinstance(src, HostBuffer):
-            sp, n, keep, kind = src._cptr(api), src._size, src, _H2D
-        else:
-            sp, n, keep = _host_view(src, api, writable=False)
-            kind, sync = _H2D, True
+        sp, n, keep, sync = _other_side(src, api, writable=False)
         if n > self._size:
             raise InvalidArgumentError(100000, api, f"source is {n} bytes but the destination buffer has only {self._size}")
-        if s._h is not self._stream._h:
-            self.record_stream(s)
-        if kind == _D2D and src._stream._h is not s._h:
-            src.record_stream(s)
-        _memcpy(dst, self._size, sp, n, kind, s, api, sync, keep)
+        self._use_on(s, keep)
+        _memcpy(dst, self._size, sp, n, _D2D if isinstance(keep, DeviceBuffer) else _H2D, s, api, sync, keep)
 
     def copy_to(self, dst, *, stream: Stream | None = None) -> None:
         """Copy the start of this buffer into ``dst`` (a :class:`DeviceBuffer`, :class:`HostBuffer`
@@ -254,21 +254,18 @@ class DeviceBuffer:
         api = "DeviceBuffer.copy_to"
         src = self._cptr(api)
         s = _resolve_stream(stream, self.device, api)
-        sync = False
-        if isinstance(dst, DeviceBuffer):
-            dp, n, keep, kind = dst._cptr(api), dst._size, dst, _D2D
-        elif isinstance(dst, HostBuffer):
-            dp, n, keep, kind = dst._cptr(api), dst._size, dst, _D2H
-        else:
-            dp, n, keep = _host_view(dst, api, writable=True)
-            kind, sync = _D2H, True
+        dp, n, keep, sync = _other_side(dst, api, writable=True)
         if n > self._size:
             raise InvalidArgumentError(100000, api, f"destination is {n} bytes but this buffer has only {self._size}")
+        self._use_on(s, keep)
+        _memcpy(dp, n, src, n, _D2D if isinstance(keep, DeviceBuffer) else _D2H, s, api, sync, keep)
+
+    def _use_on(self, s: Stream, other) -> None:
+        """Record ``s`` on this buffer (and on ``other`` when it is a device buffer) for stream-ordered frees."""
         if s._h is not self._stream._h:
             self.record_stream(s)
-        if kind == _D2D and dst._stream._h is not s._h:
-            dst.record_stream(s)
-        _memcpy(dp, n, src, n, kind, s, api, sync, keep)
+        if isinstance(other, DeviceBuffer) and other._stream._h is not s._h:
+            other.record_stream(s)
 
     def tobytes(self, *, stream: Stream | None = None) -> bytes:
         """The buffer's contents as ``bytes`` (waits for ``stream``)."""
