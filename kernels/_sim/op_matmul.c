@@ -290,9 +290,10 @@ static aclnnStatus mm_make(const char *api, const nn_tensor_t *a, const char *an
     p->beta = beta;
     p->s_sm = sm;
     p->s_sn = sn;
+    /* views in parameter order (aclSetInputTensorAddr numbers inputs so): Addmm's self first */
+    p->vs = self ? nn_exec_add(ex, self, "self", false) : -1;
     p->va = nn_exec_add(ex, a, an, false);
     p->vb = nn_exec_add(ex, b, bn, false);
-    p->vs = self ? nn_exec_add(ex, self, "self", false) : -1;
     p->vc = nn_exec_add(ex, out, "out", true);
     aclnnStatus rc = nn_check_output_overlap(api, ex, p->vc, false);
     if (rc) {

@@ -589,9 +589,9 @@ static aclnnStatus softmax_make(const char *api, int kind, const aclTensor *grad
     if (!ex)
         return ACLNN_ERR_INNER_CREATE_EXECUTOR;
     ln_params_t *p = (ln_params_t *)ex->params;
-    p->vx = nn_exec_add(ex, x, xn, false);
-    if (g)
+    if (g)   /* parameter order: gradOutput first */
         p->vg = nn_exec_add(ex, g, "gradOutput", false);
+    p->vx = nn_exec_add(ex, x, xn, false);
     p->vout = nn_exec_add(ex, o, "out", true);
     bool line[NN_MAX_DIMS] = {false};
     if (x->ndim)
@@ -804,8 +804,8 @@ NN_API aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *gradO
     if (!ex)
         return ACLNN_ERR_INNER_CREATE_EXECUTOR;
     ln_params_t *p = (ln_params_t *)ex->params;
+    p->vg = nn_exec_add(ex, g, "gradOut", false);   /* parameter order */
     p->vx = nn_exec_add(ex, x, "input", false);
-    p->vg = nn_exec_add(ex, g, "gradOut", false);
     p->vmean = nn_exec_add(ex, m, "mean", false);
     p->vrstd = nn_exec_add(ex, r, "rstd", false);
     p->vw = nn_exec_add(ex, w, "weight", false);
@@ -907,8 +907,8 @@ NN_API aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const a
     if (!ex)
         return ACLNN_ERR_INNER_CREATE_EXECUTOR;
     ln_params_t *p = (ln_params_t *)ex->params;
+    p->vg = nn_exec_add(ex, g, "dy", false);   /* parameter order */
     p->vx = nn_exec_add(ex, xt, "x", false);
-    p->vg = nn_exec_add(ex, g, "dy", false);
     p->vrstd = nn_exec_add(ex, r, "rstd", false);
     p->vw = nn_exec_add(ex, ga, "gamma", false);
     p->mask[0] = p->mask[1] = true;
