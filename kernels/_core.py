@@ -379,12 +379,11 @@ def plan_cache_info() -> dict:
 
 
 def clear_plan_cache() -> None:
-    """Destroy every cached plan (their executors and descriptors)."""
+    """Drop every cached plan: its executor and descriptors are destroyed as soon as no call in
+    flight (another thread) still uses it."""
     with _plans_lock:
-        plans = list(_plans.values())
         _plans.clear()
-    for p in plans:
-        p.close()
+        fast_cache.clear()
 
 
 def get_plan(key):
@@ -398,7 +397,6 @@ def get_plan(key):
 
 def _new_generation():
     clear_plan_cache()
-    fast_cache.clear()
     if _fast_state["on"]:   # the memory model may have changed: decide again
         _native.fast_configure(None, None, None, None, None)
     _fast_state["on"] = None
@@ -411,7 +409,7 @@ def put_plan(key, plan):
     with _plans_lock:
         if len(_plans) >= _PLAN_CACHE_MAX:   # drop the older half (dicts keep insertion order)
             for k in list(_plans)[: _PLAN_CACHE_MAX // 2]:
-                _plans.pop(k).close()
+                del _plans[k]   # destroyed when the last call using it is done
         _plans[key] = plan
 
 
