@@ -329,8 +329,6 @@ def as_array(api, name, x) -> DeviceArray:
                         f"array), not {type(x).__name__}")
     try:
         return canna_dl.asarray(x)
-    except BufferError:
-        raise
     except TypeError as e:
         raise TypeError(f"{api}: {name}: {e}") from None
 
@@ -414,8 +412,7 @@ def put_plan(key, plan):
 
 
 def _nn_error(api):
-    """The op library's last error as an exception (phase 1 refused: a check canna's Python side
-    does not make, or an unexpected condition)."""
+    """The op library's recent error message (for a descriptor it refused)."""
     msg = ""
     p = backend().lib.aclGetRecentErrMsg()
     if p != ffi.NULL:

@@ -435,7 +435,11 @@ def copy_(dst, src, *, stream=None):
         raise TypeError(f"{api}: src must be an array (use canna_dl's fill for a scalar)")
     a = C.as_array(api, "src", src)
     C.check_dtype(api, "src", a.dtype, _CAST_DTYPES)
-    d = C.as_array(api, "dst", dst) if not isinstance(dst, DeviceArray) else dst
+    d = None
+    if not isinstance(dst, DeviceArray) and not C._cfg.unified:
+        d = C._host_view(dst)   # the caller's memory (not a device copy of it)
+    if d is None:
+        d = C.as_array(api, "dst", dst)
     C.check_dtype(api, "dst", d.dtype, _CAST_DTYPES)
     shape = C.broadcast_shapes(api, a.shape, d.shape)
     if shape != d.shape:
