@@ -134,6 +134,9 @@ static char *elem_ptr(const nn_view_t *v, int64_t i)
 #define LN_CLONES
 #endif
 #define VW 16
+/* vsel / vexp pass 64-byte vectors by value; they are always inlined into their callers (each
+ * clone compiled for its own target), so no call ever crosses an ABI boundary */
+#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float vf __attribute__((vector_size(4 * VW)));
 typedef int32_t vi __attribute__((vector_size(4 * VW)));
 
