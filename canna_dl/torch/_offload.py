@@ -424,6 +424,27 @@ def _our_nodes():
 _NODES = frozenset(_our_nodes())
 
 
+def _canna_custom_ops():
+    """The ``torch.ops.canna`` custom ops (packets and overloads) -> (report op, is a backward op):
+    a compiled graph's calls of them reach the mode as such while it runs."""
+    from . import _library
+    alias = {"add_scalar": "add", "sub_scalar": "sub", "rsub_scalar": "sub", "mul_scalar": "mul",
+             "div_scalar": "div", "rdiv_scalar": "div"}
+    m = {}
+    for name, op in _library.OPS.items():
+        bw = name.endswith("_backward")
+        base = name[: -len("_backward")] if bw else name
+        base = alias.get(base, base)
+        if base not in OFFLOAD_OPS:
+            continue
+        packet = getattr(torch.ops.canna, name)
+        m[packet] = m[packet.default] = (base, bw)
+    return m
+
+
+_CANNA_OPS = _canna_custom_ops()
+
+
 # ---------------------------------------------------------------------------------------------
 # the report
 
@@ -581,9 +602,18 @@ class Offload(TorchFunctionMode):
         return self.report
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if is_compiling():
+            return self._traced(func, args, kwargs)
         e = _TABLE.get(func)
         if e is None or (not self._all and e[0] not in self.enabled):
-            if getattr(func, "__name__", None) not in ("__get__", "__set__"):
+            c = _CANNA_OPS.get(func)
+            if c is not None:   # a compiled graph calling canna's custom ops
+                st = self.report._stat(c[0])
+                if c[1]:
+                    st.backward += 1
+                else:
+                    st.canna += 1
+            elif getattr(func, "__name__", None) not in ("__get__", "__set__"):
                 other = self.report._other
                 other[func] = other.get(func, 0) + 1
             return func(*args, **kwargs) if kwargs else func(*args)
@@ -614,6 +644,17 @@ class Offload(TorchFunctionMode):
         if self.strict:
             raise RuntimeError(f"canna_dl.torch.offload(strict=True): {resolve_name(func) or func} ({name}) would "
                                f"fall back to PyTorch: {reason}")
+        return func(*args, **kwargs) if kwargs else func(*args)
+
+    def _traced(self, func, args, kwargs):
+        """The same routing while Dynamo traces (``torch.compile``): the handlers reach the
+        ``torch.ops.canna`` custom ops; nothing is counted (the report counts eager calls)."""
+        e = _TABLE.get(func)
+        if e is not None and (self._all or e[0] in self.enabled):
+            try:
+                return e[2](e[1].bind(args, kwargs or {}))
+            except _Fallback:
+                pass
         return func(*args, **kwargs) if kwargs else func(*args)
 
 

@@ -1,0 +1,128 @@
+"""Benchmark: one training step of the SEEDS SimpleCNN inside ``canna_dl.torch.offload()`` against
+plain PyTorch, side by side in one run.
+
+The model (shared/SEEDS.md, document 002): Conv2d 1→16 3x3 padding 1 → ReLU → MaxPool2d 2 →
+flatten → Linear 3136→10 → softmax; a batch of 64 1x28x28 inputs; the loss is
+``F.cross_entropy`` of the model's output; SGD (lr 0.01) updates the 4 parameters. A step is
+``zero_grad; loss = loss_fn(model(x), y); loss.backward(); opt.step()``, the same code in both
+columns (the canna column runs it inside ``offload()``; both models start from the same weights).
+
+Each step is timed in three phases (forward+loss, backward, optimizer step); the two columns are
+measured interleaved (one PyTorch step, one canna step, ...) after a warm-up, so that the machine's
+load drifts through both alike; medians are reported, with the ratio canna / PyTorch.
+
+Target (issue 7): canna's step at most 2x PyTorch's.
+Run: .venv/bin/python tools/bench_train.py [--steps N] [--batch B] [--threads T] [--profile]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+
+def build(torch):
+    nn, F = torch.nn, torch.nn.functional
+
+    class SimpleCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 16, 3, padding=1)
+            self.relu = nn.ReLU()
+            self.pool = nn.MaxPool2d(2)
+            self.fc = nn.Linear(16 * 14 * 14, 10)
+
+        def forward(self, x):
+            x = self.pool(self.relu(self.conv(x)))
+            x = torch.flatten(x, 1)
+            return F.softmax(self.fc(x), dim=1)
+
+    return SimpleCNN
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=30, help="measured steps per column (default 30)")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per column (default 5)")
+    ap.add_argument("--batch", type=int, default=64, help="batch size (default 64)")
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: PyTorch's choice)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the canna steps (top functions by own time)")
+    args = ap.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+
+    import canna_dl.torch as ct
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    SimpleCNN = build(torch)
+    ref = SimpleCNN()
+    models = {"pytorch": ref, "canna": copy.deepcopy(ref)}
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
+    x = torch.randn(args.batch, 1, 28, 28)
+    y = torch.randint(0, 10, (args.batch,))
+    rep = ct.OffloadReport()
+
+    def step(name, times):
+        m, opt = models[name], opts[name]
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        if times is not None:
+            times["forward"].append(t1 - t0)
+            times["backward"].append(t2 - t1)
+            times["step"].append(t3 - t2)
+            times["total"].append(t3 - t0)
+        return loss
+
+    def run(name, times):
+        if name == "canna":
+            with ct.offload(report=rep):
+                return step(name, times)
+        return step(name, times)
+
+    for _ in range(args.warmup):
+        for name in models:
+            run(name, None)
+    times = {k: {p: [] for p in ("forward", "backward", "step", "total")} for k in models}
+    prof = None
+    if args.profile:
+        import cProfile
+        prof = cProfile.Profile()
+    losses = {}
+    for _ in range(args.steps):
+        losses["pytorch"] = run("pytorch", times["pytorch"]).item()
+        if prof is not None:
+            prof.enable()
+        losses["canna"] = run("canna", times["canna"]).item()
+        if prof is not None:
+            prof.disable()
+
+    med = {k: {p: statistics.median(v) for p, v in t.items()} for k, t in times.items()}
+    print(f"SimpleCNN training step, batch {args.batch}x1x28x28, {args.steps} steps per column after "
+          f"{args.warmup} warm-up, torch {torch.__version__} with {torch.get_num_threads()} threads")
+    print(f"{'phase':<10}{'PyTorch':>12}{'canna offload':>16}{'ratio':>9}")
+    for p in ("forward", "backward", "step", "total"):
+        a, b = med["pytorch"][p], med["canna"][p]
+        print(f"{p:<10}{a * 1e3:>9.3f} ms{b * 1e3:>13.3f} ms{b / a:>8.2f}x")
+    ratio = med["canna"]["total"] / med["pytorch"]["total"]
+    print(f"target: canna step <= 2x PyTorch's -> {'met' if ratio <= 2 else 'NOT met'} ({ratio:.2f}x)")
+    print(f"last losses: PyTorch {losses['pytorch']:.6f}, canna {losses['canna']:.6f}")
+    fell = rep.fell_back()
+    on = {k: v.canna for k, v in rep.ops.items()}
+    print(f"ops on canna (all steps): {on}; fallbacks: {fell or 'none'}")
+    if prof is not None:
+        import pstats
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
