@@ -10,7 +10,8 @@ Routing of one call (docs/DESIGN.md §7; the reasons for two paths: pytorch#1395
   is off): the kernel is called directly (``kernels.*``, torch in → torch out);
 - ``AUTOGRAD`` (1): plain CPU tensors and an input that requires grad with grad mode on: a plain
   ``torch.autograd.Function`` whose backward calls canna's backward kernels;
-- ``CUSTOM`` (2): under ``torch.compile`` (Dynamo tracing), or for tensors that are not plain
+- ``CUSTOM`` (2): under ``torch.compile`` (Dynamo tracing) or a ``torch.func`` transform, or for
+  tensors that are not plain
   (FakeTensor, FunctionalTensor, other subclasses, the ``meta`` device): the ``torch.ops.canna.*``
   custom op, which has a fake (meta) implementation and ``register_autograd``.
 """
@@ -25,6 +26,7 @@ Parameter = torch.nn.Parameter
 NoTorchFunction = torch._C.DisableTorchFunction
 grad_enabled = torch.is_grad_enabled
 is_compiling = torch.compiler.is_compiling
+functorch_active = torch._C._are_functorch_transforms_active
 
 EAGER, AUTOGRAD, CUSTOM = 0, 1, 2
 
@@ -42,7 +44,7 @@ def route(api, a=None, b=None, c=None, d=None) -> int:
     Raises:
         ValueError: tensors on different devices.
     """
-    if is_compiling():
+    if is_compiling() or functorch_active():
         return CUSTOM
     grad = False
     for t in (a, b, c, d):

@@ -29,12 +29,13 @@ from torch.overrides import TorchFunctionMode, resolve_name
 import acl_rt
 
 from . import _functions as F
-from ._common import NoTorchFunction, Parameter, Tensor, is_compiling
+from ._common import NoTorchFunction, Parameter, Tensor, functorch_active, is_compiling
 
 __all__ = ["offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS"]
 
 _nnf = torch.nn.functional
 _T = torch.Tensor
+_autocast_on = torch._C._is_any_autocast_enabled
 
 
 class _Fallback(Exception):
@@ -87,8 +88,8 @@ class _Sig:
 
 
 def _chk(*xs):
-    """Tensor arguments canna can take: plain tensors (a subclass is PyTorch's to handle, unless
-    Dynamo is tracing), not meta."""
+    """Arguments canna can take: plain tensors (a subclass is PyTorch's to handle, unless Dynamo is
+    tracing), not meta; operands that are not tensors must be Python ints or floats."""
     for x in xs:
         if isinstance(x, Tensor):
             tt = type(x)
@@ -96,6 +97,8 @@ def _chk(*xs):
                 raise _Fallback(f"a {tt.__name__} (tensor subclass)")
             if x.is_meta:
                 raise _Fallback("a meta tensor")
+        elif x is not None and (type(x) is bool or not isinstance(x, (int, float))):
+            raise _Fallback(f"a {type(x).__name__} operand")
 
 
 def _none(v, what):
@@ -622,6 +625,10 @@ class Offload(TorchFunctionMode):
         if st is None:
             st = self.report._stat(name)
         try:
+            if _autocast_on():
+                raise _Fallback("autocast is enabled (canna computes in the operands' dtype)")
+            if functorch_active():
+                raise _Fallback("a torch.func transform is active")
             vals = sig.bind(args, kwargs)
             with NoTorchFunction():
                 r = handler(vals)
