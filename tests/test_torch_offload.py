@@ -311,3 +311,85 @@ def test_threads_are_separate():
         th.start()
         th.join()
     assert seen["rg"] == [1.0, 1.0] and "relu" not in rep.ops
+
+
+def test_refused_signature_is_remembered():
+    from canna_dl.torch import _offload
+    i8 = torch.ones(4, dtype=torch.int8)
+    with ct.offload() as rep:
+        for _ in range(3):
+            assert (i8 + i8).tolist() == [2] * 4
+        f = torch.ones(4)
+        assert (f + f).tolist() == [2.0] * 4        # another signature of the same function: canna
+    assert rep.ops["add"].fallback == 3 and rep.ops["add"].canna == 1
+    assert len(rep.ops["add"].reasons) == 1 and "int8" in next(iter(rep.ops["add"].reasons))
+    assert any(((torch.int8, 1), (torch.int8, 1)) == k for k in _offload._REFUSED[torch.Tensor.add])
+
+
+def test_autocast_and_func_transforms_fall_back():
+    x, w = torch.randn(2, 3), torch.randn(4, 3)
+    with ct.offload() as rep:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            r = F.linear(x, w)
+        assert r.dtype == torch.bfloat16                     # PyTorch's autocast semantics
+        v = torch.func.vmap(lambda t: t.relu() * 2)(x)
+    torch.testing.assert_close(v, x.relu() * 2)
+    assert "autocast" in next(iter(rep.ops["linear"].reasons))
+    assert rep.ops["relu"].fallback == 1 and rep.ops["mul"].fallback == 1
+
+
+def test_layouts_and_dtypes():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last).requires_grad_(True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    with ct.offload(strict=True):
+        y = F.conv2d(x, w, padding=1)
+        (y * y.detach()).sum().backward()
+    gx, gw = x.grad, w.grad
+    x.grad = w.grad = None
+    y2 = F.conv2d(x, w, padding=1)
+    (y2 * y2.detach()).sum().backward()
+    torch.testing.assert_close(y, y2, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gx, x.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gw, w.grad, rtol=1e-4, atol=1e-4)
+    for dt in (torch.float16, torch.bfloat16):
+        h = torch.randn(4, 5, dtype=dt, requires_grad=True)
+        k = torch.randn(3, 5, dtype=dt)
+        with ct.offload(strict=True):
+            F.softmax(F.linear(h, k), 1)[:, 0].sum().backward()
+        g = h.grad
+        h.grad = None
+        F.softmax(F.linear(h, k), 1)[:, 0].sum().backward()
+        assert g.dtype == dt
+        torch.testing.assert_close(g, h.grad, rtol=2e-2, atol=2e-2)
+    e = torch.randn(0, 4, requires_grad=True)
+    with ct.offload(strict=True):
+        (e * 2).sum().backward()
+    assert e.grad.shape == (0, 4)
+    t = torch.randn(4, 6).T.requires_grad_(True)          # a transposed (non-contiguous) leaf
+    with ct.offload(strict=True):
+        (t @ torch.randn(4, 2)).relu().mean().backward()
+    assert t.grad.shape == (6, 4)
+
+
+def test_discrete_memory_model(py):
+    # canna's memory is a separate device: CPU tensors are copied in and out by the kernels
+    out = py("""
+        import torch, copy, canna_dl, canna_dl.torch as ct
+        import torch.nn as nn, torch.nn.functional as F
+        a = torch.tensor([1., 2., 3.], requires_grad=True); b = torch.tensor([4., 5., 6.], requires_grad=True)
+        ct.sum(ct.add(a, b)).backward()
+        assert a.grad.tolist() == [1., 1., 1.] and b.grad.tolist() == [1., 1., 1.]
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 3))
+        m2 = copy.deepcopy(m)
+        x, y = torch.randn(2, 1, 8, 8), torch.tensor([0, 2])
+        F.cross_entropy(m(x), y).backward()
+        with ct.offload(strict=True) as rep:
+            F.cross_entropy(m2(x), y).backward()
+        for p, q in zip(m.parameters(), m2.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        assert canna_dl.copy_stats()["count"] > 0
+        print("ok", rep.ops["conv2d"].canna)
+    """, env={"CANNA_SIM_MEMORY": "discrete"})
+    assert "ok 1" in out.stdout

@@ -12,7 +12,10 @@ measured interleaved (one PyTorch step, one canna step, ...) after a warm-up, so
 load drifts through both alike; medians are reported, with the ratio canna / PyTorch.
 
 Target (issue 7): canna's step at most 2x PyTorch's.
-Run: .venv/bin/python tools/bench_train.py [--steps N] [--batch B] [--threads T] [--profile]
+``--breakdown`` also times each kernel of the step alone (canna's ``kernels.*`` against the ATen op
+PyTorch's autograd calls), which shows where the time goes.
+
+Run: .venv/bin/python tools/bench_train.py [--steps N] [--batch B] [--threads T] [--profile] [--breakdown]
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64, help="batch size (default 64)")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: PyTorch's choice)")
     ap.add_argument("--profile", action="store_true", help="cProfile the canna steps (top functions by own time)")
+    ap.add_argument("--breakdown", action="store_true", help="also time each kernel of the step alone, canna vs ATen")
     args = ap.parse_args()
 
     import torch
@@ -122,6 +126,71 @@ def main():
     if prof is not None:
         import pstats
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    if args.breakdown:
+        breakdown(torch, args.batch, args.steps)
+
+
+def breakdown(torch, n, reps):
+    """Each kernel of the step alone, at the step's shapes: canna's kernel (kernels.*, torch in /
+    torch out) against the ATen op PyTorch's autograd calls, medians, interleaved."""
+    import kernels
+    from kernels import backward as kbw
+    A = torch.ops.aten
+    x = torch.randn(n, 1, 28, 28)
+    w, b = torch.randn(16, 1, 3, 3), torch.randn(16)
+    h = torch.randn(n, 16, 28, 28)
+    r = torch.relu(h)
+    p, idx = A.max_pool2d_with_indices(r, [2, 2], [2, 2])
+    f = p.reshape(n, -1)
+    W, B = torch.randn(10, 16 * 14 * 14), torch.randn(10)
+    logits = torch.randn(n, 10)
+    sm = torch.softmax(logits, 1)
+    lsm = torch.log_softmax(sm, 1)
+    y = torch.randint(0, 10, (n,))
+    g = torch.randn(n, 10)
+    one = torch.tensor(1.0)
+    rows = [
+        ("conv2d", lambda: kernels.conv2d(x, w, b, 1, 1),
+         lambda: A.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)),
+        ("relu", lambda: kernels.relu(h), lambda: A.relu(h)),
+        ("max_pool2d", lambda: kernels.max_pool2d_with_indices(r, 2),
+         lambda: A.max_pool2d_with_indices(r, [2, 2], [2, 2])),
+        ("linear", lambda: kernels.linear(f, W, B), lambda: A.addmm(B, f, W.t())),
+        ("softmax", lambda: kernels.softmax(logits, 1), lambda: A._softmax(logits, 1, False)),
+        ("cross_entropy", lambda: kernels.native_cross_entropy(sm, y),
+         lambda: A.nll_loss_forward(A._log_softmax(sm, 1, False), y, None, 1, -100)),
+        ("cross_entropy bw", lambda: kbw.cross_entropy(one, lsm, y),
+         lambda: A._log_softmax_backward_data(A.nll_loss_backward(one, lsm, y, None, 1, -100, one), lsm, 1,
+                                              torch.float32)),
+        ("softmax bw", lambda: kbw.softmax(g, sm, 1), lambda: A._softmax_backward_data(g, sm, 1, torch.float32)),
+        ("linear bw", lambda: kbw.linear(g, f, W), lambda: (A.mm(g, W), A.mm(g.t(), f), A.sum(g, [0]))),
+        ("max_pool2d bw", lambda: kbw.max_pool2d(p, r, idx, 2),
+         lambda: A.max_pool2d_with_indices_backward(p, r, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)),
+        ("relu bw", lambda: kbw.relu(h, r), lambda: A.threshold_backward(h, r, 0)),
+        ("conv2d bw", lambda: kbw.conv2d(h, x, w, 1, 1, output_mask=(False, True, True)),
+         lambda: A.convolution_backward(h, x, w, [16], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                        [False, True, True])),
+        ("sgd update (fc.weight)", lambda: kernels.add(W, W, alpha=-0.0, out=W), lambda: W.add_(W, alpha=-0.0)),
+    ]
+    print(f"\nkernels alone at the step's shapes (median of {reps}, microseconds)")
+    print(f"{'kernel':<24}{'PyTorch':>10}{'canna':>10}{'ratio':>8}")
+    tc = tt = 0.0
+    for name, c, t in rows:
+        c(), t()
+        sc, st = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            t()
+            t1 = time.perf_counter()
+            c()
+            t2 = time.perf_counter()
+            st.append(t1 - t0)
+            sc.append(t2 - t1)
+        a, b_ = statistics.median(st) * 1e6, statistics.median(sc) * 1e6
+        tc += b_
+        tt += a
+        print(f"{name:<24}{a:>10.1f}{b_:>10.1f}{b_ / a:>7.2f}x")
+    print(f"{'sum':<24}{tt:>10.1f}{tc:>10.1f}{tc / tt:>7.2f}x")
 
 
 if __name__ == "__main__":

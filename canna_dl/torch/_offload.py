@@ -411,6 +411,20 @@ OFFLOAD_OPS = tuple(sorted({v[0] for v in _TABLE.values()}))
 _CAUGHT = (TypeError, ValueError, NotImplementedError, BufferError, IndexError)
 
 
+#: calls canna refused for a type reason (a dtype, an argument's type), by function and signature:
+#: the same signature falls back at once next time instead of being checked again
+_REFUSED: dict = {}
+_REFUSED_MAX = 512
+
+
+def _sig_key(args, kwargs):
+    k = [(a.dtype, a.dim()) if isinstance(a, Tensor) else type(a) for a in args]
+    if kwargs:
+        for n, v in kwargs.items():
+            k.append((n, (v.dtype, v.dim()) if isinstance(v, Tensor) else type(v)))
+    return tuple(k)
+
+
 def _reason_of(e):
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
@@ -624,7 +638,14 @@ class Offload(TorchFunctionMode):
         st = self.report.ops.get(name)
         if st is None:
             st = self.report._stat(name)
+        refused = _REFUSED.get(func)
+        key = None
         try:
+            if refused is not None:
+                key = _sig_key(args, kwargs)
+                reason = refused.get(key)
+                if reason is not None:
+                    raise _Fallback(reason)
             if _autocast_on():
                 raise _Fallback("autocast is enabled (canna computes in the operands' dtype)")
             if functorch_active():
@@ -638,6 +659,11 @@ class Offload(TorchFunctionMode):
             if isinstance(exc, acl_rt.AclError) and not isinstance(exc, ValueError):
                 raise
             reason = _reason_of(exc)
+            if type(exc) is TypeError:   # decided by types and dtypes: remember the signature
+                if refused is None:
+                    refused = _REFUSED.setdefault(func, {})
+                if len(refused) < _REFUSED_MAX:
+                    refused[key if key is not None else _sig_key(args, kwargs)] = reason
         else:
             st.canna += 1
             t = r if type(r) is Tensor else (r[0] if type(r) is tuple else None)
