@@ -465,6 +465,20 @@ _CANNA_OPS = _canna_custom_ops()
 # ---------------------------------------------------------------------------------------------
 # the report
 
+def _func_name(f) -> str:
+    try:
+        n = resolve_name(f)
+    except Exception:
+        n = None
+    if n:
+        return n
+    qn = getattr(f, "__qualname__", None) or getattr(f, "__name__", None)
+    if not qn:
+        return repr(f)
+    mod = getattr(f, "__module__", None)
+    return f"{mod}.{qn}" if mod else qn
+
+
 class OpStats:
     """Counters of one op in an :class:`OffloadReport`: ``canna`` (calls that ran on canna),
     ``fallback`` (calls that ran on PyTorch), ``backward`` (backward calls of canna's kernels
@@ -513,10 +527,7 @@ class OffloadReport:
         """Torch functions without a canna op called in the block: name → calls."""
         out: dict = {}
         for f, n in self._other.items():
-            try:
-                name = resolve_name(f) or repr(f)
-            except Exception:
-                name = repr(f)
+            name = _func_name(f)
             out[name] = out.get(name, 0) + n
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -675,7 +686,7 @@ class Offload(TorchFunctionMode):
         st.fallback += 1
         st.reasons[reason] = st.reasons.get(reason, 0) + 1
         if self.strict:
-            raise RuntimeError(f"canna_dl.torch.offload(strict=True): {resolve_name(func) or func} ({name}) would "
+            raise RuntimeError(f"canna_dl.torch.offload(strict=True): {_func_name(func)} ({name}) would "
                                f"fall back to PyTorch: {reason}")
         return func(*args, **kwargs) if kwargs else func(*args)
 
