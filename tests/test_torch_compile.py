@@ -11,6 +11,7 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 import canna_dl.torch as ct  # noqa: E402
 import canna_dl.torch.nn as cnn  # noqa: E402
