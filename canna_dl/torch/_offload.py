@@ -697,7 +697,7 @@ class Offload(TorchFunctionMode):
         if e is not None and (self._all or e[0] in self.enabled):
             try:
                 return e[2](e[1].bind(args, kwargs or {}))
-            except _Fallback:
+            except (_Fallback,) + _CAUGHT:
                 pass
         return func(*args, **kwargs) if kwargs else func(*args)
 
