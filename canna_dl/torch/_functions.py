@@ -782,10 +782,14 @@ class _MaxPool2d(Function):
         ctx.geom = (k, s, p, d, ceil)
         ctx.save_for_backward(x, idx)
         ctx.mark_non_differentiable(idx)
+        # no zero-filled gradient for the indices (a [N, C, H, W] int64 fill per backward)
+        ctx.set_materialize_grads(False)
         return y, idx
 
     @staticmethod
     def backward(ctx, g, _gidx):
+        if g is None:
+            return None, None, None, None, None, None
         with NoTorchFunction():
             x, idx = ctx.saved_tensors
             gx = kbw.max_pool2d(plain(g), plain(x), idx, *ctx.geom)

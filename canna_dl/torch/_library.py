@@ -341,6 +341,7 @@ def _setup_layer_norm(ctx, inputs, output):
     x, ns, w, b, eps = inputs
     ctx.ns = list(ns)
     ctx.save_for_backward(x, w, b, output[1], output[2])
+    ctx.mark_non_differentiable(output[1], output[2])
 
 
 def _bw_layer_norm(ctx, g, _gm, _gr):
@@ -354,6 +355,7 @@ def _setup_rms_norm(ctx, inputs, output):
     x, ns, w, eps = inputs
     ctx.ns = list(ns)
     ctx.save_for_backward(x, w, output[1])
+    ctx.mark_non_differentiable(output[1])
 
 
 def _bw_rms_norm(ctx, g, _gr):
@@ -393,6 +395,7 @@ def _setup_cross_entropy(ctx, inputs, output):
     x, target, weight, ignore_index, reduction, ls = inputs
     ctx.args = (ignore_index, reduction, ls)
     ctx.save_for_backward(output[1], target, weight)
+    ctx.mark_non_differentiable(output[1])
 
 
 def _bw_cross_entropy(ctx, g, _glp):
@@ -405,6 +408,7 @@ def _setup_nll_loss(ctx, inputs, output):
     x, target, weight, ignore_index, reduction = inputs
     ctx.args = (ignore_index, reduction)
     ctx.save_for_backward(x, target, weight, output[1])
+    ctx.mark_non_differentiable(output[1])
 
 
 def _bw_nll_loss(ctx, g, _gtw):
