@@ -393,3 +393,29 @@ def test_discrete_memory_model(py):
         print("ok", rep.ops["conv2d"].canna)
     """, env={"CANNA_SIM_MEMORY": "discrete"})
     assert "ok 1" in out.stdout
+
+
+def test_no_pytorch_compute_in_a_canna_training_step():
+    # every op of the step runs on canna: PyTorch only allocates, views, and seeds the backward
+    # with ones (loss.backward()); in particular no zero-filled gradient is materialized for
+    # max_pool2d's indices
+    torch.manual_seed(0)
+    model = SimpleCNN()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,))
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    with ct.offload(strict=True):
+        step()
+        with torch.profiler.profile() as prof:
+            step()
+            step()
+    ops = {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+    allowed = {"aten::detach", "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::flatten",
+               "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::alias", "aten::as_strided",
+               "aten::ones_like", "aten::fill_"}
+    assert set(ops) <= allowed, set(ops) - allowed
+    assert ops.get("aten::fill_", 0) <= ops.get("aten::ones_like", 0) == 2
