@@ -465,6 +465,11 @@ _CANNA_OPS = _canna_custom_ops()
 # ---------------------------------------------------------------------------------------------
 # the report
 
+_BOOKKEEPING = frozenset({"torch._C._set_grad_enabled", "torch.Tensor.backward", "torch.autograd.grad",
+                          "torch.autograd.backward", "torch.Tensor.__repr__", "torch.Tensor.__format__",
+                          "torch.Tensor.__str__"})
+
+
 def _func_name(f) -> str:
     try:
         n = resolve_name(f)
@@ -524,10 +529,14 @@ class OffloadReport:
 
     @property
     def pytorch_calls(self) -> dict:
-        """Torch functions without a canna op called in the block: name → calls."""
+        """Torch functions without a canna op called in the block: name → calls (bookkeeping
+        that computes nothing is left out: grad-mode switches, profiler ranges,
+        ``Tensor.backward`` / ``torch.autograd.grad`` themselves, printing)."""
         out: dict = {}
         for f, n in self._other.items():
             name = _func_name(f)
+            if name in _BOOKKEEPING or name.startswith("profiler."):
+                continue
             out[name] = out.get(name, 0) + n
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
