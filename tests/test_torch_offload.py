@@ -183,6 +183,8 @@ def test_fallbacks_with_reasons():
         (c + c).sum()                                           # complex: not a canna dtype
         z = torch.empty(3, 4, device="meta")
         torch.relu(z)
+        sp = x.to_sparse()
+        assert torch.mm(sp, x.T).shape == (3, 3)              # sparse layout
     fb = rep.fell_back()
     assert any("out=" in r for r in fb["add"])
     assert any("rounding_mode" in r for r in fb["div"])
@@ -192,6 +194,7 @@ def test_fallbacks_with_reasons():
     assert fb["silu"] == {"inplace=True": 1}
     assert any("complex" in r for r in fb["add"])
     assert fb["relu"] == {"a meta tensor": 1}
+    assert fb["matmul"] == {"layout torch.sparse_coo": 1}
     # values of fallen-back calls are PyTorch's
     with ct.offload():
         torch.testing.assert_close(torch.div(x, 2, rounding_mode="floor"), torch.floor(x / 2))

@@ -36,6 +36,7 @@ __all__ = ["offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS"]
 _nnf = torch.nn.functional
 _T = torch.Tensor
 _autocast_on = torch._C._is_any_autocast_enabled
+_STRIDED = torch.strided
 
 
 class _Fallback(Exception):
@@ -97,6 +98,8 @@ def _chk(*xs):
                 raise _Fallback(f"a {tt.__name__} (tensor subclass)")
             if x.is_meta:
                 raise _Fallback("a meta tensor")
+            if x.layout is not _STRIDED:
+                raise _Fallback(f"layout {x.layout}")
         elif x is not None and (type(x) is bool or not isinstance(x, (int, float))):
             raise _Fallback(f"a {type(x).__name__} operand")
 
