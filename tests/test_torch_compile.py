@@ -153,3 +153,16 @@ def test_offload_under_compile_routes_to_custom_ops():
     assert fw.count("canna.linear.default") == 2 and "canna.relu.default" in fw and "canna.log_softmax.default" in fw
     # the compiled graph's calls of canna's custom ops are in the report
     assert rep.ops["linear"].canna == 2 and rep.ops["relu"].canna == 1
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("strict", [False, True])
+def test_torch_export(strict):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(cnn.Linear(4, 8), cnn.GELU(), cnn.Linear(8, 3), cnn.LogSoftmax(1))
+    x = torch.randn(5, 4)
+    ep = torch.export.export(model, (x,), strict=strict)
+    targets = _targets(ep.graph_module)
+    assert targets == ["canna.linear.default", "canna.gelu.default", "canna.linear.default",
+                       "canna.log_softmax.default"], targets
+    torch.testing.assert_close(ep.module()(x), model(x))
