@@ -38,20 +38,32 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 def bench(fn, *, budget: float, batch: int, sync=None) -> float:
     """Median seconds per call of fn() over batches of ``batch`` calls, ~``budget`` seconds."""
-    for _ in range(max(2, min(batch, 10))):   # warm-up (caches, plans, allocator)
-        fn()
-    if sync:
-        sync()
-    samples = []
-    t_end = time.perf_counter() + budget
-    while time.perf_counter() < t_end or len(samples) < 5:
-        t0 = time.perf_counter()
-        for _ in range(batch):
+    return bench_many({"x": (fn, sync)}, budget=budget, batch=batch)["x"]
+
+
+def bench_many(cands: dict, *, budget: float, batch: int, rounds: int = 5) -> dict:
+    """Median seconds per call of each candidate ``name -> (fn, sync or None)``, measured in
+    ``rounds`` interleaved rounds (so that load from other processes on a shared machine hits
+    every candidate alike), each candidate getting ``budget / rounds`` seconds per round."""
+    samples = {k: [] for k in cands}
+    for fn, sync in cands.values():   # warm-up (caches, plans, allocators)
+        for _ in range(max(2, min(batch, 10))):
             fn()
         if sync:
             sync()
-        samples.append((time.perf_counter() - t0) / batch)
-    return statistics.median(samples)
+    for _ in range(rounds):
+        for k, (fn, sync) in cands.items():
+            t_end = time.perf_counter() + budget / rounds
+            n = 0
+            while time.perf_counter() < t_end or n < 2:
+                t0 = time.perf_counter()
+                for _ in range(batch):
+                    fn()
+                if sync:
+                    sync()
+                samples[k].append((time.perf_counter() - t0) / batch)
+                n += 1
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def fmt(sec):
@@ -99,13 +111,13 @@ def main():
     rows = []
 
     def row(name, canna_fn, da_fn, torch_fn, tf_fn, np_fn, *, batch, unit=None):
-        r = {"name": name}
-        r["canna"] = bench(canna_fn, budget=budget, batch=batch)
-        r["da"] = bench(da_fn, budget=budget, batch=batch, sync=s.synchronize) if da_fn else None
-        r["torch"] = bench(torch_fn, budget=budget, batch=batch)
-        r["tf"] = bench(tf_fn, budget=budget, batch=batch) if tf_fn else None
-        r["numpy"] = bench(np_fn, budget=budget, batch=batch) if np_fn else None
-        r["unit"] = unit
+        cands = {"canna": (canna_fn, None), "torch": (torch_fn, None), "numpy": (np_fn, None)}
+        if da_fn:
+            cands["da"] = (da_fn, s.synchronize)
+        if tf_fn:
+            cands["tf"] = (tf_fn, None)
+        r = {"name": name, "unit": unit, "da": None, "tf": None}
+        r.update(bench_many(cands, budget=budget * len(cands), batch=batch))
         rows.append(r)
         gc.collect()
         print_row(r)
@@ -198,10 +210,10 @@ def main():
     def plan_only():   # the simulator's share: one address swap, aclnnAdd, the synchronize
         flip[0] ^= 1
         plan.launch_sync(h, 0, *addrs, outs[flip[0]].data_ptr())
-    total = bench(lambda: kernels.add(xt, yt), budget=budget, batch=2000)
-    sim = bench(plan_only, budget=budget, batch=2000)
-    alloc = bench(lambda: torch.empty_like(xt), budget=budget, batch=2000)
-    tadd = bench(lambda: torch.add(xt, yt), budget=budget, batch=2000)
+    m = bench_many({"total": (lambda: kernels.add(xt, yt), None), "sim": (plan_only, None),
+                    "alloc": (lambda: torch.empty_like(xt), None), "tadd": (lambda: torch.add(xt, yt), None)},
+                   budget=budget * 4, batch=2000)
+    total, sim, alloc, tadd = m["total"], m["sim"], m["alloc"], m["tadd"]
     print()
     print("1-element add, torch in / torch out, per call:")
     print(f"  total kernels.add                          {fmt(total):>10s}   ({total / tadd:.2f}x torch.add = {fmt(tadd)})")

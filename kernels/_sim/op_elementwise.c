@@ -15,6 +15,7 @@
 #pragma GCC optimize("O3")
 
 #define EW_CHUNK 2048
+#define EW_GRAIN (1024 * 1024)
 
 /* the kernels are compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time (GCC
  * function multiversioning): streaming ops run at the core's vector width, as NumPy's and
@@ -334,7 +335,9 @@ static aclError ew_run(nn_exec_t *ex)
     j.k = g_kern[p->op][p->ct];
     for (int k = 0; k < 1 + p->nin; k++)
         j.base[k] = p->view[k] < 0 ? (char *)p->sval : ex->v[p->view[k]].data;
-    uint32_t nb = nn_blocks(ex, p->numel * op_weight(p->op), 256 * 1024);
+    /* blocks of >= 1 Mi element-weights: a block handed to another AI-core thread costs tens of
+     * microseconds of wake-up, which only pays off once each block streams several MiB */
+    uint32_t nb = nn_blocks(ex, p->numel * op_weight(p->op), EW_GRAIN);
     int64_t per = (p->numel + nb - 1) / nb;
     per = (per + 63) & ~(int64_t)63;
     j.per = per;
@@ -512,10 +515,14 @@ static aclnnStatus ew_make(const char *api, int op, int ct, const nn_tensor_t *a
     int64_t bytes = 0;
     for (int32_t i = 0; i < ex->nview; i++)
         bytes += ex->v[i].numel * (int64_t)nn_dtype_size(ex->v[i].dtype);
-    /* ~16 bytes/ns streamed on one core; transcendental ops ~2 ns per element more */
-    ex->cost_ns = (uint64_t)(bytes / 16 + p->numel * (op_weight(op) - 1) / 4);
+    /* one core streams ~64 bytes/ns through its caches with the vector kernels (AVX2 / AVX-512
+     * clones), ~16 bytes/ns from DRAM (working sets past a few MiB); transcendental ops cost
+     * ~2 ns per element more. Small ops (estimated under the runtime's inline threshold) then run
+     * inline on an idle stream instead of waking the stream worker. */
+    int64_t stream_bytes_per_ns = bytes <= (4 << 20) ? 64 : 16;
+    ex->cost_ns = (uint64_t)(bytes / stream_bytes_per_ns + p->numel * (op_weight(op) - 1) / 4);
     int64_t work = p->numel * op_weight(op);
-    ex->cores = (uint32_t)(work / (256 * 1024) + 1);
+    ex->cores = (uint32_t)(work / EW_GRAIN + 1);
     return nn_exec_finish(ex, workspaceSize, executor);
 }
 
