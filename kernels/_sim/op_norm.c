@@ -133,6 +133,7 @@ static char *elem_ptr(const nn_view_t *v, int64_t i)
 #else
 #define LN_CLONES
 #endif
+#pragma GCC diagnostic ignored "-Wpsabi"   /* always-inline 16-float vectors: no ABI crosses a call */
 #define VW 16
 typedef float vf __attribute__((vector_size(4 * VW)));
 typedef int32_t vi __attribute__((vector_size(4 * VW)));
