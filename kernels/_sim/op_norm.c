@@ -133,6 +133,7 @@ static char *elem_ptr(const nn_view_t *v, int64_t i)
 #else
 #define LN_CLONES
 #endif
+#pragma GCC diagnostic ignored "-Wpsabi"   /* always-inline 16-float vectors: no ABI crosses a call */
 #define VW 16
 /* vsel / vexp pass 64-byte vectors by value; they are always inlined into their callers (each
  * clone compiled for its own target), so no call ever crosses an ABI boundary */
