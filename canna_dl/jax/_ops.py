@@ -152,9 +152,9 @@ def _binary_vjp(name, f, grads):
     return op
 
 
-_add = _binary_vjp("add", K.add, lambda g, x, y: (g, g))
-_sub = _binary_vjp("sub", K.sub, lambda g, x, y: (g, K.neg(g)))
-_mul = _binary_vjp("mul", K.mul, lambda g, x, y: (K.mul(g, y), K.mul(g, x)))
+_add = _binary_vjp("add", lambda x, y: K.add(x, y), lambda g, x, y: (g, g))
+_sub = _binary_vjp("sub", lambda x, y: K.sub(x, y), lambda g, x, y: (g, K.neg(g)))
+_mul = _binary_vjp("mul", lambda x, y: K.mul(x, y), lambda g, x, y: (K.mul(g, y), K.mul(g, x)))
 
 
 def _broadcast_check(api, a, b):
@@ -265,11 +265,13 @@ def _unary_vjp(name, f, fb, from_output, nondiff=False):
     return op
 
 
-_relu = _unary_vjp("relu", K.relu, K.backward.relu, False)
-_sigmoid = _unary_vjp("sigmoid", K.sigmoid, K.backward.sigmoid, True)
-_tanh = _unary_vjp("tanh", K.tanh, K.backward.tanh, True)
-_softmax = _unary_vjp("softmax", K.softmax, K.backward.softmax, True, nondiff=True)
-_log_softmax = _unary_vjp("log_softmax", K.log_softmax, K.backward.log_softmax, True, nondiff=True)
+_relu = _unary_vjp("relu", lambda x: K.relu(x), lambda g, x: K.backward.relu(g, x), False)
+_sigmoid = _unary_vjp("sigmoid", lambda x: K.sigmoid(x), lambda g, y: K.backward.sigmoid(g, y), True)
+_tanh = _unary_vjp("tanh", lambda x: K.tanh(x), lambda g, y: K.backward.tanh(g, y), True)
+_softmax = _unary_vjp("softmax", lambda x, a: K.softmax(x, a), lambda g, y, a: K.backward.softmax(g, y, a), True,
+                      nondiff=True)
+_log_softmax = _unary_vjp("log_softmax", lambda x, a: K.log_softmax(x, a),
+                          lambda g, y, a: K.backward.log_softmax(g, y, a), True, nondiff=True)
 
 
 def relu(x):

@@ -744,7 +744,8 @@ def cross_entropy(logits, labels, weight=None, reduction="mean", label_smoothing
     / ``kernels.backward.cross_entropy``).
 
     Args:
-        logits: ``[N, C]``, ``[C]`` or ``[N, C, d1, ...]`` (classes in dim 1).
+        logits: ``[N, C]``, ``[C]`` or ``[N, C, d1, ...]`` (classes in dim 1, PyTorch's layout;
+            reshape TensorFlow's ``[..., C]`` logits to ``[-1, C]``).
         labels: int32 / int64 class indices ``[N]`` (``[]``, ``[N, d1, ...]``); no gradient.
         weight: optional ``[C]`` class weights (no gradient).
         reduction: ``"mean"`` (weighted mean over non-ignored labels), ``"sum"`` or ``"none"``.
