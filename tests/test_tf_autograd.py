@@ -92,7 +92,8 @@ CASES = {
     "layer_norm_plain": (lambda x: ctf.layer_norm(x, (3, 4)),
                          lambda x: tf.reshape(_ln(tf.reshape(x, (2, 12)), 1.0, 0.0), (2, 3, 4)), lambda: [R(2, 3, 4)]),
     "rms_norm": (lambda x, w: ctf.rms_norm(x, 4, w, 1e-6),
-                 lambda x, w: x / tf.sqrt(tf.reduce_mean(x * x, -1, keepdims=True) + 1e-6) * w, lambda: [R(3, 4), R(4)]),
+                 lambda x, w: x / tf.sqrt(tf.reduce_mean(x * x, -1, keepdims=True) + 1e-6) * w,
+                 lambda: [R(3, 4), R(4)]),
     "conv2d_valid": (lambda x, w: ctf.conv2d(x, w, 1, "VALID"), lambda x, w: tf.nn.conv2d(x, w, 1, "VALID"),
                      lambda: [R(2, 6, 5, 3), R(3, 3, 3, 4)]),
     "conv2d_same_stride2_bias": (lambda x, w, b: ctf.conv2d(x, w, 2, "SAME", bias=b),
@@ -106,7 +107,8 @@ CASES = {
     "conv2d_nchw": (lambda x, w: ctf.conv2d(x, w, 1, "SAME", data_format="NCHW"),
                     _nchw(lambda x, w: tf.nn.conv2d(x, w, 1, "SAME")), lambda: [R(2, 3, 5, 4), R(3, 3, 3, 2)]),
     # TensorFlow's CPU kernels have no gradient for dilated / grouped convolutions: finite differences
-    "conv2d_dilated": (lambda x, w: ctf.conv2d(x, w, 1, "SAME", dilations=2), None, lambda: [R(1, 6, 6, 2), R(3, 3, 2, 2)]),
+    "conv2d_dilated": (lambda x, w: ctf.conv2d(x, w, 1, "SAME", dilations=2), None,
+                       lambda: [R(1, 6, 6, 2), R(3, 3, 2, 2)]),
     "conv2d_grouped": (lambda x, w: ctf.conv2d(x, w, 1, "VALID"), None, lambda: [R(1, 4, 4, 4), R(2, 2, 2, 4)]),
     "max_pool2d": (lambda x: ctf.max_pool2d(x, 2), lambda x: tf.nn.max_pool2d(x, 2, 2, "VALID"),
                    lambda: [distinct(2, 4, 6, 3)]),
@@ -114,6 +116,13 @@ CASES = {
                         lambda: [distinct(2, 5, 3, 2)]),
     "max_pool2d_same3": (lambda x: ctf.max_pool2d(x, 3, 2, "SAME"), lambda x: tf.nn.max_pool2d(x, 3, 2, "SAME"),
                          lambda: [distinct(1, 7, 6, 2)]),
+    "max_pool2d_same_stride1": (lambda x: ctf.max_pool2d(x, 2, 1, "SAME"), lambda x: tf.nn.max_pool2d(x, 2, 1, "SAME"),
+                                lambda: [distinct(1, 5, 4, 2)]),
+    "max_pool2d_window_past_input": (lambda x: ctf.max_pool2d(x, 4, 3, "SAME"),
+                                     lambda x: tf.nn.max_pool2d(x, 4, 3, "SAME"), lambda: [distinct(1, 3, 5, 2)]),
+    "max_pool2d_explicit": (lambda x: ctf.max_pool2d(x, 3, 1, [[0, 0], [2, 1], [1, 2], [0, 0]]),
+                            lambda x: tf.nn.max_pool2d(x, 3, 1, [[0, 0], [2, 1], [1, 2], [0, 0]]),
+                            lambda: [distinct(2, 5, 4, 2)]),
     "max_pool2d_nchw": (lambda x: ctf.max_pool2d(x, 2, 1, data_format="NCHW"),
                         _nchw(lambda x: tf.nn.max_pool2d(x, 2, 1, "VALID")), lambda: [distinct(1, 2, 4, 3)]),
     "cross_entropy": (lambda x: ctf.cross_entropy(x, LABELS), lambda x: _ce(x, LABELS), lambda: [R(4, 3)]),
@@ -296,6 +305,33 @@ def test_nhwc_convolution_copies_are_counted():
     assert y.shape == (1, 5, 5, 4)
 
 
+def test_discrete_memory_model(py):
+    """Like a PCIe card: TensorFlow's host tensors are copied to the device and results back
+    (counted), values and gradients unchanged."""
+    r = py("""
+        import numpy as np, tensorflow as tf, canna_dl, canna_dl.tf as ctf
+        assert canna_dl.memory_model() == "discrete"
+        a, b = tf.Variable([1.0, 2.0, 3.0]), tf.Variable([4.0, 5.0, 6.0])
+        with tf.GradientTape() as t:
+            loss = ctf.sum(ctf.add(a, b))
+        assert [g.numpy().tolist() for g in t.gradient(loss, [a, b])] == [[1, 1, 1], [1, 1, 1]]
+        x = tf.constant(np.random.default_rng(0).standard_normal((2, 5, 5, 3)))
+        w = tf.constant(np.random.default_rng(1).standard_normal((3, 3, 3, 2)))
+        def f(op):
+            with tf.GradientTape() as t:
+                t.watch([x, w])
+                y = op(x, w, 2, "SAME")
+                l = tf.reduce_sum(y * y)
+            return [y] + t.gradient(l, [x, w])
+        for u, v in zip(f(ctf.conv2d), f(tf.nn.conv2d)):
+            np.testing.assert_allclose(u.numpy(), v.numpy(), rtol=1e-10, atol=1e-12)
+        by = canna_dl.copy_stats()["by_reason"]
+        assert by["to_device"]["count"] > 0 and by["to_host"]["count"] > 0, by
+        print("ok")
+    """, env={"CANNA_SIM_MEMORY": "discrete", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert r.stdout.strip().endswith("ok")
+
+
 # ---------------------------------------------------------------------------------------------
 # tf.function: static shapes, second derivatives, XLA
 
@@ -387,6 +423,8 @@ BAD = [
     ("conv_padding", lambda: ctf.conv2d(tf.ones((1, 4, 4, 3)), tf.ones((2, 2, 3, 4)), padding="FULL"), ValueError,
      "padding"),
     ("pool_window", lambda: ctf.max_pool2d(tf.ones((1, 2, 2, 1)), 3), ValueError, "larger"),
+    ("pool_padding", lambda: ctf.max_pool2d(tf.ones((1, 4, 4, 1)), 2, 1, [[0, 0], [0, 2], [0, 0], [0, 0]]), ValueError,
+     "smaller than the window"),
     ("reduce_axis", lambda: ctf.sum(tf.ones((2, 3)), [0, -2]), ValueError, "more than once"),
 ]
 
@@ -423,7 +461,8 @@ def _twins(build):
     canna, native = build(ctf.keras), build(keras.layers)
     native.set_weights(canna.get_weights())
     for m in (canna, native):
-        m.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        m.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return canna, native
 
 
@@ -455,6 +494,7 @@ def test_keras_conv_model_trains_like_native_twin():
     _fit_both(canna, native, x, y, 8)
 
 
+@pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")  # keras's own
 def test_keras_layers_serialize_and_reload(tmp_path):
     d = ctf.keras.Dense(7, activation="gelu", use_bias=False, kernel_initializer="he_normal", name="d")
     again = ctf.keras.Dense.from_config(d.get_config())

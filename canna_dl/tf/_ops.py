@@ -529,7 +529,8 @@ def _out_len(api, padding, n, k, s, d, i):
     before, after = (0, 0) if padding == "VALID" else padding[i]
     span = n + before + after - eff
     if span < 0:
-        raise ValueError(f"{api}: the window (size {k}, dilation {d}) is larger than the padded input ({n + before + after})")
+        raise ValueError(f"{api}: the window (size {k}, dilation {d}) is larger than the padded input "
+                         f"({n + before + after})")
     return span // s + 1
 
 
@@ -662,19 +663,40 @@ def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilat
     return apply(api, xs, (True,) * len(xs), fwd, 1, specs, bwd)
 
 
-def _pool_args(api, pad, shape_hw, k, s):
-    """canna's (padding, ceil_mode) reproducing TensorFlow's padding of a max pool: symmetric
-    SAME padding directly, SAME with one more element after as ceil_mode (the extra window
-    reaches past the input, which max pooling ignores, as TensorFlow ignores padding)."""
-    pads = []
-    for i in range(2):
-        pads.append(_pads(pad if not isinstance(pad, tuple) else pad[i], shape_hw[i], k[i], s[i], 1))
+def _torch_pool_len(n, k, s, p, ceil):
+    """PyTorch's (and aclnn's) max-pool output length (``ceil_mode``: a last window that starts
+    inside the input or the left padding is kept)."""
+    span = n + 2 * p - k
+    if span < 0:
+        return -1
+    o = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (o - 1) * s >= n + p:
+        o -= 1
+    return o
+
+
+def _pool_geometry(pad, shape_hw, k, s):
+    """How canna reproduces TensorFlow's max-pool padding: ``(padding, ceil_mode, None)`` when
+    aclnn's symmetric padding does it (symmetric SAME padding, or SAME with one more element
+    after as ``ceil_mode``: the extra window reaches past the input, which max pooling ignores
+    as TensorFlow ignores padding), else ``((0, 0), False, (pt, pb, pl, pr))``: the input is
+    copied into a -inf padded buffer first."""
+    pads = [_pads(pad if not isinstance(pad, tuple) else pad[i], shape_hw[i], k[i], s[i], 1) for i in range(2)]
+    want = [_out_len("", pad, shape_hw[i], k[i], s[i], 1, i) for i in range(2)]
     ceil = any(after > before for before, after in pads)
-    for (before, after), kk in zip(pads, k):
-        if after - before not in (0, 1) or (after > before and not ceil) or before > kk // 2:
-            raise NotImplementedError(f"{api}: padding {pad} of this geometry (before {before}, after {after}, "
-                                      f"window {kk}) cannot be expressed as canna's symmetric max-pool padding")
-    return (pads[0][0], pads[1][0]), ceil
+    ok = all(after - before in (0, 1) and before <= kk // 2 and _torch_pool_len(n, kk, ss, before, ceil) == o
+             for (before, after), n, kk, ss, o in zip(pads, shape_hw, k, s, want))
+    if ok:
+        return (pads[0][0], pads[1][0]), ceil, None
+    return (0, 0), False, pads[0] + pads[1]
+
+
+def _neg_inf_pad_nchw(xn, pt, pb, pl, pr):
+    n, c, h, w = xn.shape
+    p = canna_dl.full((n, c, h + pt + pb, w + pl + pr), float("-inf"), xn.dtype)
+    K.copy_(p[:, :, pt:pt + h, pl:pl + w], xn)
+    dl_copy.count("tf_pad", xn.nbytes)
+    return p
 
 
 def max_pool2d(input, ksize, strides=None, padding="VALID", data_format="NHWC"):  # noqa: A002
@@ -691,7 +713,10 @@ def max_pool2d(input, ksize, strides=None, padding="VALID", data_format="NHWC"):
 
     Layouts and copies: NHWC inputs are read through a permuted NCHW view (no copy); the NCHW
     result and the backward's NCHW input gradient are transposed to NHWC (``"tf_nhwc"`` in
-    ``canna_dl.copy_stats()``).
+    ``canna_dl.copy_stats()``). TensorFlow's SAME padding is aclnn's symmetric padding, or its
+    ``ceil_mode`` when the extra element is after; other geometries (a window larger than the
+    input, stride 1 with an even window, explicit asymmetric padding) copy the input into a -inf
+    padded buffer (``"tf_pad"``, forward and backward).
     """
     api = _P + "max_pool2d"
     nhwc = _data_format(api, data_format)
@@ -699,17 +724,25 @@ def max_pool2d(input, ksize, strides=None, padding="VALID", data_format="NHWC"):
     k = _hw(api, "ksize", ksize, nhwc)
     st = _hw(api, "strides", strides, nhwc, k)
     pad = _padding(api, padding, nhwc)
+    if isinstance(pad, tuple) and any(v >= kk for pair, kk in zip(pad, k) for v in pair):
+        raise ValueError(f"{api}: explicit padding {list(map(list, pad))} must be smaller than the window {list(k)} "
+                         "(TensorFlow's rule)")
     if x.shape.rank is not None and x.shape.rank != 4:
         raise ValueError(f"{api}: input must be 4-D, got shape {x.shape}")
     xd = dims_of(x.shape)
 
     def geometry(t):
         xn = _nchw(arr(t), nhwc)
-        p, ceil = _pool_args(api, pad, xn.shape[2:], k, st)
-        return xn, p, ceil
+        h, w = xn.shape[2:]
+        if pad == "VALID" and (k[0] > h or k[1] > w):
+            raise ValueError(f"{api}: the window {list(k)} is larger than the input ({h} x {w})")
+        p, ceil, padded = _pool_geometry(pad, (h, w), k, st)
+        if padded is not None:
+            xn = _neg_inf_pad_nchw(xn, *padded)
+        return xn, p, ceil, padded, (h, w)
 
     def fwd(save, t):
-        xn, p, ceil = geometry(t)
+        xn, p, ceil, _, _ = geometry(t)
         if save:
             y, idx = K.max_pool2d_with_indices(xn, k, st, p, 1, ceil)
         else:
@@ -719,9 +752,13 @@ def max_pool2d(input, ksize, strides=None, padding="VALID", data_format="NHWC"):
         return [y, idx] if save else [y]
 
     def bwd(d, ts, s):
-        xn, p, ceil = geometry(ts[0])
+        xn, p, ceil, padded, (h, w) = geometry(ts[0])
         gi = K.backward.max_pool2d(_nchw(arr(d[0]), nhwc), xn, arr(s[0]), k, st, p, 1, ceil)
-        return [_contig(gi.permute(0, 2, 3, 1), "tf_nhwc") if nhwc else gi]
+        if padded is not None:
+            gi = gi[:, :, padded[0]:padded[0] + h, padded[2]:padded[2] + w]
+        if nhwc:
+            return [_contig(gi.permute(0, 2, 3, 1), "tf_nhwc")]
+        return [_contig(gi, "tf_pad") if padded is not None else gi]
 
     def specs():
         if xd is None:
