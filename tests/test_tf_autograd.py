@@ -482,7 +482,9 @@ def test_keras_dense_model_trains_like_native_twin():
     canna, native = _twins(lambda L: keras.Sequential([keras.Input((20,)), L.Dense(16, activation="relu"),
                                                        L.Dense(5)]))
     assert isinstance(canna.layers[0], ctf.keras.Dense)
+    canna_dl.reset_copy_stats()
     _fit_both(canna, native, x, y, 16)
+    assert canna_dl.copy_stats()["count"] == 0   # model.fit's tf.function path is zero-copy too
 
 
 def test_keras_conv_model_trains_like_native_twin():
