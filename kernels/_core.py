@@ -21,6 +21,7 @@ How one call runs (docs/DESIGN.md §6):
 from __future__ import annotations
 
 import builtins
+import functools
 import operator
 import os
 import sys
@@ -616,19 +617,30 @@ def _torch():
     return torch
 
 
+#: outputs of at least this many bytes come from canna's pool even for torch / NumPy results:
+#: the pool hands out memory that is already mapped, while a fresh large allocation of the
+#: framework's allocator page-faults on first touch (glibc maps blocks over 32 MiB anew each time)
+POOL_MIN_BYTES = 1 << 20
+
+
 def new_out(kind, shape, dtype, s):
     """A fresh output of the caller's kind (see the module doc)."""
-    if _cfg.unified:
-        if kind == TORCH:
-            if _fast_state["on"] is None:
-                fast_setup()
-            torch = _torch()
-            t = torch.empty(shape, dtype=getattr(torch, dtype.name))
-            return Out(canna_dl.asarray(t), t, sync=True)
-        if kind == NUMPY:
+    if _cfg.unified and kind in (TORCH, NUMPY):
+        n = dtype.itemsize
+        for d in shape:
+            n *= d
+        if n < POOL_MIN_BYTES:
+            if kind == TORCH:
+                if _fast_state["on"] is None:
+                    fast_setup()
+                torch = _torch()
+                t = torch.empty(shape, dtype=getattr(torch, dtype.name))
+                return Out(canna_dl.asarray(t), t, sync=True)
             import numpy as np
             arr = np.empty(shape, dtype=dtype.numpy)
             return Out(canna_dl.asarray(arr), arr, sync=True)
+        if kind == TORCH and _fast_state["on"] is None:
+            fast_setup()
     a = canna_dl.empty(shape, dtype, device=s._device, stream=s)
     if kind == CANNA:
         return Out(a, a)
@@ -648,7 +660,9 @@ def given_out(api, out, shape, dtype, inputs, *, allow_same=False, name="out", e
     (or equals, with ``exact_dtype``), writable, without internal overlap, not overlapping the
     inputs unsafely. Returns an :class:`Out` whose ``obj`` is ``out`` itself."""
     kind = _kind_of_type(type(out))
-    a = as_array(api, name, out)
+    a = _host_view(out) if (not _cfg.unified and not isinstance(out, DeviceArray)) else None
+    if a is None:
+        a = as_array(api, name, out)
     if a.shape != tuple(shape):
         raise ValueError(f"{api}: {name} has shape {a.shape} but the result has shape {tuple(shape)}")
     if exact_dtype:
@@ -670,6 +684,21 @@ def given_out(api, out, shape, dtype, inputs, *, allow_same=False, name="out", e
         tmp = canna_dl.empty(a.shape, a.dtype, device=a.device)
         return Out(tmp, out, sync=True, stage=a)
     return Out(a, out, sync=sync)
+
+
+def _host_view(obj):
+    """A DeviceArray viewing a framework's host memory in place (discrete memory model: the kernel
+    writes a device temporary, copied into it afterwards), or None when ``obj`` has no such view."""
+    from canna_dl import _interop
+    imp = _interop._importer_for(type(obj))
+    try:
+        a = imp(obj, None) if imp is not None else (_interop._generic_import(obj, None)
+                                                    if hasattr(obj, "__dlpack__") else None)
+    except (BufferError, TypeError, ValueError):
+        return None
+    if a is None or a.storage.kind != 1:
+        return None
+    return a
 
 
 def prepare_input(a):
@@ -798,11 +827,18 @@ def fast_register(key, plan, x, out_arr, torch_out):
     """Remember a general-path call (torch in, torch out, a fresh output) for the fast path."""
     if type(key) is not bytes or not plan.repeatable or plan.ws_size or not _fast_state["on"]:
         return
-    use_empty = not (x.shape == out_arr.shape and x.dtype is out_arr.dtype
-                     and x.strides == contiguous_strides(x.shape))
+    shape = tuple(out_arr.shape)
+    if out_arr.nbytes >= POOL_MIN_BYTES:   # from the pool, handed to torch zero-copy (see new_out)
+        mode = functools.partial(_pool_torch, shape, out_arr.dtype)
+    else:   # torch.empty_like(x) (cheapest) when it gives the right array, else torch.empty
+        mode = not (x.shape == shape and x.dtype is out_arr.dtype and x.strides == contiguous_strides(shape))
     if len(fast_cache) >= _PLAN_CACHE_MAX:
         fast_cache.clear()
-    fast_cache[key] = (plan, use_empty, torch_out.dtype, tuple(out_arr.shape))
+    fast_cache[key] = (plan, mode, torch_out.dtype, shape)
+
+
+def _pool_torch(shape, dtype):
+    return canna_dl.to_torch(canna_dl.empty(shape, dtype))
 
 
 def fast_stream(api):

@@ -410,9 +410,15 @@ def contiguous(x, *, stream=None):
     materialized. Any dtype ``aclnnInplaceCopy`` takes (see :func:`astype`)."""
     api = "kernels.contiguous"
     kind = C.result_kind(x)
+    if kind != C.CANNA and not C._cfg.unified:   # look at the caller's layout, not at a device copy
+        hv = C._host_view(x)
+        if hv is not None and hv.is_contiguous() and not hv._flags & C._AF_NEG:
+            return x
     a = C.as_array(api, "x", x)
     if a.is_contiguous() and not a._flags & C._AF_NEG:
-        return x
+        if kind == C.CANNA or C._cfg.unified:
+            return x
+        return C._CONVERT[kind](a)   # discrete model: the (counted) device copy is contiguous
     C.check_dtype(api, "x", a.dtype, _CAST_DTYPES)
     return _copy_to(api, "InplaceCopy", a, kind, a.dtype, None, stream)
 

@@ -4,8 +4,8 @@
  * (dltensor_from_py_object_no_sync: a non-owning DLTensor, no capsule, no Python-level calls),
  * makes a byte key of the call's signature (op, each tensor's dtype / shape / strides, scalar
  * values), and looks it up in a dict the Python side fills: key -> (plan, mode, dtype, shape).
- * On a hit it allocates the output with torch itself (empty_like(x) when mode is 0, else
- * empty(shape, dtype=dtype)), launches the plan with the three addresses and waits for the stream
+ * On a hit it allocates the output (torch.empty_like(x) when mode is False, torch.empty(shape,
+ * dtype=dtype) when True, else mode() — canna's pool for large outputs, handed to torch zero-copy), launches the plan with the three addresses and waits for the stream
  * (the result must be complete when a framework tensor is returned). On anything unusual it
  * returns None (not applicable: the Python path decides and raises the right errors) or the key
  * (a miss: the Python path computes the call and registers the plan under that key).
@@ -223,12 +223,14 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return key;
     }
     Py_DECREF(key);
-    PyObject *out;
-    if (PyTuple_GET_ITEM(entry, 1) == Py_False) {   /* mode: empty_like(x) */
+    PyObject *out, *mode = PyTuple_GET_ITEM(entry, 1);
+    if (mode == Py_False) {          /* torch.empty_like(x) */
         out = PyObject_CallOneArg(g_empty_like, args[2]);
-    } else {
+    } else if (mode == Py_True) {    /* torch.empty(shape, dtype=dtype) */
         PyObject *cargs[2] = {PyTuple_GET_ITEM(entry, 3), PyTuple_GET_ITEM(entry, 2)};
         out = PyObject_Vectorcall(g_empty, cargs, 1, s_dtype_kwnames);
+    } else {                         /* an allocator (canna's pool, handed to torch) */
+        out = PyObject_CallNoArgs(mode);
     }
     if (!out) {
         Py_DECREF(entry);
