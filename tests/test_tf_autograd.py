@@ -21,6 +21,9 @@ from canna_dl.tf import _ops as ctf_ops  # noqa: E402
 from conftest import assert_usable  # noqa: E402
 
 RNG = np.random.default_rng(7)
+UNIFIED = canna_dl.memory_model() == "unified"
+#: zero-copy holds in the unified memory model (the suite may be rerun in the discrete one)
+unified_only = pytest.mark.skipif(not UNIFIED, reason="zero-copy exchange needs the unified memory model")
 
 
 def R(*shape, dtype=np.float64):
@@ -265,6 +268,7 @@ def _spy(monkeypatch, name, seen):
     monkeypatch.setattr(ctf_ops.K, name, spy)
 
 
+@unified_only
 @pytest.mark.parametrize("mode", ["eager", "tf.function"])
 def test_kernels_read_tensorflow_memory_in_place(monkeypatch, mode):
     x = tf.constant(RNG.standard_normal((64, 32)).astype(np.float32))
@@ -278,6 +282,7 @@ def test_kernels_read_tensorflow_memory_in_place(monkeypatch, mode):
     assert canna_dl.copy_stats()["count"] == 0
 
 
+@unified_only
 def test_eager_training_step_makes_no_copies():
     x, w, b = R(8, 5, dtype=np.float32), tf.Variable(R(5, 4, dtype=np.float32)), tf.Variable(R(4, dtype=np.float32))
     labels = tf.constant([0, 1, 2, 3, 0, 1, 2, 3])
@@ -292,16 +297,17 @@ def test_eager_training_step_makes_no_copies():
 
 def test_nhwc_convolution_copies_are_counted():
     x, w = R(1, 5, 5, 2, dtype=np.float32), R(3, 3, 2, 4, dtype=np.float32)
+    def layout_copies():
+        return {k: v["bytes"] for k, v in canna_dl.copy_stats()["by_reason"].items() if k.startswith("tf_")}
     canna_dl.reset_copy_stats()
     y = ctf.conv2d(x, w, 1, "SAME")   # forward: permuted views in and out, no copy
-    assert canna_dl.copy_stats()["count"] == 0
+    assert layout_copies() == {}
     _value_and_grads(lambda x, w: ctf.conv2d(x, w, 1, "SAME"), [x, w])
-    by = canna_dl.copy_stats()["by_reason"]
-    assert by["tf_nhwc"]["bytes"] == x.numpy().nbytes and by["tf_hwio"]["bytes"] == w.numpy().nbytes
+    assert layout_copies() == {"tf_nhwc": x.numpy().nbytes, "tf_hwio": w.numpy().nbytes}
     x6 = R(1, 6, 6, 2, dtype=np.float32)
     canna_dl.reset_copy_stats()
     ctf.conv2d(x6, w, 2, "SAME")   # asymmetric padding (0 before, 1 after): a padded copy of the input
-    assert canna_dl.copy_stats()["by_reason"]["tf_pad"]["bytes"] == x6.numpy().nbytes
+    assert layout_copies() == {"tf_pad": x6.numpy().nbytes}
     assert y.shape == (1, 5, 5, 4)
 
 
@@ -484,7 +490,7 @@ def test_keras_dense_model_trains_like_native_twin():
     assert isinstance(canna.layers[0], ctf.keras.Dense)
     canna_dl.reset_copy_stats()
     _fit_both(canna, native, x, y, 16)
-    assert canna_dl.copy_stats()["count"] == 0   # model.fit's tf.function path is zero-copy too
+    assert canna_dl.copy_stats()["count"] == 0 or not UNIFIED   # model.fit's tf.function path is zero-copy too
 
 
 def test_keras_conv_model_trains_like_native_twin():
