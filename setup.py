@@ -61,6 +61,13 @@ if glob.glob("canna_dl/_native/*.c"):
                                  depends=sorted(glob.glob("canna_dl/_native/*.h")),
                                  extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]))
 
+# the kernel library's hot path (cached aclnn calls launched in one C call): a CPython extension
+# that calls the op library through function pointers taken from the loaded libraries
+if glob.glob("kernels/_native/*.c"):
+    ext_modules.append(Extension("kernels._native", sources=sorted(glob.glob("kernels/_native/*.c")),
+                                 depends=sorted(glob.glob("kernels/_native/*.h")),
+                                 extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]))
+
 # the core of acl_rt's caching allocator (block bookkeeping, best fit, split/merge, statistics):
 # a CPython extension that calls the runtime through function pointers taken from the loaded library
 if glob.glob("acl_rt/_native/*.c"):

@@ -14,13 +14,15 @@ wait for their stream before returning. Copies with a :class:`HostBuffer` (page-
 from __future__ import annotations
 
 import abc
+import collections
+import threading
 import warnings
 
 from . import _runtime as rt
 from ._device import Device
 from ._errors import InvalidArgumentError, InvalidHandleError
 from ._lib import backend, ffi
-from ._stream import Stream, _resolve_stream
+from ._stream import Event, Stream, _resolve_stream, drain
 
 __all__ = ["MemoryResource", "DeviceMemoryResource", "DeviceBuffer", "HostBuffer", "alloc", "alloc_host"]
 
@@ -93,7 +95,7 @@ class DeviceMemoryResource(MemoryResource):
 
     def deallocate(self, ptr: int, nbytes: int, *, stream: Stream | None = None) -> None:
         if stream is not None and stream._alive_quiet():
-            stream._sync_raw()
+            drain(stream)
         rt.activate(self._device._id, "aclrtFree")
         rt.check(backend().lib.aclrtFree(ffi.cast("void *", ptr)), "aclrtFree")
 
@@ -115,6 +117,16 @@ def _host_view(obj, api, *, writable):
     if mv.nbytes == 0:
         return ffi.NULL, 0, mv
     return ffi.from_buffer(mv, require_writable=writable), mv.nbytes, mv
+
+
+def _other_side(obj, api, *, writable):
+    """(pointer, nbytes, keepalive, sync) of the host or device side of a copy: a DeviceBuffer or
+    HostBuffer (asynchronous), or a C-contiguous buffer-protocol object (``sync``: the copy must be
+    complete before returning, the object may change as soon as we return)."""
+    if isinstance(obj, (DeviceBuffer, HostBuffer)):
+        return obj._cptr(api), obj._size, obj, False
+    p, n, keep = _host_view(obj, api, writable=writable)
+    return p, n, keep, True
 
 
 class DeviceBuffer:
@@ -225,21 +237,11 @@ class DeviceBuffer:
         api = "DeviceBuffer.copy_from"
         dst = self._cptr(api)
         s = _resolve_stream(stream, self.device, api)
-        sync = False
-        if isinstance(src, DeviceBuffer):
-            sp, n, keep, kind = src._cptr(api), src._size, src, _D2D
-        elif isinstance(src, HostBuffer):
-            sp, n, keep, kind = src._cptr(api), src._size, src, _H2D
-        else:
-            sp, n, keep = _host_view(src, api, writable=False)
-            kind, sync = _H2D, True
+        sp, n, keep, sync = _other_side(src, api, writable=False)
         if n > self._size:
             raise InvalidArgumentError(100000, api, f"source is {n} bytes but the destination buffer has only {self._size}")
-        if s._h is not self._stream._h:
-            self.record_stream(s)
-        if kind == _D2D and src._stream._h is not s._h:
-            src.record_stream(s)
-        _memcpy(dst, self._size, sp, n, kind, s, api, sync, keep)
+        self._use_on(s, keep)
+        _memcpy(dst, self._size, sp, n, _D2D if isinstance(keep, DeviceBuffer) else _H2D, s, api, sync, keep)
 
     def copy_to(self, dst, *, stream: Stream | None = None) -> None:
         """Copy the start of this buffer into ``dst`` (a :class:`DeviceBuffer`, :class:`HostBuffer`
@@ -252,21 +254,18 @@ class DeviceBuffer:
         api = "DeviceBuffer.copy_to"
         src = self._cptr(api)
         s = _resolve_stream(stream, self.device, api)
-        sync = False
-        if isinstance(dst, DeviceBuffer):
-            dp, n, keep, kind = dst._cptr(api), dst._size, dst, _D2D
-        elif isinstance(dst, HostBuffer):
-            dp, n, keep, kind = dst._cptr(api), dst._size, dst, _D2H
-        else:
-            dp, n, keep = _host_view(dst, api, writable=True)
-            kind, sync = _D2H, True
+        dp, n, keep, sync = _other_side(dst, api, writable=True)
         if n > self._size:
             raise InvalidArgumentError(100000, api, f"destination is {n} bytes but this buffer has only {self._size}")
+        self._use_on(s, keep)
+        _memcpy(dp, n, src, n, _D2D if isinstance(keep, DeviceBuffer) else _D2H, s, api, sync, keep)
+
+    def _use_on(self, s: Stream, other) -> None:
+        """Record ``s`` on this buffer (and on ``other`` when it is a device buffer) for stream-ordered frees."""
         if s._h is not self._stream._h:
             self.record_stream(s)
-        if kind == _D2D and dst._stream._h is not s._h:
-            dst.record_stream(s)
-        _memcpy(dp, n, src, n, kind, s, api, sync, keep)
+        if isinstance(other, DeviceBuffer) and other._stream._h is not s._h:
+            other.record_stream(s)
 
     def tobytes(self, *, stream: Stream | None = None) -> bytes:
         """The buffer's contents as ``bytes`` (waits for ``stream``)."""
@@ -293,6 +292,8 @@ class DeviceBuffer:
         """Give the memory back to its resource, in stream order: after the work queued so far on
         the stream it was allocated on, on every stream passed to :meth:`record_stream`, and on
         ``stream`` if given. Idempotent; using the buffer afterwards raises InvalidHandleError."""
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"DeviceBuffer.close: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
         ptr = self._ptr
         if ptr is None:
             return
@@ -307,7 +308,7 @@ class DeviceBuffer:
             self._uses = None
             for s in uses:
                 if s._alive_quiet():
-                    s._sync_raw()
+                    drain(s)
         self._mr.deallocate(ptr, self._size, stream=self._stream)
 
     free = close
@@ -318,6 +319,15 @@ class DeviceBuffer:
     def __exit__(self, *exc):
         self.close()
         return False
+
+    def __copy__(self, *memo):
+        raise TypeError("acl_rt.DeviceBuffer owns device memory and cannot be copied "
+                        "(allocate another one and use copy_from)")
+
+    __deepcopy__ = __copy__
+
+    def __reduce__(self):
+        raise TypeError("acl_rt.DeviceBuffer owns device memory and cannot be pickled")
 
     def __del__(self):
         try:
@@ -341,6 +351,53 @@ def _memcpy(dst, dst_max, src, n, kind, stream: Stream, api, sync, keep):
         rt.check(backend().lib.aclrtMemcpy(dst, dst_max, src, n, kind), "aclrtMemcpy")
     else:
         rt.check(backend().lib.aclrtMemcpyAsync(dst, dst_max, src, n, kind, h), "aclrtMemcpyAsync")
+        if isinstance(keep, HostBuffer):
+            _keep_until_done(stream, keep._cdata)   # the memory itself, even if keep.close() is called
+
+
+# Host memory in an asynchronous copy must outlive the copy even when the user drops the last
+# reference right after queueing it (PyTorch's pinned-memory allocator does the same with events):
+# each such copy records an event, and the HostBuffer is held until the event has completed.
+_pending: collections.deque = collections.deque()     # (event, keep)
+_free_events: dict = {}                                 # device id -> [Event] for reuse
+_pending_lock = threading.Lock()
+
+
+def _reap_pending() -> None:
+    """Drop the references of copies that have completed (never waits)."""
+    with _pending_lock:
+        keep = collections.deque()
+        while _pending:
+            ev, obj = _pending.popleft()
+            try:
+                done = ev._gen != rt._state.generation or ev.query()
+            except Exception:
+                done = True
+            if done:
+                if ev._gen == rt._state.generation:
+                    _free_events.setdefault(ev.device.device_id, []).append(ev)
+            else:
+                keep.append((ev, obj))
+        _pending.extend(keep)
+
+
+def _keep_until_done(stream: Stream, obj) -> None:
+    if _pending:
+        _reap_pending()
+    with _pending_lock:
+        free = _free_events.get(stream.device.device_id)
+        ev = free.pop() if free else None
+    if ev is None or ev._gen != rt._state.generation:
+        ev = Event._create(stream.device, timing=False)
+    ev.record(stream)
+    with _pending_lock:
+        _pending.append((ev, obj))
+
+
+def pending_host_copies() -> int:
+    """How many asynchronous copies still hold a HostBuffer alive (after dropping completed ones)."""
+    _reap_pending()
+    return len(_pending)
 
 
 class HostBuffer:
@@ -397,8 +454,17 @@ class HostBuffer:
         return memoryview(ffi.buffer(self._cptr("HostBuffer.view"), self._size))
 
     def close(self) -> None:
-        """Drop this object's reference; the memory is freed once no view uses it either."""
+        """Drop this object's reference; the memory is freed once no view and no queued
+        asynchronous copy uses it either."""
         self._cdata = None
+
+    def __copy__(self, *memo):
+        raise TypeError("acl_rt.HostBuffer owns page-locked memory and cannot be copied")
+
+    __deepcopy__ = __copy__
+
+    def __reduce__(self):
+        raise TypeError("acl_rt.HostBuffer owns page-locked memory and cannot be pickled")
 
     def __repr__(self):
         state = f"ptr={self.ptr:#x} " if self._cdata is not None else "(closed) "

@@ -15,7 +15,7 @@ import warnings
 
 from . import _runtime as rt
 from ._device import Device
-from ._errors import InvalidArgumentError, InvalidHandleError, NotSupportedError
+from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotSupportedError
 from ._lib import backend, ffi
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize"]
@@ -298,6 +298,19 @@ def _raise_host_errors(match) -> None:
         for other in errors[1:]:
             first.add_note(f"another host function also raised: {other!r}")
         raise first
+
+
+def drain(stream: "Stream") -> None:
+    """Wait for ``stream``'s queued work without raising: canna's own cleanup waits (freeing a
+    buffer) use it. An asynchronous error it meets is not lost but kept for the user's next
+    :meth:`Stream.synchronize` / :meth:`Device.synchronize`, like a host-function exception."""
+    try:
+        stream._sync_raw("acl_rt (freeing memory)")
+    except AclError as e:
+        if e.code == 107000 and "inside" in e.message:   # waited from one of its own tasks: skip
+            return
+        with _host_errors_lock:
+            _host_errors.setdefault((stream._gen, stream._id), (stream._device._id, []))[1].append(e)
 
 
 def raise_device_host_errors(device_id: int) -> None:

@@ -34,6 +34,9 @@ REASONS = {
     "torch_resolve": "a PyTorch negated/conjugated view resolved before import (torch exports it un-negated)",
     "tf_layout": "to_tf of a view TensorFlow cannot take (not compact row-major, or not 64-byte aligned)",
     "jax_layout": "to_jax of a view JAX cannot take zero-copy (gaps, negative or zero strides, not 64-byte aligned)",
+    "tf_nhwc": "canna_dl.tf conv2d / max_pool2d with NHWC data: an NCHW result of aclnn transposed to NHWC",
+    "tf_hwio": "canna_dl.tf conv2d backward: the OIHW filter gradient of aclnn transposed to TensorFlow's HWIO",
+    "tf_pad": "canna_dl.tf conv2d with asymmetric (SAME or explicit) padding: the input copied into a zero-padded buffer",
     "dtype": "asarray with a different dtype",
     "repr": "repr() of an array in device memory (discrete model)",
 }
@@ -55,7 +58,8 @@ def copy_stats() -> dict:
     are the bytes of the data copied. Reasons (``canna_dl._copy.REASONS`` explains each):
     ``contiguous``, ``copy``, ``numpy``, ``setitem``, ``to_host``, ``to_device``,
     ``to_device_id``, ``dlpack_copy``, ``negative_strides``, ``unaligned_legacy``,
-    ``torch_layout``, ``torch_resolve``, ``tf_layout``, ``jax_layout``, ``dtype``, ``repr``.
+    ``torch_layout``, ``torch_resolve``, ``tf_layout``, ``jax_layout``, ``dtype``, ``repr``;
+    ``tf_nhwc``, ``tf_hwio``, ``tf_pad`` (layout copies of canna_dl.tf's convolution and pooling).
     A zero-copy exchange adds nothing.
     """
     with _stats_lock:

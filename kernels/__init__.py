@@ -1,16 +1,87 @@
-"""kernels — canna's kernel library: array-level ops over aclnn and custom kernels.
+"""kernels — canna's kernel library: array-level ops over aclnn, and custom kernels.
 
-It depends on ``acl_rt`` and ``canna_dl`` only.
+It depends on ``acl_rt`` and ``canna_dl`` only (no framework is imported until one is used).
 
-Custom kernels (docs/DESIGN.md §3.3): :class:`RawKernel` / :class:`RawModule` compile, load and launch
-user kernels written in the dialect of ``kernels/include/canna_kernel.h`` (see ``kernels._raw``).
+Built-in ops (docs/DESIGN.md §6) take anything :func:`canna_dl.asarray` takes — PyTorch,
+TensorFlow and JAX tensors, NumPy arrays, DeviceArrays — and read the caller's memory in place::
+
+    import kernels, torch
+    x, y = torch.rand(3, 4), torch.rand(4)
+    z = kernels.add(x, y, alpha=2)           # a torch.Tensor (torch in, torch out), complete
+    kernels.softmax(x, dim=-1, out=z)        # into an existing array
+    a = canna_dl.asarray(x)                  # DeviceArray in, DeviceArray out (stream-ordered)
+    b = kernels.matmul(a, a.T, stream=s)
+
+Conventions of every op:
+
+- Names and signatures follow PyTorch (``torch`` / ``torch.nn.functional``); keyword-only
+  ``out=`` (checked: shape, dtype castable, writable, no unsafe aliasing; returned) and
+  ``stream=`` (default: the current stream).
+- Broadcasting follows NumPy; dtype promotion follows PyTorch (:func:`result_type`).
+- The result is of the inputs' kind (:func:`result_kind`): torch in → torch out, NumPy in →
+  NumPy out, TF/JAX in → TF/JAX out (complete when returned), DeviceArray in → DeviceArray
+  out (stream-ordered: ``result.stream`` is the stream that writes it). In the unified memory
+  model framework outputs are allocated by the framework (torch, NumPy) or from canna's pool
+  and handed over zero-copy (TF, JAX); in the discrete model inputs are copied to the device
+  and results back (counted in :func:`canna_dl.copy_stats`).
+- Everything is checked in Python before launching (TypeError for dtypes, ValueError for
+  shapes and ``out``, :class:`AxisError` for dims); the runtime stays usable after an error.
+- Each call is one cached aclnn call (a repeatable executor per signature, see
+  :func:`cache_info`); ``CANNA_KERNELS_CACHE=0`` rebuilds it every call.
+
+Backward kernels live in :mod:`kernels.backward` (``kernels.backward.relu(grad, x)``, ...), with
+the forward variants that return what they need: :func:`native_layer_norm`,
+:func:`native_rms_norm`, :func:`max_pool2d_with_indices`, :func:`native_cross_entropy`,
+:func:`native_nll_loss`.
+
+Custom kernels (docs/DESIGN.md §3.3): :class:`RawKernel` / :class:`RawModule` compile, load and
+launch user kernels written in the dialect of ``kernels/include/canna_kernel.h``.
 """
 # custom kernels
 from ._raw import (MAX_BLOCKS, CompileError, KernelNotFoundError, KernelSourceError, RawKernel, RawModule,
                    kernel_cache_info)
 from ._signature import KernelParam, KernelSignature
 
+# built-in ops
+from ._core import AxisError, broadcast_shapes as _broadcast_shapes, result_kind, result_type
+from ._elementwise import (add, astype, cast, contiguous, copy_, div, exp, gelu, log, mul, neg, pow, relu, sigmoid,
+                           silu, sqrt, sub, tanh)
+from ._reduce import amax, mean, sum, sum_to_size
+from ._nn import (conv2d, cross_entropy, layer_norm, linear, log_softmax, matmul, max_pool2d,
+                  max_pool2d_with_indices, native_cross_entropy, native_layer_norm, native_nll_loss, native_rms_norm,
+                  nll_loss, rms_norm, softmax)
+from . import backward
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    """The NumPy broadcast of ``shapes`` (tuples of ints).
+
+    Raises:
+        ValueError: they do not broadcast."""
+    return _broadcast_shapes("kernels.broadcast_shapes", *(tuple(s) for s in shapes))
+
+
+def cache_info() -> dict:
+    """Counters of the built-in ops' plan cache: ``plans_built`` (phase-1 calls made),
+    ``plan_hits`` (calls that reused a cached executor), ``plans_cached``, ``launches`` and
+    ``address_swaps`` (``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr`` calls)."""
+    from ._core import plan_cache_info
+    return plan_cache_info()
+
+
+def clear_cache() -> None:
+    """Destroy the cached executors and descriptors of the built-in ops."""
+    from ._core import clear_plan_cache
+    clear_plan_cache()
+
+
 __all__ = [
+    # built-in ops
+    "add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "pow", "relu", "gelu", "silu", "sigmoid", "tanh",
+    "softmax", "log_softmax", "layer_norm", "native_layer_norm", "rms_norm", "native_rms_norm", "matmul", "linear",
+    "sum", "mean", "amax", "sum_to_size", "astype", "cast", "contiguous", "copy_", "conv2d", "max_pool2d",
+    "max_pool2d_with_indices", "cross_entropy", "native_cross_entropy", "nll_loss", "native_nll_loss", "backward",
+    "result_type", "result_kind", "broadcast_shapes", "AxisError", "cache_info", "clear_cache",
     # custom kernels
     "RawKernel", "RawModule", "KernelParam", "KernelSignature", "KernelNotFoundError", "KernelSourceError",
     "CompileError", "kernel_cache_info", "MAX_BLOCKS",

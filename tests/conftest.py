@@ -13,6 +13,10 @@ os.environ.setdefault("CANNA_BACKEND", "sim")
 # (CANNA_SIM_CHECK stays: running the whole suite under memcheck is useful)
 for _var in ("CANNA_SIM_DEVICES", "CANNA_SIM_SOC", "CANNA_SIM_HBM_SIZE", "CANNA_SIM_MEMORY"):
     os.environ.pop(_var, None)
+# a suite rerun under the discrete memory model asks for it with CANNA_TEST_SIM_MEMORY (the variable
+# above is dropped like every other shell setting)
+if os.environ.get("CANNA_TEST_SIM_MEMORY"):
+    os.environ["CANNA_SIM_MEMORY"] = os.environ["CANNA_TEST_SIM_MEMORY"]
 # a simulated machine of this test session only: processes of the same machine share device memory
 # and see each other (as on a device), so concurrent test runs must not meet; subprocesses inherit
 # it and belong to the session's machine. Pool statistics are published in a private folder too.

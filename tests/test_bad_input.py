@@ -165,6 +165,8 @@ def _raw_cases(L, ffi):
         ("mem-info-null", lambda: L.aclrtGetMemInfo(1, ffi.NULL, ffi.NULL), 100000, "NULL"),
         ("callback-not-subscribed", lambda: L.aclrtLaunchCallback(ffi.cast("aclrtCallback", 1), ffi.NULL, 0, ffi.NULL), 100034, "subscri"),
         ("sync-event-destroyed-or-unknown", lambda: L.aclrtSynchronizeEvent(bogus), 107017, "event"),
+        ("memset-low-address", lambda: L.aclrtMemset(ffi.cast("void *", 0x1000), 8, 0, 8), 107000, "not a valid address"),
+        ("memcpy-low-address", lambda: L.aclrtMemcpy(ffi.cast("void *", 0xFFF0), 8, host, 8, 1), 107000, "not a valid address"),
     ], buf, fresh_event
 
 

@@ -22,7 +22,7 @@ def test_discrete_memory_model_suite():
     """The core and framework suites under CANNA_SIM_MEMORY=discrete: every exchange with a CPU
     framework is a counted copy, kDLExtDev exports, stream-ordered device exports."""
     import subprocess
-    env = dict(os.environ, CANNA_SIM_MEMORY="discrete", CANNA_TEST_LEAK_ROUNDS="1000", **QUIET)
+    env = dict(os.environ, CANNA_TEST_SIM_MEMORY="discrete", CANNA_TEST_LEAK_ROUNDS="1000", **QUIET)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "tests/test_dlpack_core.py", "tests/test_dlpack_frameworks.py"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -112,6 +112,8 @@ def test_discrete_memory_model(py):
         assert L.aclrtMemcpy(host, 4096, dev, 4096, 1) == 107000      # H2D with a device source
         assert L.aclrtMemcpy(host, 4096, dev, 4096, 2) == 0
         assert ffi.buffer(host, 4096)[:] == data
+        assert L.aclrtMemset(host, 4096, 0, 16) == 107000                # a card cannot set host memory
+        assert b"not device memory" in ffi.string(L.aclGetRecentErrMsg())
         """, env={"CANNA_SIM_MEMORY": "discrete"})
 
 
@@ -140,4 +142,70 @@ def test_memcheck_guard_page_catches_overflow_by_the_runtime(py):
 
 
 def test_usable_after_memory_tests(acl):
+    assert_usable()
+
+
+def test_async_copy_keeps_its_host_buffer_alive(py):
+    """Dropping (or closing) a pinned HostBuffer right after queueing an asynchronous copy must not
+    free it under the copy: the copy still delivers the data (memcheck would crash otherwise)."""
+    for env in ({}, {"CANNA_SIM_CHECK": "1"}):
+        py("""
+            import gc, time, acl_rt
+            from acl_rt._memory import pending_host_copies
+            d = acl_rt.Device(0); s = d.create_stream(); N = 1 << 20
+            buf = acl_rt.alloc(N, stream=s)
+            h = acl_rt.alloc_host(N); h.view()[:] = b"\\x02" * N
+            s.launch_host_func(time.sleep, 0.3)          # keep s busy: the copy is queued
+            buf.copy_from(h, stream=s)
+            h.close(); del h; gc.collect()
+            assert pending_host_copies() == 1
+            back = acl_rt.alloc_host(N)
+            buf.copy_to(back, stream=s)
+            del back                                      # the destination too
+            s.synchronize()
+            assert buf.tobytes(stream=s)[:4] == b"\\x02" * 4
+            assert pending_host_copies() == 0             # released once the copies ran
+            """, env=env)
+
+
+def test_close_never_loses_an_async_error_or_the_memory(acl):
+    from acl_rt._lib import backend
+    d = acl.Device(0)
+    s = d.create_stream()
+    raw = acl.DeviceMemoryResource(d)
+    free0 = d.mem_info().free
+    b = raw.allocate(1 << 20, stream=s)
+    backend().lib.aclsimLaunchFault(s._handle("t"), 507015, b"fault queued before the free")
+    b.close()                                            # waits for s, but does not raise
+    assert b.closed and d.mem_info().free == free0       # and the memory is really freed
+    with pytest.raises(acl.KernelError, match="fault queued before the free"):
+        s.synchronize()                                  # the error reaches the user's synchronize
+    s.synchronize()
+
+
+def test_buffers_refuse_copy_and_pickle_and_bad_close_stream(acl):
+    import copy
+    import pickle
+    b = acl.alloc(64)
+    h = acl.alloc_host(64)
+    for obj in (b, h):
+        for f in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot be"):
+                f(obj)
+    with pytest.raises(TypeError, match="stream must be an acl_rt.Stream"):
+        b.close(stream="x")
+    b.copy_from(b"still usable")                        # not closed by the failed call
+    assert b.tobytes()[:12] == b"still usable"
+    b.close()
+
+
+def test_allocation_the_host_cannot_back_fails_cleanly(acl):
+    """Device memory is host RAM in the simulator: asking for more than the host has (but less
+    than the 64 GiB profile) is an OutOfMemoryError naming the reason, not an OOM-killed process."""
+    avail = int(next(l for l in open("/proc/meminfo") if l.startswith("MemAvailable")).split()[1]) * 1024
+    want = min(avail + (4 << 30), (64 << 30) - (1 << 30))
+    if want <= avail:
+        pytest.skip("this host has more free RAM than the simulated device holds")
+    with pytest.raises(acl.OutOfMemoryError, match="host RAM"):
+        acl.DeviceMemoryResource(acl.Device(0)).allocate(want)
     assert_usable()

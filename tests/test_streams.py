@@ -327,3 +327,21 @@ def test_cross_device_misuse_is_rejected(py):
             assert acl_rt.alloc(8).device is d1
         assert acl_rt.current_device() is d0
         """, env={"CANNA_SIM_DEVICES": "2"})
+
+
+def test_waiting_for_own_streams_later_event_from_a_host_func_is_refused(acl, stream):
+    """A host function waiting for an event recorded later on its own stream would hang forever
+    (the event cannot complete before the host function returns): the simulator refuses it."""
+    box = {}
+    e = acl.Device(0).create_event()
+
+    def wait_for_e():
+        try:
+            e.synchronize()
+            box["ok"] = True
+        except acl.AclError as err:
+            box["err"] = err
+    stream.launch_host_func(wait_for_e)
+    e.record(stream)
+    stream.synchronize()
+    assert "err" in box and "would deadlock" in str(box["err"])

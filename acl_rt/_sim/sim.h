@@ -340,6 +340,7 @@ typedef struct sim_event {
     bool has_ts;              /* completed state is "recorded" with a timestamp */
     sim_stream_t *err_stream; /* stream that had a sticky error when the record executed (ref) */
     uint64_t err_id;
+    const sim_stream_t *rec_stream;  /* stream of the latest record (compared only, never dereferenced) */
 } sim_event_t;
 
 typedef struct sim_task sim_task_t;

@@ -224,6 +224,11 @@ static aclError event_task(const char *api, aclrtEvent event, aclrtStream stream
     t->u.ev.ev = e;
     t->u.ev.gen = gen;
     rc = sim_stream_submit(s, t, mode == 0, api);
+    if (rc == ACL_SUCCESS && run == run_record) {
+        pthread_mutex_lock(&e->lock);
+        e->rec_stream = s;
+        pthread_mutex_unlock(&e->lock);
+    }
 out:
     sim_obj_unref(&s->obj);
     sim_obj_unref(&e->obj);
@@ -264,6 +269,13 @@ static aclError sync_event(const char *api, aclrtEvent event, int32_t timeout)
     uint64_t err_id = 0;
     pthread_mutex_lock(&e->lock);
     uint64_t target = e->recorded_gen;
+    if (e->completed_gen < target && tls_running_stream && e->rec_stream == tls_running_stream) {
+        pthread_mutex_unlock(&e->lock);
+        sim_obj_unref(&e->obj);
+        return sim_err(ACL_ERROR_RT_PARAM_INVALID,
+                       "%s: cannot wait for event %p from inside a task of the stream it is recorded on (it would "
+                       "deadlock)", api, event);
+    }
     while (e->completed_gen < target) {
         if (sim_cond_wait_until(&e->cv, &e->lock, dl) == ETIMEDOUT && e->completed_gen < target) {
             rc = sim_err(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "%s: event %p did not complete within %d ms", api, event,

@@ -25,6 +25,31 @@ typedef struct sim_alloc {
     bool committed;       /* memcheck quarantine: pages still committed */
 } sim_alloc_t;
 
+
+/* large allocations check the host's available RAM first (see do_malloc) */
+#define SIM_HOST_CHECK_MIN ((uint64_t)64 << 20)
+#define SIM_HOST_RESERVE ((uint64_t)256 << 20)
+
+/* MemAvailable of /proc/meminfo in bytes; false when unknown */
+static bool host_available(uint64_t *out)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return false;
+    char line[256];
+    bool ok = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            *out = (uint64_t)kb * 1024;
+            ok = true;
+            break;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
 static pthread_rwlock_t g_mem_lock;
 static pthread_once_t g_mem_once = PTHREAD_ONCE_INIT;
 static void *g_mem_root;
@@ -196,6 +221,20 @@ static aclError dev_malloc(const char *api, void **devPtr, size_t size, aclrtMem
     d->used += charged;   /* reserve */
     pthread_mutex_unlock(&d->mem_lock);
 
+    /* device memory is host RAM here and fresh memory is written (poisoned): an allocation the host
+     * cannot back would get the process killed by the OOM killer instead of failing like a device */
+    uint64_t avail;
+    if (size >= SIM_HOST_CHECK_MIN && host_available(&avail) && size + SIM_HOST_RESERVE > avail) {
+        pthread_mutex_lock(&d->mem_lock);
+        d->used -= charged;
+        sim_shm_uncharge(d->id, charged);
+        pthread_mutex_unlock(&d->mem_lock);
+        return sim_err(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                       "%s: out of memory on device %d: %zu bytes requested, but the simulator backs device memory "
+                       "with host RAM and only %llu bytes are available (set CANNA_SIM_HBM_SIZE to what this host "
+                       "can hold)", api, d->id, size, (unsigned long long)avail);
+    }
+
     sim_alloc_t *r = calloc(1, sizeof *r);
     void *base = r ? map_region(size, &r->map_base, &r->map_len) : NULL;
     if (base) {
@@ -332,7 +371,7 @@ aclError sim_mem_classify(const void *ptr, size_t n, const char *api, const char
     uintptr_t p = (uintptr_t)ptr;
     if (!ptr)
         return sim_err(ACL_ERROR_INVALID_PARAM, "%s: %s must not be NULL", api, side);
-    if (p < 4096)
+    if (p < 65536)   /* Linux never maps below vm.mmap_min_addr (64 KiB by default) */
         return sim_err(ACL_ERROR_RT_PARAM_INVALID, "%s: %s %p is not a valid address", api, side, ptr);
     if (n > UINTPTR_MAX - p)
         return sim_err(ACL_ERROR_INVALID_PARAM, "%s: %s range %p + %zu wraps around the address space", api, side, ptr, n);
@@ -638,7 +677,11 @@ static aclError memset_check(const char *api, void *ptr, size_t maxCount, size_t
     if (count == 0)
         return ACL_SUCCESS;
     int32_t dev;
-    return sim_mem_classify(ptr, count, api, "devPtr", where, &dev);
+    aclError rc = sim_mem_classify(ptr, count, api, "devPtr", where, &dev);
+    if (rc == ACL_SUCCESS && g_cfg.memory_model == ACLSIM_MEMORY_DISCRETE && *where != SIM_PTR_DEVICE)
+        return sim_err(ACL_ERROR_RT_PARAM_INVALID, "%s: devPtr %p is not device memory (discrete memory model: "
+                       "a PCIe card cannot set host memory)", api, ptr);
+    return rc;
 }
 
 SIM_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)

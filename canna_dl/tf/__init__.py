@@ -1,7 +1,36 @@
 """canna_dl.tf — TensorFlow interop for canna (imported lazily; needs TensorFlow).
 
-Exchange: :func:`to_tf` / :func:`from_tf`. The autograd shims of canna's kernels will live here too.
+Exchange: :func:`to_tf` / :func:`from_tf` (zero-copy through DLPack).
+
+Differentiable ops (``tf.custom_gradient``, forward and backward on canna's kernels, eager and
+inside ``tf.function``; see :mod:`canna_dl.tf._ops`): :func:`add`, :func:`sub`, :func:`mul`,
+:func:`div`, :func:`matmul`, :func:`linear`, :func:`dense`, :func:`relu`, :func:`gelu`,
+:func:`silu`, :func:`sigmoid`, :func:`tanh`, :func:`softmax`, :func:`log_softmax`,
+:func:`layer_norm`, :func:`rms_norm`, :func:`conv2d`, :func:`max_pool2d`,
+:func:`cross_entropy`, :func:`sum`, :func:`mean`::
+
+    import tensorflow as tf, canna_dl.tf as ctf
+    a, b = tf.Variable([1., 2., 3.]), tf.Variable([4., 5., 6.])
+    with tf.GradientTape() as tape:
+        loss = ctf.sum(ctf.add(a, b))
+    tape.gradient(loss, [a, b])      # [ones, ones]
+
+Keras layers on them: ``canna_dl.tf.keras.Dense`` and ``canna_dl.tf.keras.Conv2D`` (the
+``keras`` submodule is imported on first use).
 """
 from ._exchange import from_tf, to_tf
+from ._ops import (add, conv2d, cross_entropy, dense, div, gelu, layer_norm, linear, log_softmax, matmul,
+                   max_pool2d, mean, mul, relu, rms_norm, sigmoid, silu, softmax, sub, sum, tanh)
 
-__all__ = ["to_tf", "from_tf"]
+__all__ = ["to_tf", "from_tf", "add", "sub", "mul", "div", "matmul", "linear", "dense", "relu", "gelu", "silu",
+           "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d", "max_pool2d",
+           "cross_entropy", "sum", "mean", "keras"]
+
+
+def __getattr__(name):
+    if name == "keras":
+        import importlib
+        mod = importlib.import_module(".keras", __name__)
+        globals()["keras"] = mod
+        return mod
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

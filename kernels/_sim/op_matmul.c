@@ -211,6 +211,10 @@ static aclError mm_run(nn_exec_t *ex)
 
 static bool same_dtype_float(aclDataType d) { return nn_is_float(d); }
 
+/* a row tile handed to one block: each BLAS call packs all of B (K x N) again, so tiles of few
+ * rows spend their time (and memory bandwidth) packing instead of multiplying */
+#define MM_MIN_TILE_ROWS 256
+
 /* the common builder. a_vec / b_vec: 1-D operands (torch.matmul's rules) */
 static aclnnStatus mm_make(const char *api, const nn_tensor_t *a, const char *an, const nn_tensor_t *b,
                            const char *bn, const nn_tensor_t *self, const nn_tensor_t *out, int8_t cube,
@@ -290,9 +294,10 @@ static aclnnStatus mm_make(const char *api, const nn_tensor_t *a, const char *an
     p->beta = beta;
     p->s_sm = sm;
     p->s_sn = sn;
+    /* views in parameter order (aclSetInputTensorAddr numbers inputs so): Addmm's self first */
+    p->vs = self ? nn_exec_add(ex, self, "self", false) : -1;
     p->va = nn_exec_add(ex, a, an, false);
     p->vb = nn_exec_add(ex, b, bn, false);
-    p->vs = self ? nn_exec_add(ex, self, "self", false) : -1;
     p->vc = nn_exec_add(ex, out, "out", true);
     aclnnStatus rc = nn_check_output_overlap(api, ex, p->vc, false);
     if (rc) {
@@ -334,10 +339,10 @@ static aclnnStatus mm_make(const char *api, const nn_tensor_t *a, const char *an
     if (want > 48)
         want = 48;
     int64_t tiles = 1;
-    if (p->nbatch < want && M > 32) {
+    if (p->nbatch < want && M > MM_MIN_TILE_ROWS) {
         tiles = (want + p->nbatch - 1) / p->nbatch;
-        if (tiles > (M + 31) / 32)
-            tiles = (M + 31) / 32;
+        if (tiles > (M + MM_MIN_TILE_ROWS - 1) / MM_MIN_TILE_ROWS)
+            tiles = (M + MM_MIN_TILE_ROWS - 1) / MM_MIN_TILE_ROWS;
     }
     p->rows_per_tile = (M + tiles - 1) / tiles;
     if (p->rows_per_tile < 1)

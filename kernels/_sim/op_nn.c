@@ -502,9 +502,9 @@ NN_API aclnnStatus aclnnConvolutionBackwardGetWorkspaceSize(
     }
     for (int i = 0; i < 3; i++)
         p->mask[i] = mk->v[i];
+    p->vgo = nn_exec_add(ex, go, "gradOutput", false);   /* parameter order */
     p->vx = nn_exec_add(ex, x, "input", false);
     p->vw = nn_exec_add(ex, w, "weight", false);
-    p->vgo = nn_exec_add(ex, go, "gradOutput", false);
     p->vgi = mk->v[0] ? nn_exec_add(ex, gi, "gradInput", true) : -1;
     p->vgw = mk->v[1] ? nn_exec_add(ex, gw, "gradWeight", true) : -1;
     p->vgb = mk->v[2] ? nn_exec_add(ex, gb, "gradBias", true) : -1;
@@ -784,8 +784,8 @@ NN_API aclnnStatus aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize(
         free(ex);
         return rc;
     }
+    p->vg = nn_exec_add(ex, g, "gradOutput", false);   /* parameter order */
     p->vx = nn_exec_add(ex, x, "self", false);
-    p->vg = nn_exec_add(ex, g, "gradOutput", false);
     p->vi = nn_exec_add(ex, ix, "indices", false);
     p->vgi = nn_exec_add(ex, gi, "gradInput", true);
     if ((rc = nn_check_output_overlap(api, ex, p->vgi, false))) {
@@ -1161,11 +1161,11 @@ static aclnnStatus nll_bwd(const char *api, bool two_d, const aclTensor *gradOut
         rc = NN_PARAM("%s: totalWeight must have one element", api);
         goto fail;
     }
+    p->vg = nn_exec_add(ex, g, "gradOutput", false);   /* parameter order */
     p->vx = nn_exec_add(ex, x, "self", false);
     p->vt = nn_exec_add(ex, t, "target", false);
     p->vw = w ? nn_exec_add(ex, w, "weight", false) : -1;
     p->vtw = tw ? nn_exec_add(ex, tw, "totalWeight", false) : -1;
-    p->vg = nn_exec_add(ex, g, "gradOutput", false);
     p->vlogp = -1;
     p->vout = nn_exec_add(ex, o, "out", true);
     ncs_strides(o, p->oxs);
@@ -1339,10 +1339,10 @@ NN_API aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(
         rc = NN_PARAM("%s: out has shape %s, expected logProb's shape %s", api, NN_SHAPE(o), NN_SHAPE(lp));
         goto fail;
     }
+    p->vg = nn_exec_add(ex, g, "gradLoss", false);   /* parameter order */
     p->vx = nn_exec_add(ex, lp, "logProb", false);
     p->vt = nn_exec_add(ex, t, "target", false);
     p->vw = w ? nn_exec_add(ex, w, "weight", false) : -1;
-    p->vg = nn_exec_add(ex, g, "gradLoss", false);
     p->vtw = p->vlogp = -1;
     p->vout = nn_exec_add(ex, o, "out", true);
     ncs_strides(o, p->oxs);

@@ -125,93 +125,130 @@ static char *elem_ptr(const nn_view_t *v, int64_t i)
 
 /* ------------------------------------------------------------------ a vectorizable expf
  * exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (Cody-Waite split), exp(r) by Cephes'
- * degree-6 polynomial: within 2 ulp of expf. Branch-free so the compiler vectorizes the loops;
+ * degree-6 polynomial: within 2 ulp of expf. Branch-free on 16-float generic vectors, so each
+ * clone below (AVX-512, AVX2, baseline x86-64; chosen at load time) runs it at its vector width;
  * x < -87.3 gives exactly 0 (masked softmax entries), NaN stays NaN, large x gives inf. */
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define LN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LN_CLONES
+#endif
+#pragma GCC diagnostic ignored "-Wpsabi"   /* always-inline 16-float vectors: no ABI crosses a call */
+#define VW 16
+/* vsel / vexp pass 64-byte vectors by value; they are always inlined into their callers (each
+ * clone compiled for its own target), so no call ever crosses an ABI boundary */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float vf __attribute__((vector_size(4 * VW)));
+typedef int32_t vi __attribute__((vector_size(4 * VW)));
 
-static inline v4f vsel(v4i m, v4f a, v4f b) { return (v4f)(((v4i)a & m) | ((v4i)b & ~m)); }
+static inline __attribute__((always_inline)) vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }
 
-static inline v4f vexp4(v4f x)
+static inline __attribute__((always_inline)) vf vexp(vf x)
 {
-    const v4f zero = {0, 0, 0, 0};
-    v4i hi = x > 88.7f, lo = x < -87.3f, nan = x != x;
-    v4f xc = vsel(hi, zero + 88.7f, x);
+    const vf zero = {0};
+    vi hi = x > 88.7f, lo = x < -87.3f, nan = x != x;
+    vf xc = vsel(hi, zero + 88.7f, x);
     xc = vsel(lo, zero - 87.3f, xc);
     xc = vsel(nan, zero, xc);
-    v4f k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    v4f r = xc - k * 0.693359375f;
+    vf k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    vf r = xc - k * 0.693359375f;
     r = r + k * 2.12194440e-4f;
-    v4f p = zero + 1.9875691500e-4f;
+    vf p = zero + 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    v4i ki = __builtin_convertvector(k, v4i);
-    v4f sc = (v4f)((ki + 127) << 23);
-    v4f res = p * sc;
+    vi ki = __builtin_convertvector(k, vi);
+    vf sc = (vf)((ki + 127) << 23);
+    vf res = p * sc;
     res = vsel(lo, zero, res);
     res = vsel(hi, zero + INFINITY, res);
     return vsel(nan, x, res);
 }
 
-/* sum of exp(x[k] - m) into o (when o != NULL), 4-float lanes accumulated in double per chunk */
-static double exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
+/* sum of exp(x[k] - m) into o (when o != NULL); lanes accumulate in float over chunks of 256
+ * elements (16 terms per lane), the chunks in double */
+LN_CLONES static double exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
 {
     double total = 0;
-    _Alignas(16) float buf[256];
     for (int64_t c = 0; c < n; c += 256) {
         int64_t len = n - c < 256 ? n - c : 256;
-        float *dst = o ? o + c : buf;
-        v4f acc = {0, 0, 0, 0};
+        vf acc = {0};
         int64_t k = 0;
-        for (; k + 4 <= len; k += 4) {
-            v4f v;
-            memcpy(&v, x + c + k, 16);
-            v = vexp4(v - m);
-            memcpy(dst + k, &v, 16);
+        for (; k + VW <= len; k += VW) {
+            vf v;
+            memcpy(&v, x + c + k, sizeof v);
+            v = vexp(v - m);
+            if (o)
+                memcpy(o + c + k, &v, sizeof v);
             acc += v;
         }
         if (k < len) {   /* the tail, padded with -inf (exp = 0) */
-            v4f v = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-            float t[4];
-            memcpy(t, &v, 16);
-            for (int64_t j = 0; k + j < len; j++)
-                t[j] = x[c + k + j] - m;
-            memcpy(&v, t, 16);
-            v = vexp4(v);
-            memcpy(t, &v, 16);
-            for (int64_t j = 0; k + j < len; j++)
-                dst[k + j] = t[j];
+            float t[VW];
+            for (int j = 0; j < VW; j++)
+                t[j] = k + j < len ? x[c + k + j] - m : -INFINITY;
+            vf v;
+            memcpy(&v, t, sizeof v);
+            v = vexp(v);
+            memcpy(t, &v, sizeof v);
+            if (o)
+                for (int64_t j = 0; k + j < len; j++)
+                    o[c + k + j] = t[j];
             acc += v;
         }
-        total += (double)acc[0] + (double)acc[1] + (double)acc[2] + (double)acc[3];
+        float lanes[VW];
+        memcpy(lanes, &acc, sizeof acc);
+        double s = 0;
+        for (int j = 0; j < VW; j++)
+            s += lanes[j];
+        total += s;
     }
     return total;
 }
 
-static float max_f32(const float *restrict x, int64_t n, bool *nan)
+/* the maximum (NaN reported through *nan) */
+LN_CLONES static float max_f32(const float *restrict x, int64_t n, bool *nan)
 {
-    float m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
-    int nn = 0;
+    vf mv = {0};
+    mv = mv - INFINITY;
+    vi nv = {0};
     int64_t k = 0;
-    for (; k + 4 <= n; k += 4) {
-        m0 = x[k] > m0 ? x[k] : m0;
-        m1 = x[k + 1] > m1 ? x[k + 1] : m1;
-        m2 = x[k + 2] > m2 ? x[k + 2] : m2;
-        m3 = x[k + 3] > m3 ? x[k + 3] : m3;
-        nn |= (x[k] != x[k]) | (x[k + 1] != x[k + 1]) | (x[k + 2] != x[k + 2]) | (x[k + 3] != x[k + 3]);
+    for (; k + VW <= n; k += VW) {
+        vf v;
+        memcpy(&v, x + k, sizeof v);
+        mv = vsel(v > mv, v, mv);
+        nv |= v != v;
+    }
+    float lanes[VW];
+    int32_t nl[VW];
+    memcpy(lanes, &mv, sizeof mv);
+    memcpy(nl, &nv, sizeof nv);
+    float m = -INFINITY;
+    int isnan = 0;
+    for (int j = 0; j < VW; j++) {
+        m = lanes[j] > m ? lanes[j] : m;
+        isnan |= nl[j];
     }
     for (; k < n; k++) {
-        m0 = x[k] > m0 ? x[k] : m0;
-        nn |= x[k] != x[k];
+        m = x[k] > m ? x[k] : m;
+        isnan |= x[k] != x[k];
     }
-    m0 = m1 > m0 ? m1 : m0;
-    m2 = m3 > m2 ? m3 : m2;
-    *nan = nn != 0;
-    return m2 > m0 ? m2 : m0;
+    *nan = isnan != 0;
+    return m;
+}
+
+LN_CLONES static void scale_f32(float *restrict o, int64_t n, float r)
+{
+    for (int64_t k = 0; k < n; k++)
+        o[k] *= r;
+}
+
+LN_CLONES static void sub_f32(float *restrict o, const float *restrict x, int64_t n, float v)
+{
+    for (int64_t k = 0; k < n; k++)
+        o[k] = x[k] - v;
 }
 
 /* ------------------------------------------------------------------ generic line job */
@@ -288,14 +325,10 @@ static aclError ln_block(uint32_t bi, uint32_t nb, void *arg)
                     m = 0;
                 if (p->kind == LN_SOFTMAX) {
                     double sum = exp_sum_f32(x, o, D, m);
-                    float r = (float)(1.0 / sum);
-                    for (int64_t k = 0; k < D; k++)
-                        o[k] *= r;
+                    scale_f32(o, D, (float)(1.0 / sum));
                 } else {
                     double sum = exp_sum_f32(x, NULL, D, m);
-                    float lse = m + (float)log(sum);
-                    for (int64_t k = 0; k < D; k++)
-                        o[k] = x[k] - lse;
+                    sub_f32(o, x, D, m + (float)log(sum));
                 }
                 line_put(&p->L[p->vout], vo, i, ct, b1, op);
                 break;
@@ -589,9 +622,9 @@ static aclnnStatus softmax_make(const char *api, int kind, const aclTensor *grad
     if (!ex)
         return ACLNN_ERR_INNER_CREATE_EXECUTOR;
     ln_params_t *p = (ln_params_t *)ex->params;
-    p->vx = nn_exec_add(ex, x, xn, false);
-    if (g)
+    if (g)   /* parameter order: gradOutput first */
         p->vg = nn_exec_add(ex, g, "gradOutput", false);
+    p->vx = nn_exec_add(ex, x, xn, false);
     p->vout = nn_exec_add(ex, o, "out", true);
     bool line[NN_MAX_DIMS] = {false};
     if (x->ndim)
@@ -804,8 +837,8 @@ NN_API aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *gradO
     if (!ex)
         return ACLNN_ERR_INNER_CREATE_EXECUTOR;
     ln_params_t *p = (ln_params_t *)ex->params;
+    p->vg = nn_exec_add(ex, g, "gradOut", false);   /* parameter order */
     p->vx = nn_exec_add(ex, x, "input", false);
-    p->vg = nn_exec_add(ex, g, "gradOut", false);
     p->vmean = nn_exec_add(ex, m, "mean", false);
     p->vrstd = nn_exec_add(ex, r, "rstd", false);
     p->vw = nn_exec_add(ex, w, "weight", false);
@@ -907,8 +940,8 @@ NN_API aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const a
     if (!ex)
         return ACLNN_ERR_INNER_CREATE_EXECUTOR;
     ln_params_t *p = (ln_params_t *)ex->params;
+    p->vg = nn_exec_add(ex, g, "dy", false);   /* parameter order */
     p->vx = nn_exec_add(ex, xt, "x", false);
-    p->vg = nn_exec_add(ex, g, "dy", false);
     p->vrstd = nn_exec_add(ex, r, "rstd", false);
     p->vw = nn_exec_add(ex, ga, "gamma", false);
     p->mask[0] = p->mask[1] = true;

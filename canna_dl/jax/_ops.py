@@ -1,0 +1,317 @@
+"""canna's differentiable ops for JAX (``canna_dl.jax.add``, ..., docs/DESIGN.md §7).
+
+Each op is a ``jax.custom_vjp`` function whose forward and backward call canna's kernel library
+(``kernels.*`` / ``kernels.backward.*``):
+
+- **eager** (concrete ``jax.Array`` operands, also inside ``jax.grad`` without ``jit``): the
+  kernels read the arrays' memory in place and hand their results back through DLPack
+  (zero-copy, see :mod:`canna_dl.jax._exchange`);
+- **traced** (under ``jax.jit``, ``jax.vmap``, ...): the kernel call is a ``jax.pure_callback``
+  with the result's shape and dtype given as ``jax.ShapeDtypeStruct``; JAX hands the callback
+  host arrays and copies its results into XLA's buffers (a copy ``pure_callback`` always makes).
+  ``vmap`` runs the callback once per batch element (``vmap_method="sequential"``).
+
+Rules: operands are JAX arrays (NumPy arrays and Python numbers next to an array are converted
+with ``jnp.asarray``) of one floating dtype (float16, bfloat16, float32, float64); integer, bool
+and mixed dtypes raise TypeError (canna does not promote; differentiating integers has no
+meaning). Shapes broadcast as in NumPy and gradients of broadcast operands are summed back to
+their shapes. JAX narrows 64-bit dtypes to 32 bits unless ``jax_enable_x64`` is on, so float64
+needs ``jax.config.update("jax_enable_x64", True)``. Second derivatives are not supported:
+canna's backward kernels are not themselves differentiable, so ``jax.grad`` of a ``jax.grad``
+raises NotImplementedError (and ``jax.jvp`` / ``jax.hessian`` JAX's own TypeError for forward mode
+of a custom_vjp function).
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import numbers
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import kernels as K
+
+__all__ = ["add", "sub", "mul", "matmul", "relu", "sigmoid", "tanh", "softmax", "log_softmax"]
+
+_P = "canna_dl.jax."
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+# ---------------------------------------------------------------------------------------------
+# operands
+
+def _is_pyscalar(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, builtins.bool) and not hasattr(x, "dtype")
+
+
+def _array(api, name, x, dtype=None):
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{api}: {name} must be a JAX array, not {type(x).__name__}")
+    if not isinstance(x, (jax.Array, np.ndarray)) and not _is_pyscalar(x):
+        if hasattr(x, "__jax_array__") or isinstance(x, (list, tuple, np.generic)):
+            pass
+        else:
+            raise TypeError(f"{api}: {name} must be a JAX array, not {type(x).__name__}")
+    try:
+        a = jnp.asarray(x, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{api}: {name} ({type(x).__name__}) cannot be converted to a JAX array: {e}") from None
+    if a.dtype.name not in _FLOATS:
+        raise TypeError(f"{api}: {name} has dtype {a.dtype.name}; canna's differentiable ops take floating arrays "
+                        f"({', '.join(_FLOATS)}); cast with .astype, or call the kernel library (kernels.*) for a "
+                        "non-differentiable integer op")
+    return a
+
+
+def _pair(api, x, y):
+    if _is_pyscalar(x) and _is_pyscalar(y):
+        raise TypeError(f"{api}: at least one operand must be an array, got two Python numbers")
+    a = None if _is_pyscalar(x) else _array(api, "x", x)
+    b = None if _is_pyscalar(y) else _array(api, "y", y)
+    if a is None:
+        a = _array(api, "x", x, b.dtype)
+    if b is None:
+        b = _array(api, "y", y, a.dtype)
+    if a.dtype != b.dtype:
+        raise TypeError(f"{api}: y has dtype {b.dtype.name} but x has {a.dtype.name}; canna does not promote dtypes "
+                        "(cast one of them with .astype)")
+    return a, b
+
+
+def _traced(args) -> builtins.bool:
+    return any(isinstance(a, jax.core.Tracer) for a in args)
+
+
+def _ad_tracers():
+    """JAX's forward-mode tracer types (JVP, and the linearize tracer jax.grad uses since 0.4.36)."""
+    try:
+        from jax._src.interpreters import ad
+    except Exception:  # pragma: no cover - then JAX's own error ("Pure callbacks do not support JVP")
+        return ()
+    return tuple(t for t in (getattr(ad, "JVPTracer", None), getattr(ad, "LinearizeTracer", None)) if t)
+
+
+_AD_TRACERS = _ad_tracers()
+
+
+def _check_not_differentiated(args):
+    """A JVP tracer reaching a kernel call means a derivative of canna's forward or backward
+    kernels is being taken (custom_vjp hands its forward and backward plain values otherwise)."""
+    if _AD_TRACERS and any(isinstance(a, _AD_TRACERS) for a in args):
+        raise NotImplementedError("canna_dl.jax: second derivatives are not supported (canna's backward kernels are "
+                                  "not themselves differentiable); take one jax.grad / jax.vjp of canna's ops")
+
+
+def _call(fn, args, structs):
+    """``fn(*arrays) -> tuple of arrays`` (kernel calls): now on concrete arrays (JAX in, JAX out,
+    zero-copy), or as a ``jax.pure_callback`` of the result ``structs`` when traced."""
+    if not _traced(args):
+        return tuple(fn(*args))
+    _check_not_differentiated(args)
+
+    def host(*a):
+        r = fn(*(np.asarray(v) for v in a))   # NumPy in, NumPy out (written in place by the kernels)
+        return tuple(np.asarray(v) for v in r)
+    return tuple(jax.pure_callback(host, tuple(structs), *args, vmap_method="sequential"))
+
+
+def _sds(shape, dtype):
+    return jax.ShapeDtypeStruct(tuple(shape), dtype)
+
+
+def _sum_to(g, shape):
+    return K.sum_to_size(g, tuple(shape))
+
+
+# ---------------------------------------------------------------------------------------------
+# arithmetic
+
+def _binary_vjp(name, f, grads):
+    """A broadcasting binary op: ``f(a, b)`` forward, ``grads(g, a, b) -> (ga_full, gb_full)``
+    (before summing to the operands' shapes)."""
+    @jax.custom_vjp
+    def op(a, b):
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        return _call(lambda x, y: (f(x, y),), (a, b), (_sds(shape, a.dtype),))[0]
+
+    def fwd(a, b):
+        return op(a, b), (a, b)
+
+    def bwd(res, g):
+        a, b = res
+
+        def host(g, x, y):
+            ga, gb = grads(g, x, y)
+            return _sum_to(ga, x.shape), _sum_to(gb, y.shape)
+        return _call(host, (g, a, b), (_sds(a.shape, a.dtype), _sds(b.shape, b.dtype)))
+    op.defvjp(fwd, bwd)
+    op.__name__ = name
+    return op
+
+
+_add = _binary_vjp("add", lambda x, y: K.add(x, y), lambda g, x, y: (g, g))
+_sub = _binary_vjp("sub", lambda x, y: K.sub(x, y), lambda g, x, y: (g, K.neg(g)))
+_mul = _binary_vjp("mul", lambda x, y: K.mul(x, y), lambda g, x, y: (K.mul(g, y), K.mul(g, x)))
+
+
+def _broadcast_check(api, a, b):
+    try:
+        np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ValueError(f"{api}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+
+
+def add(x, y):
+    """``x + y`` with broadcasting (``jnp.add``; ``kernels.add``). One operand may be a Python
+    number (it takes the array's dtype). Gradients: the cotangent summed to each operand's shape.
+
+    Raises:
+        TypeError: non-floating operands or mixed dtypes. ValueError: shapes that do not broadcast.
+    """
+    api = _P + "add"
+    a, b = _pair(api, x, y)
+    _broadcast_check(api, a, b)
+    return _add(a, b)
+
+
+def sub(x, y):
+    """``x - y`` with broadcasting (``jnp.subtract``; ``kernels.sub``). See :func:`add`."""
+    api = _P + "sub"
+    a, b = _pair(api, x, y)
+    _broadcast_check(api, a, b)
+    return _sub(a, b)
+
+
+def mul(x, y):
+    """``x * y`` with broadcasting (``jnp.multiply``; ``kernels.mul``). See :func:`add`."""
+    api = _P + "mul"
+    a, b = _pair(api, x, y)
+    _broadcast_check(api, a, b)
+    return _mul(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul
+
+@jax.custom_vjp
+def _matmul(a, b):
+    shape = K._nn.matmul_shape(_P + "matmul", a.shape, b.shape)
+    return _call(lambda x, y: (K.matmul(x, y),), (a, b), (_sds(shape, a.dtype),))[0]
+
+
+def _matmul_fwd(a, b):
+    return _matmul(a, b), (a, b)
+
+
+def _matmul_bwd(res, g):
+    a, b = res
+    return _call(lambda g, x, y: K.backward.matmul(g, x, y), (g, a, b),
+                 (_sds(a.shape, a.dtype), _sds(b.shape, b.dtype)))
+
+
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def matmul(a, b):
+    """Matrix product with NumPy semantics (``jnp.matmul``: 1-D vectors, broadcast batch dims;
+    ``kernels.matmul`` / ``kernels.backward.matmul``).
+
+    Raises:
+        ValueError: 0-d operands, mismatched inner dims, batch dims that do not broadcast.
+        TypeError: see :func:`add`.
+    """
+    api = _P + "matmul"
+    x = _array(api, "a", a)
+    y = _array(api, "b", b)
+    if x.dtype != y.dtype:
+        raise TypeError(f"{api}: b has dtype {y.dtype.name} but a has {x.dtype.name}; canna does not promote dtypes")
+    K._nn.matmul_shape(api, x.shape, y.shape)   # shape errors now, with canna's message
+    return _matmul(x, y)
+
+
+# ---------------------------------------------------------------------------------------------
+# activations
+
+def _unary_vjp(name, f, fb, from_output, nondiff=False):
+    """An elementwise-shaped op ``f(x[, p])`` with backward ``fb(g, x_or_y[, p])``; ``p`` is a
+    static parameter (``nondiff``: the axis of a softmax)."""
+    if nondiff:
+        @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+        def op(x, p):
+            return _call(lambda v: (f(v, p),), (x,), (_sds(x.shape, x.dtype),))[0]
+
+        def fwd(x, p):
+            y = op(x, p)
+            return y, (y if from_output else x)
+
+        def bwd(p, r, g):
+            return _call(lambda g, t: (fb(g, t, p),), (g, r), (_sds(r.shape, r.dtype),))
+    else:
+        @jax.custom_vjp
+        def op(x):
+            return _call(lambda v: (f(v),), (x,), (_sds(x.shape, x.dtype),))[0]
+
+        def fwd(x):
+            y = op(x)
+            return y, (y if from_output else x)
+
+        def bwd(r, g):
+            return _call(lambda g, t: (fb(g, t),), (g, r), (_sds(r.shape, r.dtype),))
+    op.defvjp(fwd, bwd)
+    op.__name__ = name
+    return op
+
+
+_relu = _unary_vjp("relu", lambda x: K.relu(x), lambda g, x: K.backward.relu(g, x), False)
+_sigmoid = _unary_vjp("sigmoid", lambda x: K.sigmoid(x), lambda g, y: K.backward.sigmoid(g, y), True)
+_tanh = _unary_vjp("tanh", lambda x: K.tanh(x), lambda g, y: K.backward.tanh(g, y), True)
+_softmax = _unary_vjp("softmax", lambda x, a: K.softmax(x, a), lambda g, y, a: K.backward.softmax(g, y, a), True,
+                      nondiff=True)
+_log_softmax = _unary_vjp("log_softmax", lambda x, a: K.log_softmax(x, a),
+                          lambda g, y, a: K.backward.log_softmax(g, y, a), True, nondiff=True)
+
+
+def relu(x):
+    """``max(x, 0)`` (``jax.nn.relu``; gradient 0 at 0, as JAX's)."""
+    return _relu(_array(_P + "relu", "x", x))
+
+
+def sigmoid(x):
+    """``1 / (1 + exp(-x))`` (``jax.nn.sigmoid``; gradient from the output)."""
+    return _sigmoid(_array(_P + "sigmoid", "x", x))
+
+
+def tanh(x):
+    """``tanh(x)`` (``jnp.tanh``; gradient from the output)."""
+    return _tanh(_array(_P + "tanh", "x", x))
+
+
+def _axis(api, axis, ndim):
+    if isinstance(axis, builtins.bool) or not hasattr(axis, "__index__"):
+        raise TypeError(f"{api}: axis must be a Python int, not {type(axis).__name__}")
+    axis = operator.index(axis)
+    n = max(ndim, 1)
+    if not -n <= axis < n:
+        raise K.AxisError(f"{api}: axis {axis} is out of range for a {ndim}-D array (expected [{-n}, {n - 1}])")
+    return axis % n
+
+
+def softmax(x, axis=-1):
+    """Softmax along ``axis`` (``jax.nn.softmax``; ``kernels.softmax``; gradient from the output).
+
+    Raises:
+        AxisError (a ValueError and IndexError): ``axis`` out of range. TypeError: see :func:`add`.
+    """
+    api = _P + "softmax"
+    a = _array(api, "x", x)
+    return _softmax(a, _axis(api, axis, a.ndim))
+
+
+def log_softmax(x, axis=-1):
+    """Log-softmax along ``axis`` (``jax.nn.log_softmax``; ``kernels.log_softmax``). See :func:`softmax`."""
+    api = _P + "log_softmax"
+    a = _array(api, "x", x)
+    return _log_softmax(a, _axis(api, axis, a.ndim))

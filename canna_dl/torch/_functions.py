@@ -1,0 +1,975 @@
+"""The eager autograd shims: one ``torch.autograd.Function`` per differentiable op, whose forward
+calls canna's kernel and whose backward calls canna's backward kernel (``kernels.backward.*``), and
+the routing functions (``_add``, ``_relu``, ...) that pick the path of a call (see ``_common``).
+
+Conventions of every Function:
+
+- operands are handed to the kernels as :func:`_common.plain` tensors (no grad, exact
+  ``torch.Tensor``: the same memory and version counter), the results are fresh torch tensors;
+- what the backward needs is saved with ``ctx.save_for_backward``, so modifying a saved tensor in
+  place makes the backward fail with PyTorch's version-counter error, as with native ops;
+- gradients of broadcast operands are reduced to the operand's shape (``kernels.sum_to_size``) and
+  converted to its dtype (``kernels.astype``) on canna, not by PyTorch's engine;
+- double backward: add, sub, mul, div, matmul, linear, sum, mean and relu compute their backward
+  with differentiable canna ops when it runs with ``create_graph=True`` (correct second-order
+  gradients); the others tie their gradients to an error node (a clear error if differentiated
+  again, see :func:`_common.once_differentiable_outputs`);
+- every backward runs with ``__torch_function__`` disabled (an ``offload()`` block around
+  ``loss.backward()`` must not see the kernels' own output allocations).
+"""
+from __future__ import annotations
+
+import torch
+
+import kernels
+from kernels import backward as kbw
+
+from . import _common as C
+from ._common import AUTOGRAD, CUSTOM, EAGER, NoTorchFunction, Tensor, grad_enabled, meta, plain, route
+
+Function = torch.autograd.Function
+_ops = torch.ops.canna   # the custom ops (registered by _library, imported by the package)
+
+
+# ---------------------------------------------------------------------------------------------
+# gradient helpers (differentiable when the backward builds a graph)
+
+def _reduce(g, m):
+    """Gradient ``g`` of a broadcast result reduced to an operand's ``(shape, dtype)`` ``m``."""
+    shape, dtype = m
+    if g.shape != shape:
+        g = _sum_to_size(g, shape)
+    if g.dtype != dtype:
+        g = _cast(g, dtype)
+    return g
+
+
+class _SumToSize(Function):
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.shape = x.shape
+        r = kernels.sum_to_size(plain(x), shape)
+        return r
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            return g.expand(ctx.shape), None
+
+
+def _sum_to_size(x, shape):
+    if tuple(x.shape) == tuple(shape):
+        return x
+    r = route("canna_dl.torch.sum_to_size", x)
+    if r == EAGER:
+        return kernels.sum_to_size(plain(x), shape)
+    if r == AUTOGRAD:
+        return _SumToSize.apply(x, tuple(shape))
+    return _ops.sum_to_size(x, list(shape))
+
+
+class _Cast(Function):
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = x.dtype
+        return kernels.astype(plain(x), dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            return _cast(g, ctx.dtype), None
+
+
+def _cast(x, dtype):
+    """``x`` converted to ``dtype`` on canna (``kernels.astype``), differentiable."""
+    if x.dtype == dtype:
+        return x
+    r = route("canna_dl.torch.cast", x)
+    if r == EAGER:
+        return kernels.astype(plain(x), dtype)
+    if r == AUTOGRAD:
+        return _Cast.apply(x, dtype)
+    return _ops.cast(x, dtype)
+
+
+def _need(ctx, i):
+    return ctx.needs_input_grad[i]
+
+
+# ---------------------------------------------------------------------------------------------
+# binary arithmetic (one operand may be a Python number)
+
+class _Add(Function):
+    @staticmethod
+    def forward(ctx, x, y, alpha):
+        ctx.mx, ctx.my, ctx.alpha = meta(x), meta(y), alpha
+        return kernels.add(plain(x), plain(y), alpha=alpha)
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            gx = _reduce(g, ctx.mx) if _need(ctx, 0) else None
+            gy = None
+            if _need(ctx, 1):
+                gy = _reduce(g if ctx.alpha == 1 else _mul(g, ctx.alpha), ctx.my)
+            return gx, gy, None
+
+
+class _Sub(Function):
+    @staticmethod
+    def forward(ctx, x, y, alpha):
+        ctx.mx, ctx.my, ctx.alpha = meta(x), meta(y), alpha
+        return kernels.sub(plain(x), plain(y), alpha=alpha)
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            gx = _reduce(g, ctx.mx) if _need(ctx, 0) else None
+            gy = _reduce(_mul(g, -ctx.alpha), ctx.my) if _need(ctx, 1) else None
+            return gx, gy, None
+
+
+def _save_operands(ctx, x, y):
+    """Save what mul / div need: ``y`` for x's gradient, ``x`` for y's (numbers in ctx)."""
+    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+    ctx.sx = None if xt else x
+    ctx.sy = None if yt else y
+    ctx.save_for_backward(x if xt and _need(ctx, 1) else None, y if yt and (_need(ctx, 0) or _need(ctx, 1)) else None)
+    ctx.mx, ctx.my = meta(x), meta(y)
+
+
+def _operands(ctx):
+    x, y = ctx.saved_tensors
+    return (ctx.sx if x is None else x), (ctx.sy if y is None else y)
+
+
+class _Mul(Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        _save_operands(ctx, x, y)
+        return kernels.mul(plain(x), plain(y))
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            x, y = _operands(ctx)
+            gx = _reduce(_mul(g, y), ctx.mx) if _need(ctx, 0) else None
+            gy = _reduce(_mul(g, x), ctx.my) if _need(ctx, 1) else None
+            return gx, gy
+
+
+class _Div(Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        _save_operands(ctx, x, y)
+        return kernels.div(plain(x), plain(y))
+
+    @staticmethod
+    def backward(ctx, g):
+        # d(x/y)/dx = 1/y, d(x/y)/dy = -x/y² (tools/autograd/derivatives.yaml, div.Tensor)
+        with NoTorchFunction():
+            x, y = _operands(ctx)
+            t = _div(g, y)
+            gx = _reduce(t, ctx.mx) if _need(ctx, 0) else None
+            gy = None
+            if _need(ctx, 1):
+                gy = _reduce(_div(_mul(t, x), _mul(y, -1)), ctx.my)
+            return gx, gy
+
+
+def _binary_checks(api, x, y):
+    if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+        raise TypeError(f"{api}: expected a tensor operand, got {type(x).__name__} and {type(y).__name__}")
+    for name, v in (("input", x), ("other", y)):
+        if isinstance(v, Tensor):
+            C.check_arith(api, name, v)
+            C.check_grad_dtype(api, name, v)
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{api}: {name} must be a tensor or a Python number, not {type(v).__name__}")
+
+
+def _add(x, y, alpha=1):
+    api = "canna_dl.torch.add"
+    r = route(api, x, y)
+    if r == EAGER:
+        return kernels.add(plain(x), plain(y), alpha=alpha)
+    _binary_checks(api, x, y)
+    C.check_number(api, "alpha", alpha)
+    if r == AUTOGRAD:
+        return _Add.apply(x, y, alpha)
+    if not isinstance(y, Tensor):
+        return _ops.add_scalar(x, y, alpha)
+    if not isinstance(x, Tensor):   # x + alpha * y
+        return _ops.add_scalar(y if alpha == 1 else _ops.mul_scalar(y, alpha), x, 1)
+    return _ops.add(x, y, alpha)
+
+
+def _sub(x, y, alpha=1):
+    api = "canna_dl.torch.sub"
+    r = route(api, x, y)
+    if r == EAGER:
+        return kernels.sub(plain(x), plain(y), alpha=alpha)
+    _binary_checks(api, x, y)
+    C.check_number(api, "alpha", alpha)
+    if r == AUTOGRAD:
+        return _Sub.apply(x, y, alpha)
+    if not isinstance(y, Tensor):
+        return _ops.sub_scalar(x, y, alpha)
+    if not isinstance(x, Tensor):   # x - alpha * y
+        return _ops.rsub_scalar(y, x, alpha)
+    return _ops.sub(x, y, alpha)
+
+
+def _mul(x, y):
+    api = "canna_dl.torch.mul"
+    r = route(api, x, y)
+    if r == EAGER:
+        return kernels.mul(plain(x), plain(y))
+    _binary_checks(api, x, y)
+    if r == AUTOGRAD:
+        return _Mul.apply(x, y)
+    if not isinstance(y, Tensor):
+        return _ops.mul_scalar(x, y)
+    if not isinstance(x, Tensor):
+        return _ops.mul_scalar(y, x)
+    return _ops.mul(x, y)
+
+
+def _div(x, y):
+    api = "canna_dl.torch.div"
+    r = route(api, x, y)
+    if r == EAGER:
+        return kernels.div(plain(x), plain(y))
+    _binary_checks(api, x, y)
+    if r == AUTOGRAD:
+        return _Div.apply(x, y)
+    if not isinstance(y, Tensor):
+        return _ops.div_scalar(x, y)
+    if not isinstance(x, Tensor):
+        return _ops.rdiv_scalar(y, x)
+    return _ops.div(x, y)
+
+
+# in-place forms (offload routes Tensor.add_ & co. here); the result dtype must fit the input's
+
+class _AddInplace(Function):
+    @staticmethod
+    def forward(ctx, x, y, alpha):
+        ctx.my, ctx.alpha = meta(y), alpha
+        xd = plain(x)
+        kernels.add(xd, plain(y), alpha=alpha, out=xd)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            gy = None
+            if _need(ctx, 1):
+                gy = _reduce(g if ctx.alpha == 1 else _mul(g, ctx.alpha), ctx.my)
+            return (g if _need(ctx, 0) else None), gy, None
+
+
+class _SubInplace(Function):
+    @staticmethod
+    def forward(ctx, x, y, alpha):
+        ctx.my, ctx.alpha = meta(y), alpha
+        xd = plain(x)
+        kernels.sub(xd, plain(y), alpha=alpha, out=xd)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            gy = _reduce(_mul(g, -ctx.alpha), ctx.my) if _need(ctx, 1) else None
+            return (g if _need(ctx, 0) else None), gy, None
+
+
+class _MulInplace(Function):
+    """``x *= y`` for a ``y`` that needs no gradient (the original x is not kept)."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.sy = None if isinstance(y, Tensor) else y
+        ctx.save_for_backward(y if isinstance(y, Tensor) else None)
+        xd = plain(x)
+        kernels.mul(xd, plain(y), out=xd)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            (y,) = ctx.saved_tensors
+            return _cast(_mul(g, ctx.sy if y is None else y), g.dtype), None
+
+
+class _DivInplace(Function):
+    """``x /= y`` for a ``y`` that needs no gradient."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.sy = None if isinstance(y, Tensor) else y
+        ctx.save_for_backward(y if isinstance(y, Tensor) else None)
+        xd = plain(x)
+        kernels.div(xd, plain(y), out=xd)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            (y,) = ctx.saved_tensors
+            return _cast(_div(g, ctx.sy if y is None else y), g.dtype), None
+
+
+_bump = torch._C._increment_version
+
+
+def _inplace(kernel, fn, x, y, *extra):
+    """``x op= y`` in place: the kernel writes x's memory, then x's version counter is bumped (as
+    PyTorch's in-place ops do) so autograd sees the change; with a gradient to track, through the
+    Function ``fn`` (``ctx.mark_dirty``)."""
+    yg = isinstance(y, Tensor) and y.requires_grad
+    if grad_enabled() and (x.requires_grad or yg):
+        return fn.apply(x, y, *extra)
+    xd = plain(x)
+    if extra:
+        kernel(xd, plain(y), alpha=extra[0], out=xd)
+    else:
+        kernel(xd, plain(y), out=xd)
+    _bump((x,))
+    return x
+
+
+def _add_(x, y, alpha=1):
+    return _inplace(kernels.add, _AddInplace, x, y, alpha)
+
+
+def _sub_(x, y, alpha=1):
+    return _inplace(kernels.sub, _SubInplace, x, y, alpha)
+
+
+def _mul_(x, y):
+    if isinstance(y, Tensor) and y.requires_grad and grad_enabled():
+        raise NotImplementedError("canna_dl.torch: x.mul_(y) where y requires grad (the original x would have to "
+                                  "be kept); use x = x * y")
+    return _inplace(kernels.mul, _MulInplace, x, y)
+
+
+def _div_(x, y):
+    if isinstance(y, Tensor) and y.requires_grad and grad_enabled():
+        raise NotImplementedError("canna_dl.torch: x.div_(y) where y requires grad (the original x would have to "
+                                  "be kept); use x = x / y")
+    return _inplace(kernels.div, _DivInplace, x, y)
+
+
+# ---------------------------------------------------------------------------------------------
+# matrix products
+
+class _Matmul(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return kernels.matmul(plain(a), plain(b))
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            a, b = ctx.saved_tensors
+            mask = (_need(ctx, 0), _need(ctx, 1))
+            if grad_enabled():
+                return _matmul_backward_graph(g, a, b, mask)
+            return kbw.matmul(g, plain(a), plain(b), output_mask=mask)
+
+
+def _matmul_backward_graph(g, a, b, mask):
+    """matmul's gradients as differentiable canna ops (double backward): the 1-D operands made 2-D
+    with views, as torch.matmul does, broadcast batch dims summed."""
+    av, bv = a.dim() == 1, b.dim() == 1
+    A = a.unsqueeze(0) if av else a
+    B = b.unsqueeze(1) if bv else b
+    G = g.reshape(1, 1) if (av and bv) else g.unsqueeze(-2) if av else g.unsqueeze(-1) if bv else g
+    ga = gb = None
+    if mask[0]:
+        ga = _sum_to_size(_matmul(G, B.mT), A.shape).reshape(a.shape)
+    if mask[1]:
+        gb = _sum_to_size(_matmul(A.mT, G), B.shape).reshape(b.shape)
+    return ga, gb
+
+
+def _matmul(a, b):
+    api = "canna_dl.torch.matmul"
+    r = route(api, a, b)
+    if r == EAGER:
+        return kernels.matmul(plain(a), plain(b))
+    C.check_float(api, "input", a)
+    C.check_float(api, "other", b)
+    if r == AUTOGRAD:
+        return _Matmul.apply(a, b)
+    return _ops.matmul(a, b)
+
+
+class _Linear(Function):
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        ctx.has_b = b is not None
+        return kernels.linear(plain(x), plain(w), plain(b))
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            x, w = ctx.saved_tensors
+            mask = (_need(ctx, 0), _need(ctx, 1), _need(ctx, 2) and ctx.has_b)
+            if grad_enabled():
+                return _linear_backward_graph(g, x, w, mask)
+            return kbw.linear(g, plain(x), plain(w), output_mask=mask)
+
+
+def _linear_backward_graph(g, x, w, mask):
+    nout, nin = w.shape
+    gx = _matmul(g, w) if mask[0] else None
+    gw = _matmul(g.reshape(-1, nout).mT, x.reshape(-1, nin)) if mask[1] else None
+    gb = (_sum(g, tuple(range(g.dim() - 1))) if g.dim() > 1 else g) if mask[2] else None
+    return gx, gw, gb
+
+
+def _linear(x, w, b=None):
+    api = "canna_dl.torch.nn.functional.linear"
+    r = route(api, x, w, b)
+    if r == EAGER:
+        return kernels.linear(plain(x), plain(w), plain(b))
+    for name, t in (("input", x), ("weight", w), ("bias", b)):
+        C.check_float(api, name, t)
+    if r == AUTOGRAD:
+        return _Linear.apply(x, w, b)
+    return _ops.linear(x, w, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# activations
+
+class _Relu(Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = kernels.relu(plain(x))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            (y,) = ctx.saved_tensors
+            return _relu_backward(g, y)
+
+
+class _ReluInplace(Function):
+    @staticmethod
+    def forward(ctx, x):
+        xd = plain(x)
+        kernels.relu(xd, out=xd)
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            (y,) = ctx.saved_tensors
+            return _relu_backward(g, y)
+
+
+class _ReluBackward(Function):
+    """relu's gradient ``g * (y > 0)`` as a Function of ``g`` (linear in it): relu is twice
+    differentiable on canna (the second derivative in ``y`` is zero almost everywhere)."""
+
+    @staticmethod
+    def forward(ctx, g, y):
+        ctx.save_for_backward(y)
+        return kbw.relu(plain(g), plain(y))
+
+    @staticmethod
+    def backward(ctx, gg):
+        with NoTorchFunction():
+            (y,) = ctx.saved_tensors
+            return (_relu_backward(gg, y) if _need(ctx, 0) else None), None
+
+
+def _relu_backward(g, y):
+    if grad_enabled() and (g.requires_grad or y.requires_grad):
+        return _ReluBackward.apply(g, y)
+    return kbw.relu(plain(g), plain(y))
+
+
+def _relu(x):
+    api = "canna_dl.torch.relu"
+    r = route(api, x)
+    if r == EAGER:
+        return kernels.relu(plain(x))
+    C.check_grad_dtype(api, "input", x)
+    if r == AUTOGRAD:
+        return _Relu.apply(x)
+    return _ops.relu(x)
+
+
+def _relu_(x):
+    api = "canna_dl.torch.relu_"
+    r = route(api, x)
+    if r == EAGER:
+        xd = plain(x)
+        kernels.relu(xd, out=xd)
+        _bump((x,))
+        return x
+    C.check_grad_dtype(api, "input", x)
+    if r == AUTOGRAD:
+        return _ReluInplace.apply(x)
+    raise NotImplementedError(f"{api}: in-place relu is not available under torch.compile or for tensor subclasses; "
+                              "use relu(x)")
+
+
+def _activation(name, kernel, bw, from_output, extra=()):
+    """A Function for an elementwise activation whose gradient is ``bw(g, saved, *extra)`` with
+    ``saved`` the output (``from_output``) or the input."""
+
+    def forward(ctx, x, *args):
+        y = kernel(plain(x), *args)
+        ctx.args = args
+        ctx.save_for_backward(y if from_output else x)
+        return y
+
+    def backward(ctx, g):
+        with NoTorchFunction():
+            (s,) = ctx.saved_tensors
+            gx = bw(plain(g), plain(s), *ctx.args)
+            gx = C.once_differentiable_outputs(f"canna::{name}", gx, (g, s))
+            return (gx,) + (None,) * len(ctx.args)
+
+    return type(f"_{name.capitalize()}", (Function,), {"forward": staticmethod(forward),
+                                                        "backward": staticmethod(backward)})
+
+
+_Gelu = _activation("gelu", kernels.gelu, kbw.gelu, False)
+_Silu = _activation("silu", kernels.silu, kbw.silu, False)
+_Sigmoid = _activation("sigmoid", kernels.sigmoid, kbw.sigmoid, True)
+_Tanh = _activation("tanh", kernels.tanh, kbw.tanh, True)
+
+
+def _unary(api, fn, custom, kernel, x, *args):
+    r = route(api, x)
+    if r == EAGER:
+        return kernel(plain(x), *args)
+    C.check_grad_dtype(api, "input", x)
+    if r == AUTOGRAD:
+        return fn.apply(x, *args)
+    return custom(x, *args)
+
+
+def _gelu(x, approximate="none"):
+    api = "canna_dl.torch.nn.functional.gelu"
+    C.check_float(api, "input", x)
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"{api}: approximate must be 'none' or 'tanh', not {approximate!r}")
+    return _unary(api, _Gelu, _ops.gelu, kernels.gelu, x, approximate)
+
+
+def _silu(x):
+    api = "canna_dl.torch.nn.functional.silu"
+    C.check_float(api, "input", x)
+    return _unary(api, _Silu, _ops.silu, kernels.silu, x)
+
+
+def _sigmoid(x):
+    return _unary("canna_dl.torch.sigmoid", _Sigmoid, _ops.sigmoid, kernels.sigmoid, x)
+
+
+def _tanh(x):
+    return _unary("canna_dl.torch.tanh", _Tanh, _ops.tanh, kernels.tanh, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax family
+
+def _softmax_fn(name, kernel, bw):
+    def forward(ctx, x, dim, dtype):
+        y = kernel(plain(x), dim, dtype=dtype)
+        ctx.dim, ctx.xdtype = dim, x.dtype
+        ctx.save_for_backward(y)
+        return y
+
+    def backward(ctx, g):
+        with NoTorchFunction():
+            (y,) = ctx.saved_tensors
+            gx = bw(plain(g), plain(y), ctx.dim)
+            if gx.dtype != ctx.xdtype:
+                gx = kernels.astype(gx, ctx.xdtype)
+            return C.once_differentiable_outputs(f"canna::{name}", gx, (g, y)), None, None
+
+    return type(f"_{name.capitalize()}", (Function,), {"forward": staticmethod(forward),
+                                                        "backward": staticmethod(backward)})
+
+
+_Softmax = _softmax_fn("softmax", kernels.softmax, kbw.softmax)
+_LogSoftmax = _softmax_fn("log_softmax", kernels.log_softmax, kbw.log_softmax)
+
+
+def _dim_check(api, dim):
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+        raise TypeError(f"{api}: dim must be an int, not {type(dim).__name__}")
+
+
+def _softmax_common(api, fn, custom, kernel, x, dim, dtype):
+    _dim_check(api, dim)
+    r = route(api, x)
+    if r == EAGER:
+        return kernel(plain(x), dim, dtype=dtype)
+    C.check_float(api, "input", x)
+    if r == AUTOGRAD:
+        return fn.apply(x, dim, dtype)
+    return custom(x, dim, dtype)
+
+
+def _softmax(x, dim, dtype=None):
+    return _softmax_common("canna_dl.torch.softmax", _Softmax, _ops.softmax, kernels.softmax, x, dim, dtype)
+
+
+def _log_softmax(x, dim, dtype=None):
+    return _softmax_common("canna_dl.torch.log_softmax", _LogSoftmax, _ops.log_softmax, kernels.log_softmax, x, dim,
+                           dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# normalization
+
+def _shape_list(api, ns):
+    if isinstance(ns, int) and not isinstance(ns, bool):
+        return [ns]
+    try:
+        return [int(n) for n in ns]
+    except TypeError:
+        raise TypeError(f"{api}: normalized_shape must be an int or a sequence of ints, not {ns!r}") from None
+
+
+class _LayerNorm(Function):
+    @staticmethod
+    def forward(ctx, x, ns, w, b, eps):
+        y, mean, rstd = kernels.native_layer_norm(plain(x), ns, plain(w), plain(b), eps)
+        ctx.ns, ctx.has_w, ctx.has_b = ns, w is not None, b is not None
+        ctx.save_for_backward(x, w, b, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            x, w, b, mean, rstd = ctx.saved_tensors
+            mask = (_need(ctx, 0), _need(ctx, 2) and ctx.has_w, _need(ctx, 3) and ctx.has_b)
+            gx, gw, gb = kbw.layer_norm(plain(g), plain(x), ctx.ns, mean, rstd, plain(w), plain(b), output_mask=mask)
+            gx, gw, gb = C.once_differentiable_outputs("canna::layer_norm", (gx, gw, gb), (g, x, w, b))
+            return gx, None, gw, gb, None
+
+
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    api = "canna_dl.torch.nn.functional.layer_norm"
+    ns = _shape_list(api, normalized_shape)
+    r = route(api, x, weight, bias)
+    if r == EAGER:
+        return kernels.layer_norm(plain(x), ns, plain(weight), plain(bias), eps)
+    for name, t in (("input", x), ("weight", weight), ("bias", bias)):
+        C.check_float(api, name, t)
+    if r == AUTOGRAD:
+        return _LayerNorm.apply(x, ns, weight, bias, eps)
+    return _ops.layer_norm(x, ns, weight, bias, float(eps))[0]
+
+
+class _RmsNorm(Function):
+    @staticmethod
+    def forward(ctx, x, ns, w, eps):
+        y, rstd = kernels.native_rms_norm(plain(x), ns, plain(w), eps)
+        ctx.ns = ns
+        ctx.save_for_backward(x, w, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            x, w, rstd = ctx.saved_tensors
+            gx, gw = kbw.rms_norm(plain(g), plain(x), ctx.ns, rstd, plain(w))
+            gx, gw = C.once_differentiable_outputs("canna::rms_norm", (gx, gw), (g, x, w))
+            return (gx if _need(ctx, 0) else None), None, (gw if _need(ctx, 2) else None), None
+
+
+def _rms_norm(x, normalized_shape, weight=None, eps=None):
+    api = "canna_dl.torch.nn.functional.rms_norm"
+    ns = _shape_list(api, normalized_shape)
+    r = route(api, x, weight)
+    if r == EAGER:
+        return kernels.rms_norm(plain(x), ns, plain(weight), eps)
+    for name, t in (("input", x), ("weight", weight)):
+        C.check_float(api, name, t)
+    if r == AUTOGRAD:
+        return _RmsNorm.apply(x, ns, weight, eps)
+    return _ops.rms_norm(x, ns, weight, None if eps is None else float(eps))[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution and pooling
+
+class _Conv2d(Function):
+    @staticmethod
+    def forward(ctx, x, w, b, stride, padding, dilation, groups):
+        ctx.geom = (stride, padding, dilation, groups)
+        ctx.has_b = b is not None
+        ctx.save_for_backward(x, w)
+        return kernels.conv2d(plain(x), plain(w), plain(b), stride, padding, dilation, groups)
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            x, w = ctx.saved_tensors
+            mask = (_need(ctx, 0), _need(ctx, 1), _need(ctx, 2) and ctx.has_b)
+            gx, gw, gb = kbw.conv2d(plain(g), plain(x), plain(w), *ctx.geom, output_mask=mask)
+            gx, gw, gb = C.once_differentiable_outputs("canna::conv2d", (gx, gw, gb), (g, x, w))
+            return gx, gw, gb, None, None, None, None
+
+
+def _pair(api, name, v):
+    if isinstance(v, int) and not isinstance(v, bool):
+        return [v, v]
+    try:
+        t = [int(i) for i in v]
+    except TypeError:
+        raise TypeError(f"{api}: {name} must be an int or a pair of ints, not {v!r}") from None
+    return t * 2 if len(t) == 1 else t
+
+
+def _conv_padding(api, padding, w, stride, dilation):
+    """Explicit padding for the custom op (``"same"`` / ``"valid"`` resolved; the eager paths let
+    the kernel resolve them)."""
+    if padding == "valid":
+        return [0, 0]
+    if padding == "same":
+        st, dl = _pair(api, "stride", stride), _pair(api, "dilation", dilation)
+        if st != [1, 1]:
+            raise ValueError(f"{api}: padding='same' is not supported for strided convolutions")
+        pads = []
+        for k, d in zip(w.shape[2:], dl):
+            total = d * (k - 1)
+            if total % 2:
+                raise NotImplementedError(f"{api}: padding='same' needs asymmetric padding here; pass explicit padding")
+            pads.append(total // 2)
+        return pads
+    return _pair(api, "padding", padding)
+
+
+def _conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    api = "canna_dl.torch.nn.functional.conv2d"
+    r = route(api, x, w, b)
+    if r == EAGER:
+        return kernels.conv2d(plain(x), plain(w), plain(b), stride, padding, dilation, groups)
+    for name, t in (("input", x), ("weight", w), ("bias", b)):
+        C.check_float(api, name, t)
+    if r == AUTOGRAD:
+        return _Conv2d.apply(x, w, b, stride, padding, dilation, groups)
+    return _ops.conv2d(x, w, b, _pair(api, "stride", stride), _conv_padding(api, padding, w, stride, dilation),
+                       _pair(api, "dilation", dilation), int(groups))
+
+
+class _MaxPool2d(Function):
+    @staticmethod
+    def forward(ctx, x, k, s, p, d, ceil):
+        y, idx = kernels.max_pool2d_with_indices(plain(x), k, s, p, d, ceil)
+        ctx.geom = (k, s, p, d, ceil)
+        ctx.save_for_backward(x, idx)
+        ctx.mark_non_differentiable(idx)
+        # no zero-filled gradient for the indices (a [N, C, H, W] int64 fill per backward)
+        ctx.set_materialize_grads(False)
+        return y, idx
+
+    @staticmethod
+    def backward(ctx, g, _gidx):
+        if g is None:
+            return None, None, None, None, None, None
+        with NoTorchFunction():
+            x, idx = ctx.saved_tensors
+            gx = kbw.max_pool2d(plain(g), plain(x), idx, *ctx.geom)
+            gx = C.once_differentiable_outputs("canna::max_pool2d", gx, (g, x))
+            return gx, None, None, None, None, None
+
+
+def _pool_stride(api, kernel_size, stride):
+    if stride is None or (not isinstance(stride, int) and len(stride) == 0):
+        return _pair(api, "kernel_size", kernel_size)
+    return _pair(api, "stride", stride)
+
+
+def _max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    api = "canna_dl.torch.nn.functional.max_pool2d"
+    r = route(api, x)
+    if r == EAGER:
+        if return_indices:
+            return kernels.max_pool2d_with_indices(plain(x), kernel_size, stride, padding, dilation, ceil_mode)
+        return kernels.max_pool2d(plain(x), kernel_size, stride, padding, dilation, ceil_mode)
+    C.check_float(api, "input", x)
+    if r == AUTOGRAD:
+        y, idx = _MaxPool2d.apply(x, kernel_size, stride, padding, dilation, ceil_mode)
+    else:
+        y, idx = _ops.max_pool2d(x, _pair(api, "kernel_size", kernel_size), _pool_stride(api, kernel_size, stride),
+                                 _pair(api, "padding", padding), _pair(api, "dilation", dilation), bool(ceil_mode))
+    return (y, idx) if return_indices else y
+
+
+# ---------------------------------------------------------------------------------------------
+# losses
+
+def _loss_checks(api, x, target, weight):
+    C.check_float(api, "input", x)
+    C.check_float(api, "weight", weight)
+    if not isinstance(target, Tensor):
+        raise TypeError(f"{api}: target must be a tensor of class indices, not {type(target).__name__}")
+    if weight is not None and weight.requires_grad and grad_enabled():
+        raise NotImplementedError(f"{api}: gradients with respect to weight are not supported (nor by PyTorch); "
+                                  "pass weight.detach()")
+
+
+class _CrossEntropy(Function):
+    @staticmethod
+    def forward(ctx, x, target, weight, ignore_index, reduction, label_smoothing):
+        loss, lp = kernels.native_cross_entropy(plain(x), plain(target), plain(weight), ignore_index, reduction,
+                                                label_smoothing)
+        ctx.args = (ignore_index, reduction, label_smoothing)
+        ctx.save_for_backward(lp, target, weight)
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            lp, target, weight = ctx.saved_tensors
+            gx = kbw.cross_entropy(plain(g), lp, target, plain(weight), *ctx.args)
+            gx = C.once_differentiable_outputs("canna::cross_entropy", gx, (g, lp))
+            return gx, None, None, None, None, None
+
+
+def _cross_entropy(x, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    api = "canna_dl.torch.nn.functional.cross_entropy"
+    r = route(api, x, target, weight)
+    if r == EAGER:
+        return kernels.cross_entropy(plain(x), target, plain(weight), ignore_index, reduction, label_smoothing)
+    _loss_checks(api, x, target, weight)
+    if r == AUTOGRAD:
+        return _CrossEntropy.apply(x, target, weight, ignore_index, reduction, label_smoothing)
+    return _ops.cross_entropy(x, target, weight, int(ignore_index), reduction, float(label_smoothing))[0]
+
+
+class _NllLoss(Function):
+    @staticmethod
+    def forward(ctx, x, target, weight, ignore_index, reduction):
+        loss, tw = kernels.native_nll_loss(plain(x), plain(target), plain(weight), ignore_index, reduction)
+        ctx.args = (ignore_index, reduction)
+        ctx.save_for_backward(x, target, weight, tw)
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            x, target, weight, tw = ctx.saved_tensors
+            gx = kbw.nll_loss(plain(g), plain(x), target, plain(weight), *ctx.args, total_weight=tw)
+            gx = C.once_differentiable_outputs("canna::nll_loss", gx, (g,))
+            return gx, None, None, None, None
+
+
+def _nll_loss(x, target, weight=None, ignore_index=-100, reduction="mean"):
+    api = "canna_dl.torch.nn.functional.nll_loss"
+    r = route(api, x, target, weight)
+    if r == EAGER:
+        return kernels.nll_loss(plain(x), target, plain(weight), ignore_index, reduction)
+    _loss_checks(api, x, target, weight)
+    if r == AUTOGRAD:
+        return _NllLoss.apply(x, target, weight, ignore_index, reduction)
+    return _ops.nll_loss(x, target, weight, int(ignore_index), reduction)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions
+
+def _dims(dim):
+    """dim as the kernels and the custom ops take it: None (all) or a list of ints."""
+    if dim is None:
+        return None
+    if hasattr(dim, "__index__") and not isinstance(dim, bool):
+        return [dim.__index__()]
+    d = [int(i) for i in dim]
+    return d if d else None
+
+
+class _ReduceBackward(Function):
+    """The gradient of sum / mean (``g`` broadcast back to the input's shape, divided by the count
+    for mean) as a Function of ``g``, so that sum and mean are twice differentiable: its own
+    gradient is the same reduction of ``gg``."""
+
+    @staticmethod
+    def forward(ctx, g, shape, dim, keepdim, is_mean):
+        ctx.args = (dim, keepdim, is_mean)
+        fn = kbw.mean if is_mean else kbw.sum
+        return fn(plain(g), shape, dim, keepdim)
+
+    @staticmethod
+    def backward(ctx, gg):
+        with NoTorchFunction():
+            dim, keepdim, is_mean = ctx.args
+            r = (_mean if is_mean else _sum)(gg, dim, keepdim)
+            return r, None, None, None, None
+
+
+def _reduce_backward(g, shape, dim, keepdim, is_mean, dtype):
+    if grad_enabled() and g.requires_grad:
+        gx = _ReduceBackward.apply(g, shape, dim, keepdim, is_mean)
+    else:
+        gx = (kbw.mean if is_mean else kbw.sum)(plain(g), shape, dim, keepdim)
+    return _cast(gx, dtype) if gx.dtype != dtype else gx
+
+
+class _Sum(Function):
+    @staticmethod
+    def forward(ctx, x, dim, keepdim, dtype):
+        ctx.args = (tuple(x.shape), dim, keepdim, x.dtype)
+        return kernels.sum(plain(x), dim, keepdim, dtype=dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            shape, dim, keepdim, dtype = ctx.args
+            return _reduce_backward(g, shape, dim, keepdim, False, dtype), None, None, None
+
+
+class _Mean(Function):
+    @staticmethod
+    def forward(ctx, x, dim, keepdim, dtype):
+        ctx.args = (tuple(x.shape), dim, keepdim, x.dtype)
+        return kernels.mean(plain(x), dim, keepdim, dtype=dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        with NoTorchFunction():
+            shape, dim, keepdim, dtype = ctx.args
+            return _reduce_backward(g, shape, dim, keepdim, True, dtype), None, None, None
+
+
+def _reduction(api, fn, custom, kernel, x, dim, keepdim, dtype):
+    dims = _dims(dim)
+    r = route(api, x)
+    if r == EAGER:
+        return kernel(plain(x), dims, keepdim, dtype=dtype)
+    C.check_arith(api, "input", x)
+    C.check_grad_dtype(api, "input", x)
+    if r == AUTOGRAD:
+        return fn.apply(x, dims, keepdim, dtype)
+    return custom(x, dims, bool(keepdim), dtype)
+
+
+def _sum(x, dim=None, keepdim=False, dtype=None):
+    return _reduction("canna_dl.torch.sum", _Sum, _ops.sum, kernels.sum, x, dim, keepdim, dtype)
+
+
+def _mean(x, dim=None, keepdim=False, dtype=None):
+    return _reduction("canna_dl.torch.mean", _Mean, _ops.mean, kernels.mean, x, dim, keepdim, dtype)

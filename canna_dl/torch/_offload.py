@@ -1,0 +1,744 @@
+"""``offload()``: run an unchanged PyTorch program's supported ops on canna (the "operator mapping
+table with fallback" of shared/SEEDS.md, document 002), as a ``torch.overrides.TorchFunctionMode``.
+
+Every ``torch.*``, ``Tensor.*`` (methods and operators) and ``torch.nn.functional.*`` call made in
+the block reaches :meth:`Offload.__torch_function__`. A call whose function is in the mapping
+table (:data:`OFFLOAD_OPS`) and whose arguments canna supports runs on canna through the eager
+autograd shims (``canna_dl.torch._functions``; the ``torch.ops.canna`` custom ops while
+``torch.compile`` traces); every other call runs on PyTorch unchanged. Arguments canna does not
+take (an ``out=`` or deprecated keyword, an unsupported dtype or layout, a tensor subclass, a
+``meta`` tensor, a reduction or rounding mode canna lacks, class-probability targets, ...) fall
+back to PyTorch with the reason recorded: canna's argument checks raise before anything runs, and
+their message is the reason. Errors of the user's program (shapes that do not match, ...) therefore
+surface as PyTorch's own errors, from the fallback call.
+
+In-place ops (``add_``, ``sub_``, ``mul_``, ``div_``, ``relu_``, ``x += y``, ``F.relu(inplace=True)``)
+write the tensor's memory and bump its version counter as PyTorch's do; under autograd they go
+through a Function that marks the tensor dirty (``ctx.mark_dirty``), so the graph stays correct
+and a later backward that needs the old value raises PyTorch's version-counter error. An
+optimizer's update under ``no_grad`` (``p.add_(g, alpha=-lr)`` in SGD) runs on canna this way.
+
+Modes are per thread (PyTorch's torch-function mode stack is thread-local): ops of other threads
+are not routed.
+"""
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode, resolve_name
+
+import acl_rt
+
+from . import _functions as F
+from ._common import NoTorchFunction, Parameter, Tensor, functorch_active, is_compiling
+
+__all__ = ["offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS"]
+
+_nnf = torch.nn.functional
+_T = torch.Tensor
+_autocast_on = torch._C._is_any_autocast_enabled
+_STRIDED = torch.strided
+
+
+class _Fallback(Exception):
+    """Raised by a handler: this call runs on PyTorch (``reason`` says why)."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
+
+_REQ = object()    # a required parameter
+_UNSET = object()
+
+
+class _Sig:
+    """How one torch function's arguments bind to names (``names`` in positional order, the first
+    ``npos`` positional; ``defaults`` for the optional ones)."""
+
+    __slots__ = ("names", "npos", "defaults", "index", "nall")
+
+    def __init__(self, names, npos=None, **defaults):
+        self.names = tuple(names)
+        self.nall = len(self.names)
+        self.npos = self.nall if npos is None else npos
+        self.defaults = tuple(defaults.get(n, _REQ) for n in self.names)
+        self.index = {n: i for i, n in enumerate(self.names)}
+
+    def bind(self, args, kwargs):
+        n = len(args)
+        if n > self.npos:
+            raise _Fallback(f"{n} positional arguments")
+        if not kwargs and n == self.nall:
+            return args
+        vals = list(args) + [_UNSET] * (self.nall - n)
+        if kwargs:
+            idx = self.index
+            for k, v in kwargs.items():
+                i = idx.get(k)
+                if i is None:
+                    raise _Fallback(f"argument {k}= is not supported")
+                if vals[i] is not _UNSET:
+                    raise _Fallback(f"argument {k} given twice")
+                vals[i] = v
+        for i in range(n, self.nall):
+            if vals[i] is _UNSET:
+                d = self.defaults[i]
+                if d is _REQ:
+                    raise _Fallback(f"missing argument {self.names[i]}")
+                vals[i] = d
+        return vals
+
+
+def _chk(*xs):
+    """Arguments canna can take: plain tensors (a subclass is PyTorch's to handle, unless Dynamo is
+    tracing), not meta; operands that are not tensors must be Python ints or floats."""
+    for x in xs:
+        if isinstance(x, Tensor):
+            tt = type(x)
+            if tt is not Tensor and tt is not Parameter and not is_compiling():
+                raise _Fallback(f"a {tt.__name__} (tensor subclass)")
+            if x.is_meta:
+                raise _Fallback("a meta tensor")
+            if x.layout is not _STRIDED:
+                raise _Fallback(f"layout {x.layout}")
+        elif x is not None and (type(x) is bool or not isinstance(x, (int, float))):
+            raise _Fallback(f"a {type(x).__name__} operand")
+
+
+def _none(v, what):
+    if v is not None:
+        raise _Fallback(what)
+
+
+# ---------------------------------------------------------------------------------------------
+# handlers: vals (bound arguments) -> result, or raise _Fallback / a canna argument error
+
+def _h_add(v):
+    _none(v[3], "out= argument")
+    _chk(v[0], v[1])
+    return F._add(v[0], v[1], v[2])
+
+
+def _h_sub(v):
+    _none(v[3], "out= argument")
+    _chk(v[0], v[1])
+    return F._sub(v[0], v[1], v[2])
+
+
+def _h_rsub(v):            # Tensor.__rsub__(self, other) / torch.rsub(input, other, alpha): other - alpha * self
+    _chk(v[0], v[1])
+    return F._sub(v[1], v[0], v[2] if len(v) > 2 else 1)
+
+
+def _h_mul(v):
+    _none(v[2], "out= argument")
+    _chk(v[0], v[1])
+    return F._mul(v[0], v[1])
+
+
+def _h_div(v):
+    _none(v[2], f"rounding_mode={v[2]!r}")
+    _none(v[3], "out= argument")
+    _chk(v[0], v[1])
+    return F._div(v[0], v[1])
+
+
+def _h_rdiv(v):
+    _chk(v[0], v[1])
+    return F._div(v[1], v[0])
+
+
+def _inplace_target(x):
+    if type(x) is not Tensor and type(x) is not Parameter:
+        raise _Fallback(f"in-place on a {type(x).__name__}")
+    if is_compiling():
+        raise _Fallback("in-place op under torch.compile")
+    if x.is_inference() and not torch.is_inference_mode_enabled():
+        raise _Fallback("in-place update of an inference tensor (PyTorch refuses it)")
+
+
+def _h_add_(v):
+    _inplace_target(v[0])
+    _chk(v[1])
+    return F._add_(v[0], v[1], v[2])
+
+
+def _h_sub_(v):
+    _inplace_target(v[0])
+    _chk(v[1])
+    return F._sub_(v[0], v[1], v[2])
+
+
+def _h_mul_(v):
+    _inplace_target(v[0])
+    _chk(v[1])
+    return F._mul_(v[0], v[1])
+
+
+def _h_div_(v):
+    _none(v[2], f"rounding_mode={v[2]!r}")
+    _inplace_target(v[0])
+    _chk(v[1])
+    return F._div_(v[0], v[1])
+
+
+def _h_matmul(v):
+    _none(v[2], "out= argument")
+    _chk(v[0], v[1])
+    return F._matmul(v[0], v[1])
+
+
+def _h_mm(v):
+    _none(v[2], "out= argument")
+    a, b = v[0], v[1]
+    _chk(a, b)
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dim() == 2 and b.dim() == 2):
+        raise _Fallback("mm of operands that are not 2-D")
+    return F._matmul(a, b)
+
+
+def _h_bmm(v):
+    _none(v[2], "out= argument")
+    a, b = v[0], v[1]
+    _chk(a, b)
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dim() == 3 and b.dim() == 3
+            and a.shape[0] == b.shape[0]):
+        raise _Fallback("bmm of operands that are not 3-D with one batch size")
+    return F._matmul(a, b)
+
+
+def _h_linear(v):
+    _chk(v[0], v[1], v[2])
+    return F._linear(v[0], v[1], v[2])
+
+
+def _h_relu(v):
+    _chk(v[0])
+    return F._relu(v[0])
+
+
+def _h_relu_f(v):          # F.relu(input, inplace=False)
+    if v[1]:
+        _inplace_target(v[0])
+        return F._relu_(v[0])
+    _chk(v[0])
+    return F._relu(v[0])
+
+
+def _h_relu_(v):
+    _inplace_target(v[0])
+    return F._relu_(v[0])
+
+
+def _h_gelu(v):
+    _chk(v[0])
+    return F._gelu(v[0], v[1])
+
+
+def _h_silu(v):
+    if v[1]:
+        raise _Fallback("inplace=True")
+    _chk(v[0])
+    return F._silu(v[0])
+
+
+def _h_sigmoid(v):
+    _chk(v[0])
+    return F._sigmoid(v[0])
+
+
+def _h_tanh(v):
+    _chk(v[0])
+    return F._tanh(v[0])
+
+
+def _h_softmax(v):         # (input, dim, dtype) or F's (input, dim, _stacklevel, dtype)
+    if v[1] is None:
+        raise _Fallback("implicit dim (dim=None)")
+    _chk(v[0])
+    return F._softmax(v[0], v[1], v[-1])
+
+
+def _h_log_softmax(v):
+    if v[1] is None:
+        raise _Fallback("implicit dim (dim=None)")
+    _chk(v[0])
+    return F._log_softmax(v[0], v[1], v[-1])
+
+
+def _h_layer_norm(v):
+    _chk(v[0], v[2], v[3])
+    return F._layer_norm(v[0], v[1], v[2], v[3], v[4])
+
+
+def _h_rms_norm(v):
+    _chk(v[0], v[2])
+    return F._rms_norm(v[0], v[1], v[2], v[3])
+
+
+def _h_conv2d(v):
+    _chk(v[0], v[1], v[2])
+    return F._conv2d(v[0], v[1], v[2], v[3], v[4], v[5], v[6])
+
+
+def _h_max_pool2d(v):      # F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    _chk(v[0])
+    return F._max_pool2d(v[0], v[1], v[2], v[3], v[4], v[5], bool(v[6]))
+
+
+def _h_max_pool2d_with_indices(v):
+    _chk(v[0])
+    return F._max_pool2d(v[0], v[1], v[2], v[3], v[4], v[5], True)
+
+
+def _h_max_pool2d_torch(v):  # torch.max_pool2d(input, kernel_size, stride=(), padding, dilation, ceil_mode)
+    _chk(v[0])
+    s = v[2]
+    if not isinstance(s, int) and len(s) == 0:
+        s = None
+    return F._max_pool2d(v[0], v[1], s, v[3], v[4], v[5], False)
+
+
+def _h_cross_entropy(v):   # input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing
+    _none(v[3], "size_average= (deprecated)")
+    _none(v[5], "reduce= (deprecated)")
+    _chk(v[0], v[1], v[2])
+    return F._cross_entropy(v[0], v[1], v[2], v[4], v[6], v[7])
+
+
+def _h_nll_loss(v):        # input, target, weight, size_average, ignore_index, reduce, reduction
+    _none(v[3], "size_average= (deprecated)")
+    _none(v[5], "reduce= (deprecated)")
+    _chk(v[0], v[1], v[2])
+    return F._nll_loss(v[0], v[1], v[2], v[4], v[6])
+
+
+def _reduce_args(v):
+    _none(v[4], "out= argument")
+    dim, keepdim = v[1], v[2]
+    if not isinstance(keepdim, bool):
+        raise _Fallback(f"keepdim={keepdim!r}")
+    if isinstance(dim, str) or (isinstance(dim, (list, tuple)) and any(isinstance(d, str) for d in dim)):
+        raise _Fallback("named dims")
+    _chk(v[0])
+
+
+def _h_sum(v):             # input, dim, keepdim, dtype, out
+    _reduce_args(v)
+    return F._sum(v[0], v[1], v[2], v[3])
+
+
+def _h_mean(v):
+    _reduce_args(v)
+    return F._mean(v[0], v[1], v[2], v[3])
+
+
+# ---------------------------------------------------------------------------------------------
+# the mapping table: torch function -> (op name, signature, handler)
+
+def _build_table():
+    S = _Sig
+    t = {}
+
+    def m(funcs, name, sig, handler):
+        for f in funcs:
+            if f is not None:
+                t[f] = (name, sig, handler)
+
+    g = getattr
+    bin_alpha = S(("input", "other", "alpha", "out"), 2, alpha=1, out=None)
+    m((torch.add, _T.add, g(_T, "__radd__", None)), "add", bin_alpha, _h_add)
+    m((torch.sub, torch.subtract, _T.sub, _T.subtract), "sub", bin_alpha, _h_sub)
+    m((_T.__rsub__,), "sub", S(("input", "other")), _h_rsub)
+    m((torch.rsub,), "sub", S(("input", "other", "alpha"), 2, alpha=1), _h_rsub)
+    bin2 = S(("input", "other", "out"), 2, out=None)
+    m((torch.mul, torch.multiply, _T.mul, _T.multiply, g(_T, "__rmul__", None)), "mul", bin2, _h_mul)
+    div = S(("input", "other", "rounding_mode", "out"), 2, rounding_mode=None, out=None)
+    m((torch.div, torch.divide, torch.true_divide, _T.div, _T.divide, _T.true_divide), "div", div, _h_div)
+    m((_T.__rdiv__, _T.__rtruediv__), "div", S(("input", "other")), _h_rdiv)
+    inplace_alpha = S(("input", "other", "alpha"), 2, alpha=1)
+    m((_T.add_,), "add_", inplace_alpha, _h_add_)
+    m((_T.sub_, _T.subtract_), "sub_", inplace_alpha, _h_sub_)
+    m((_T.mul_, _T.multiply_), "mul_", S(("input", "other")), _h_mul_)
+    m((_T.div_, _T.divide_, _T.true_divide_), "div_", S(("input", "other", "rounding_mode"), 2, rounding_mode=None),
+      _h_div_)
+    m((torch.matmul, _T.matmul), "matmul", bin2, _h_matmul)
+    m((torch.mm, _T.mm), "matmul", bin2, _h_mm)
+    m((torch.bmm, _T.bmm), "matmul", bin2, _h_bmm)
+    m((_nnf.linear,), "linear", S(("input", "weight", "bias"), bias=None), _h_linear)
+    m((torch.relu, _T.relu), "relu", S(("input",)), _h_relu)
+    m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
+    m((torch.relu_, _T.relu_), "relu_", S(("input",)), _h_relu_)
+    m((_nnf.gelu,), "gelu", S(("input", "approximate"), 1, approximate="none"), _h_gelu)
+    m((_nnf.silu,), "silu", S(("input", "inplace"), inplace=False), _h_silu)
+    m((torch.sigmoid, _T.sigmoid), "sigmoid", S(("input",)), _h_sigmoid)
+    m((torch.tanh, _T.tanh), "tanh", S(("input",)), _h_tanh)
+    sm = S(("input", "dim", "dtype"), 2, dtype=None)
+    sm_f = S(("input", "dim", "_stacklevel", "dtype"), 3, dim=None, _stacklevel=3, dtype=None)
+    m((torch.softmax, _T.softmax), "softmax", sm, _h_softmax)
+    m((_nnf.softmax,), "softmax", sm_f, _h_softmax)
+    m((torch.log_softmax, _T.log_softmax), "log_softmax", sm, _h_log_softmax)
+    m((_nnf.log_softmax,), "log_softmax", sm_f, _h_log_softmax)
+    m((_nnf.layer_norm,), "layer_norm", S(("input", "normalized_shape", "weight", "bias", "eps"), weight=None,
+                                            bias=None, eps=1e-5), _h_layer_norm)
+    m((torch.layer_norm,), "layer_norm", S(("input", "normalized_shape", "weight", "bias", "eps", "cudnn_enable"),
+                                            weight=None, bias=None, eps=1e-5, cudnn_enable=True), _h_layer_norm)
+    rms = S(("input", "normalized_shape", "weight", "eps"), weight=None, eps=None)
+    m((_nnf.rms_norm, g(torch, "rms_norm", None)), "rms_norm", rms, _h_rms_norm)
+    m((torch.conv2d,), "conv2d", S(("input", "weight", "bias", "stride", "padding", "dilation", "groups"), bias=None,
+                                   stride=1, padding=0, dilation=1, groups=1), _h_conv2d)
+    pool = S(("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"), stride=None,
+             padding=0, dilation=1, ceil_mode=False, return_indices=False)
+    m((_nnf.max_pool2d,), "max_pool2d", pool, _h_max_pool2d)
+    m((_nnf.max_pool2d_with_indices,), "max_pool2d", pool, _h_max_pool2d_with_indices)
+    m((torch.max_pool2d,), "max_pool2d", S(("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+                                           stride=(), padding=0, dilation=1, ceil_mode=False), _h_max_pool2d_torch)
+    m((_nnf.cross_entropy,), "cross_entropy",
+      S(("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"),
+        weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean", label_smoothing=0.0),
+      _h_cross_entropy)
+    m((_nnf.nll_loss,), "nll_loss",
+      S(("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction"), weight=None,
+        size_average=None, ignore_index=-100, reduce=None, reduction="mean"), _h_nll_loss)
+    red = S(("input", "dim", "keepdim", "dtype", "out"), 3, dim=None, keepdim=False, dtype=None, out=None)
+    m((torch.sum, _T.sum), "sum", red, _h_sum)
+    m((torch.mean, _T.mean), "mean", red, _h_mean)
+    return t
+
+
+_TABLE = _build_table()
+
+#: the ops ``offload()`` routes to canna (names of the report's rows; ``add_`` & co. are the
+#: in-place forms)
+OFFLOAD_OPS = tuple(sorted({v[0] for v in _TABLE.values()}))
+
+_CAUGHT = (TypeError, ValueError, NotImplementedError, BufferError, IndexError)
+
+
+#: calls canna refused for a type reason (a dtype, an argument's type), by function and signature:
+#: the same signature falls back at once next time instead of being checked again
+_REFUSED: dict = {}
+_REFUSED_MAX = 512
+
+
+def _sig_key(args, kwargs):
+    k = [(a.dtype, a.dim()) if isinstance(a, Tensor) else type(a) for a in args]
+    if kwargs:
+        for n, v in kwargs.items():
+            k.append((n, (v.dtype, v.dim()) if isinstance(v, Tensor) else type(v)))
+    return tuple(k)
+
+
+def _reason_of(e):
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def _our_nodes():
+    nodes = set()
+    for v in vars(F).values():
+        if isinstance(v, type) and issubclass(v, torch.autograd.Function) and v is not torch.autograd.Function:
+            nodes.add(v._backward_cls)
+    return nodes
+
+
+_NODES = frozenset(_our_nodes())
+
+
+def _canna_custom_ops():
+    """The ``torch.ops.canna`` custom ops (packets and overloads) -> (report op, is a backward op):
+    a compiled graph's calls of them reach the mode as such while it runs."""
+    from . import _library
+    alias = {"add_scalar": "add", "sub_scalar": "sub", "rsub_scalar": "sub", "mul_scalar": "mul",
+             "div_scalar": "div", "rdiv_scalar": "div"}
+    m = {}
+    for name, op in _library.OPS.items():
+        bw = name.endswith("_backward")
+        base = name[: -len("_backward")] if bw else name
+        base = alias.get(base, base)
+        if base not in OFFLOAD_OPS:
+            continue
+        packet = getattr(torch.ops.canna, name)
+        m[packet] = m[packet.default] = (base, bw)
+    return m
+
+
+_CANNA_OPS = _canna_custom_ops()
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+_BOOKKEEPING = frozenset({"torch._C._set_grad_enabled", "torch.Tensor.backward", "torch.autograd.grad",
+                          "torch.autograd.backward", "torch.Tensor.__repr__", "torch.Tensor.__format__",
+                          "torch.Tensor.__str__"})
+
+
+def _func_name(f) -> str:
+    try:
+        n = resolve_name(f)
+    except Exception:
+        n = None
+    if n:
+        return n
+    qn = getattr(f, "__qualname__", None) or getattr(f, "__name__", None)
+    if not qn:
+        return repr(f)
+    mod = getattr(f, "__module__", None)
+    return f"{mod}.{qn}" if mod else qn
+
+
+class OpStats:
+    """Counters of one op in an :class:`OffloadReport`: ``canna`` (calls that ran on canna),
+    ``fallback`` (calls that ran on PyTorch), ``backward`` (backward calls of canna's kernels
+    for the op's forward calls in the block) and ``reasons`` (fallback reason → count)."""
+
+    __slots__ = ("canna", "fallback", "backward", "reasons", "functions")
+
+    def __init__(self):
+        self.canna = 0
+        self.fallback = 0
+        self.backward = 0
+        self.reasons: dict = {}
+        self.functions: dict = {}   # torch function name -> calls (filled lazily)
+
+    def as_dict(self) -> dict:
+        return {"canna": self.canna, "fallback": self.fallback, "backward": self.backward,
+                "reasons": dict(self.reasons)}
+
+    def __repr__(self):
+        return (f"OpStats(canna={self.canna}, fallback={self.fallback}, backward={self.backward}, "
+                f"reasons={self.reasons})")
+
+
+class OffloadReport:
+    """What :func:`offload` routed: per op of :data:`OFFLOAD_OPS`, the calls that ran on canna,
+    the calls that fell back to PyTorch and why, and the backward calls of canna's kernels; and
+    the other torch functions called in the block (they ran on PyTorch: no canna op; attribute
+    reads such as ``.shape`` and ``.grad`` are not counted).
+
+    Readable during and after the block: ``print(rep)`` (a plain table), ``rich.print(rep)`` (a
+    rich table), :meth:`as_dict` (JSON-ready). Counters are plain ints updated under the GIL.
+    """
+
+    def __init__(self):
+        self.ops: dict = {}
+        self._other: dict = {}
+
+    def _stat(self, name) -> OpStats:
+        st = self.ops.get(name)
+        if st is None:
+            st = self.ops[name] = OpStats()
+        return st
+
+    @property
+    def pytorch_calls(self) -> dict:
+        """Torch functions without a canna op called in the block: name → calls (bookkeeping
+        that computes nothing is left out: grad-mode switches, profiler ranges,
+        ``Tensor.backward`` / ``torch.autograd.grad`` themselves, printing)."""
+        out: dict = {}
+        for f, n in self._other.items():
+            name = _func_name(f)
+            if name in _BOOKKEEPING or name.startswith("profiler."):
+                continue
+            out[name] = out.get(name, 0) + n
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def fell_back(self) -> dict:
+        """Ops with at least one fallback: name → {reason: count}."""
+        return {k: dict(v.reasons) for k, v in sorted(self.ops.items()) if v.fallback}
+
+    def as_dict(self) -> dict:
+        """``{"ops": {op: {"canna", "fallback", "backward", "reasons"}}, "pytorch": {function: calls}}``."""
+        return {"ops": {k: v.as_dict() for k, v in sorted(self.ops.items())}, "pytorch": self.pytorch_calls}
+
+    def reset(self) -> None:
+        self.ops.clear()
+        self._other.clear()
+
+    def _rows(self):
+        rows = []
+        for name, st in sorted(self.ops.items()):
+            reasons = "; ".join(f"{r} (x{n})" for r, n in sorted(st.reasons.items(), key=lambda kv: -kv[1]))
+            rows.append((name, str(st.canna), str(st.fallback), str(st.backward), reasons))
+        return rows
+
+    def __str__(self):
+        head = ("op", "canna", "fallback", "backward", "fallback reasons")
+        rows = self._rows()
+        widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i]) for i in range(4)]
+        lines = ["canna offload report"]
+        fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths)) + "  {}"
+        lines.append(fmt.format(*head).rstrip())
+        for r in rows:
+            lines.append(fmt.format(*r).rstrip())
+        if not rows:
+            lines.append("(no supported op was called)")
+        other = self.pytorch_calls
+        if other:
+            lines.append("ran on PyTorch (no canna op): " + ", ".join(f"{k} x{n}" for k, n in other.items()))
+        return "\n".join(lines)
+
+    def __rich__(self):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+        t = Table(title="canna offload report", title_justify="left")
+        t.add_column("op")
+        for c in ("canna", "fallback", "backward"):
+            t.add_column(c, justify="right")
+        t.add_column("fallback reasons", overflow="fold")
+        for r in self._rows():
+            t.add_row(*r, style="yellow" if r[2] != "0" else None)
+        other = self.pytorch_calls
+        if not other:
+            return t
+        return Group(t, Text("ran on PyTorch (no canna op): " + ", ".join(f"{k} x{n}" for k, n in other.items()),
+                             style="dim"))
+
+    def __repr__(self):
+        return (f"OffloadReport(canna={sum(s.canna for s in self.ops.values())}, "
+                f"fallback={sum(s.fallback for s in self.ops.values())}, ops={sorted(self.ops)})")
+
+
+# ---------------------------------------------------------------------------------------------
+# the mode
+
+def _count_backward(cls):
+    bw = cls.backward
+
+    def backward(ctx, *grads):
+        st = getattr(ctx, "_canna_stat", None)
+        if st is not None:
+            st.backward += 1
+        return bw(ctx, *grads)
+    backward.__doc__ = bw.__doc__
+    cls.backward = staticmethod(backward)
+
+
+for _cls in [c._forward_cls for c in _NODES]:
+    _count_backward(_cls)
+
+
+class Offload(TorchFunctionMode):
+    """The torch-function mode behind :func:`offload` (one per ``with`` block)."""
+
+    def __init__(self, *, ops=None, exclude=(), strict=False, report=None):
+        super().__init__()
+        names = set(OFFLOAD_OPS) if ops is None else set(ops)
+        unknown = (names | set(exclude)) - set(OFFLOAD_OPS)
+        if unknown:
+            raise ValueError(f"canna_dl.torch.offload: unknown ops {sorted(unknown)} (supported: "
+                             f"{', '.join(OFFLOAD_OPS)})")
+        if report is not None and not isinstance(report, OffloadReport):
+            raise TypeError(f"canna_dl.torch.offload: report must be an OffloadReport, not {type(report).__name__}")
+        self.enabled = frozenset(names - set(exclude))
+        self.strict = bool(strict)
+        self.report = report if report is not None else OffloadReport()
+        self._all = self.enabled == frozenset(OFFLOAD_OPS)
+
+    def __enter__(self):
+        acl_rt.init()
+        super().__enter__()
+        return self.report
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if is_compiling():
+            return self._traced(func, args, kwargs)
+        e = _TABLE.get(func)
+        if e is None or (not self._all and e[0] not in self.enabled):
+            c = _CANNA_OPS.get(func)
+            if c is not None:   # a compiled graph calling canna's custom ops
+                st = self.report._stat(c[0])
+                if c[1]:
+                    st.backward += 1
+                else:
+                    st.canna += 1
+            elif getattr(func, "__name__", None) not in ("__get__", "__set__"):
+                other = self.report._other
+                other[func] = other.get(func, 0) + 1
+            return func(*args, **kwargs) if kwargs else func(*args)
+        name, sig, handler = e
+        st = self.report.ops.get(name)
+        if st is None:
+            st = self.report._stat(name)
+        refused = _REFUSED.get(func)
+        key = None
+        try:
+            if refused is not None:
+                key = _sig_key(args, kwargs)
+                reason = refused.get(key)
+                if reason is not None:
+                    raise _Fallback(reason)
+            if _autocast_on():
+                raise _Fallback("autocast is enabled (canna computes in the operands' dtype)")
+            if functorch_active():
+                raise _Fallback("a torch.func transform is active")
+            vals = sig.bind(args, kwargs)
+            with NoTorchFunction():
+                r = handler(vals)
+        except _Fallback as f:
+            reason = f.reason
+        except _CAUGHT as exc:
+            if isinstance(exc, acl_rt.AclError) and not isinstance(exc, ValueError):
+                raise
+            reason = _reason_of(exc)
+            if type(exc) is TypeError:   # decided by types and dtypes: remember the signature
+                if refused is None:
+                    refused = _REFUSED.setdefault(func, {})
+                if len(refused) < _REFUSED_MAX:
+                    refused[key if key is not None else _sig_key(args, kwargs)] = reason
+        else:
+            st.canna += 1
+            t = r if type(r) is Tensor else (r[0] if type(r) is tuple else None)
+            if t is not None:
+                gf = t.grad_fn
+                if gf is not None and type(gf) in _NODES:
+                    gf._canna_stat = st
+            return r
+        st.fallback += 1
+        st.reasons[reason] = st.reasons.get(reason, 0) + 1
+        if self.strict:
+            raise RuntimeError(f"canna_dl.torch.offload(strict=True): {_func_name(func)} ({name}) would "
+                               f"fall back to PyTorch: {reason}")
+        return func(*args, **kwargs) if kwargs else func(*args)
+
+    def _traced(self, func, args, kwargs):
+        """The same routing while Dynamo traces (``torch.compile``): the handlers reach the
+        ``torch.ops.canna`` custom ops; nothing is counted (the report counts eager calls)."""
+        e = _TABLE.get(func)
+        if e is not None and (self._all or e[0] in self.enabled):
+            try:
+                return e[2](e[1].bind(args, kwargs or {}))
+            except (_Fallback,) + _CAUGHT:
+                pass
+        return func(*args, **kwargs) if kwargs else func(*args)
+
+
+def offload(*, ops=None, exclude=(), strict=False, report=None) -> Offload:
+    """Run the supported PyTorch ops of a block on canna, the others on PyTorch::
+
+        with canna_dl.torch.offload() as rep:
+            loss = F.cross_entropy(model(x), y)     # conv2d, relu, max_pool2d, linear, ... on canna
+            loss.backward()                         # their backward on canna's backward kernels
+            opt.step()                              # p.add_(g, alpha=-lr) on canna
+        print(rep)                                  # per op: calls on canna, fallbacks and why
+
+    Args:
+        ops: names of the ops to route (default: all of :data:`OFFLOAD_OPS`).
+        exclude: names of ops to leave on PyTorch.
+        strict: raise RuntimeError instead of falling back when a routed op's arguments are not
+            supported (for tests and debugging; other torch functions still run on PyTorch).
+        report: an :class:`OffloadReport` to add to (e.g. one per training run, across blocks);
+            default: a new one.
+
+    Returns:
+        An :class:`Offload` (a ``torch.overrides.TorchFunctionMode``); ``with`` gives its
+        :class:`OffloadReport`.
+
+    The mode applies to the thread that enters it. Inside ``torch.compile`` the routed ops are the
+    ``torch.ops.canna`` custom ops (in-place ops fall back there).
+
+    Raises:
+        ValueError: an unknown op name. TypeError: ``report`` is not an OffloadReport.
+    """
+    return Offload(ops=ops, exclude=exclude, strict=strict, report=report)

@@ -1,0 +1,132 @@
+"""The tensor-level ops of ``canna_dl.torch`` (names and signatures of ``torch.*``), differentiable.
+
+Every function takes and returns ``torch.Tensor`` objects and runs canna's kernel; gradients flow
+through canna's backward kernels. In eager mode a call costs a plain ``torch.autograd.Function``
+(or, when no gradient is needed, the kernel call alone); under ``torch.compile`` it is the
+``torch.ops.canna.*`` custom op (see :mod:`canna_dl.torch._library`).
+"""
+from __future__ import annotations
+
+from . import _functions as _F
+from ._common import NoTorchFunction as _NoTF
+
+__all__ = ["add", "sub", "mul", "div", "matmul", "sum", "mean", "relu", "relu_", "sigmoid", "tanh", "softmax",
+           "log_softmax"]
+
+
+def add(input, other, *, alpha=1):
+    """``input + alpha * other`` with broadcasting (``torch.add``).
+
+    Args:
+        input, other: tensors (float16, bfloat16, float32, float64, int32, int64) or Python numbers
+            (at least one a tensor), on one device; broadcast with NumPy's rules.
+        alpha: a Python number (an int for integer results).
+
+    Returns:
+        A new tensor of the broadcast shape and the promoted dtype (``torch.result_type``). Its
+        gradient with respect to each tensor operand is reduced to that operand's shape and dtype.
+
+    Raises:
+        TypeError: an unsupported dtype, a complex tensor that requires grad, a non-number ``alpha``.
+        ValueError: shapes that do not broadcast, tensors on different devices.
+    """
+    with _NoTF():
+        return _F._add(input, other, alpha)
+
+
+def sub(input, other, *, alpha=1):
+    """``input - alpha * other`` with broadcasting (``torch.sub``). See :func:`add`."""
+    with _NoTF():
+        return _F._sub(input, other, alpha)
+
+
+def mul(input, other):
+    """``input * other`` with broadcasting (``torch.mul``). See :func:`add`."""
+    with _NoTF():
+        return _F._mul(input, other)
+
+
+def div(input, other):
+    """True division ``input / other`` with broadcasting (``torch.div`` without ``rounding_mode``):
+    integer operands give a float32 result. See :func:`add`."""
+    with _NoTF():
+        return _F._div(input, other)
+
+
+def matmul(input, other):
+    """Matrix product with ``torch.matmul``'s semantics (1-D operands, broadcast batch dims).
+
+    Args:
+        input, other: floating tensors of one dtype, at least 1-D.
+
+    Raises:
+        TypeError: integer or mixed dtypes. ValueError: shapes that cannot be multiplied.
+    """
+    with _NoTF():
+        return _F._matmul(input, other)
+
+
+def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001 (torch.sum)
+    """Sum over ``dim`` (an int, a sequence of ints, or None for all) (``torch.sum``).
+
+    Result dtype: ``dtype`` if given, the input's for floats, int64 for integers. The gradient
+    is the output gradient broadcast back to the input's shape (``kernels.backward.sum``).
+
+    Raises:
+        TypeError: an unsupported dtype. IndexError (``kernels.AxisError``): a dim out of range.
+    """
+    with _NoTF():
+        return _F._sum(input, dim, keepdim, dtype)
+
+
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    """Mean over ``dim`` (``torch.mean``): floating inputs (or a floating ``dtype=``). See :func:`sum`."""
+    with _NoTF():
+        return _F._mean(input, dim, keepdim, dtype)
+
+
+def relu(input):
+    """``max(input, 0)`` (``torch.relu``); integer tensors stay integer (no gradient). Twice
+    differentiable."""
+    with _NoTF():
+        return _F._relu(input)
+
+
+def relu_(input):
+    """In-place :func:`relu` (``torch.relu_``); returns ``input``. The input's version counter is
+    bumped, as PyTorch's in-place ops do.
+
+    Raises:
+        RuntimeError (PyTorch's): ``input`` is a leaf that requires grad.
+    """
+    with _NoTF():
+        return _F._relu_(input)
+
+
+def sigmoid(input):
+    """``1 / (1 + exp(-input))`` (``torch.sigmoid``); integer inputs give float32."""
+    with _NoTF():
+        return _F._sigmoid(input)
+
+
+def tanh(input):
+    """Hyperbolic tangent (``torch.tanh``); integer inputs give float32."""
+    with _NoTF():
+        return _F._tanh(input)
+
+
+def softmax(input, dim, dtype=None):
+    """Softmax along ``dim`` (``torch.softmax``) of a floating tensor, after casting to ``dtype``
+    when given (the gradient is cast back to the input's dtype).
+
+    Raises:
+        TypeError: a non-floating input, a non-int dim. IndexError: dim out of range.
+    """
+    with _NoTF():
+        return _F._softmax(input, dim, dtype)
+
+
+def log_softmax(input, dim, dtype=None):
+    """Log-softmax along ``dim`` (``torch.log_softmax``). See :func:`softmax`."""
+    with _NoTF():
+        return _F._log_softmax(input, dim, dtype)

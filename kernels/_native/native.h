@@ -1,0 +1,24 @@
+/* kernels._native: declarations shared by the extension's C files (internal). */
+#ifndef CANNA_KERNELS_NATIVE_H
+#define CANNA_KERNELS_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define PLAN_MAX_TENSORS 16
+
+typedef struct PlanObject PlanObject;
+extern PyTypeObject Plan_Type;
+
+/* set the addresses and run phase 2 on `stream`, then (sync) wait for it; 0 or -1 with an
+ * exception set */
+int plan_launch_addrs(PlanObject *plan, void *stream, void *ws, void *const *addrs, int n, int sync);
+/* 1 when the plan takes n addresses and needs no workspace (what the fast path can run) */
+int plan_fast_ok(PlanObject *plan, int n);
+
+/* fast.c */
+PyObject *py_fast_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+#endif

@@ -1,0 +1,41 @@
+"""Backward kernels of canna's built-in ops, named after the forward op they differentiate.
+
+Each takes the gradient of the forward's output first, then what the forward saved (the input
+``x``, or the output ``y`` where the gradient is cheapest from it, as in PyTorch's derivatives),
+and returns the gradient(s) of the inputs, of the caller's kind (see :func:`kernels.result_kind`)::
+
+    y = kernels.sigmoid(x);            gx = kernels.backward.sigmoid(gy, y)
+    y, mean, rstd = kernels.native_layer_norm(x, (d,), w, b)
+    gx, gw, gb = kernels.backward.layer_norm(gy, x, (d,), mean, rstd, w, b)
+    y, idx = kernels.max_pool2d_with_indices(x, 2);   gx = kernels.backward.max_pool2d(gy, x, idx, 2)
+    loss, logp = kernels.native_cross_entropy(logits, target)
+    glogits = kernels.backward.cross_entropy(gloss, logp, target)
+
+Elementwise activations: ``relu(g, x)``, ``gelu(g, x, approximate)``, ``silu(g, x)``,
+``sigmoid(g, y)``, ``tanh(g, y)``; ``softmax(g, y, dim)``, ``log_softmax(g, y, dim)``;
+normalization: ``layer_norm``, ``rms_norm``; ``conv2d`` (input / weight / bias gradients),
+``max_pool2d``, ``nll_loss``, ``cross_entropy``; products and reductions, made of forward ops:
+``matmul``, ``linear``, ``sum``, ``mean``.
+"""
+from __future__ import annotations
+
+from ._elementwise import gelu_backward as gelu
+from ._elementwise import relu_backward as relu
+from ._elementwise import sigmoid_backward as sigmoid
+from ._elementwise import silu_backward as silu
+from ._elementwise import tanh_backward as tanh
+from ._nn import conv2d_backward as conv2d
+from ._nn import cross_entropy_backward as cross_entropy
+from ._nn import layer_norm_backward as layer_norm
+from ._nn import log_softmax_backward as log_softmax
+from ._nn import max_pool2d_backward as max_pool2d
+from ._nn import nll_loss_backward as nll_loss
+from ._nn import rms_norm_backward as rms_norm
+from ._nn import softmax_backward as softmax
+from ._composite import linear_backward as linear
+from ._composite import matmul_backward as matmul
+from ._composite import mean_backward as mean
+from ._composite import sum_backward as sum  # noqa: A004
+
+__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d",
+           "max_pool2d", "nll_loss", "cross_entropy", "matmul", "linear", "sum", "mean"]
