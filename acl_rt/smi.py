@@ -341,8 +341,8 @@ def _run_serve(argv) -> int:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
     print(f"canna-smi: serving Prometheus metrics on http://{args.host}:{server.server_port}/metrics", flush=True)
     try:
-        while True:
-            time.sleep(3600)
+        while True:       # short sleeps: Ctrl-C/SIGINT is acted on within a second whatever thread got it
+            time.sleep(1.0)
     except KeyboardInterrupt:
         server.shutdown()
     return 0

@@ -210,8 +210,9 @@ def test_serve_cli_and_bad_ports():
     with pytest.raises(acl_rt.InvalidArgumentError, match="port"):
         smi.serve(123456)
     # a running exporter, in another process
-    p = subprocess.Popen([sys.executable, "-m", "acl_rt.smi", "serve", "--port", "0"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # (-X faulthandler: if it does not stop on SIGINT, SIGABRT makes it print every thread's stack)
+    p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "acl_rt.smi", "serve", "--port", "0"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
         assert "serving Prometheus metrics on http://127.0.0.1:" in line, (line, p.stderr.read() if p.poll() else "")
@@ -220,8 +221,13 @@ def test_serve_cli_and_bad_ports():
         assert "npu_chip_info_hbm_used_memory{" in text
     finally:
         p.send_signal(signal.SIGINT)
-        p.wait(timeout=30)
-    assert p.returncode == 0
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGABRT)
+            _, err = p.communicate(timeout=30)
+            pytest.fail(f"canna-smi serve did not stop on SIGINT within 60 s; its threads:\n{err}")
+    assert p.returncode == 0, p.stderr.read()
 
 
 def test_cli_options_and_bad_input():
