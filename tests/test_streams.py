@@ -98,6 +98,22 @@ def test_cross_stream_wait(acl):
     assert order[2:] == ["p2", "c2"]
 
 
+def test_a_completed_event_means_its_stream_is_idle(acl):
+    """An event recorded last on a stream has completed => the stream reports no pending work,
+    whichever thread (the stream's worker, a waiting stream, a synchronizing caller) saw it first."""
+    d = acl.Device(0)
+    s1, s2 = d.create_stream(), d.create_stream()
+    for i in range(300):
+        delay(s1, 20 if i % 3 == 0 else 0)
+        e = s1.record()
+        if i % 2:
+            e.synchronize()
+        else:
+            s2.wait(e)
+            s2.synchronize()
+        assert s1.query(), f"round {i}: the event completed but its stream reports pending work"
+
+
 def test_event_timing_matches_a_known_delay(stream):
     start = stream.record()
     delay(stream, 150)

@@ -119,6 +119,12 @@ static aclError run_record(sim_task_t *t, sim_stream_t *s)
     uint64_t err_id = s->err_id;
     pthread_mutex_unlock(&s->lock);
     uint64_t now = sim_now_ns();
+    /* every task of s up to this one has finished: say so before the event completes, so that a
+     * thread woken by the event sees the stream idle (aclrtStreamQuery) when nothing follows */
+    uint64_t d = atomic_load_explicit(&s->done_seq, memory_order_acquire);
+    while (d < t->seq && !atomic_compare_exchange_weak_explicit(&s->done_seq, &d, t->seq,
+                                                                memory_order_acq_rel, memory_order_acquire))
+        ;
     sim_stream_t *old = NULL;
     pthread_mutex_lock(&e->lock);
     if (t->u.ev.gen > e->completed_gen) {
