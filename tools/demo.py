@@ -28,8 +28,12 @@ loss of every run per step.
 Exit status: 0; 1 if a canna run's test accuracy is more than 2 points below its plain twin's;
 2 for bad arguments or a missing dependency.
 
+PyTorch runs with one intra-op thread (``--threads``; the batches are tiny, and on a small busy
+machine PyTorch's spinning OpenMP workers can make a run many times slower); each PyTorch run is
+preceded by an untimed warm-up step.
+
 Run: ``make demo`` or ``.venv/bin/python tools/demo.py [--epochs N] [--quick] [--json PATH]
-[--plot PATH] [--seed S] [--no-tf]``.
+[--plot PATH] [--seed S] [--threads T] [--no-tf]``.
 """
 from __future__ import annotations
 
@@ -163,13 +167,15 @@ def torch_runs(data, order, args, progress):
             x = torch.flatten(x, 1)
             return F.softmax(self.fc(x), dim=1)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     xtr, xte, ytr, yte = data
     xtr, xte = torch.from_numpy(xtr[:, None]), torch.from_numpy(xte[:, None])
     ytr, yte = torch.from_numpy(ytr), torch.from_numpy(yte)
     torch.manual_seed(args.seed)
     init = SimpleCNN()
     # warm-up outside the timings (PyTorch's and canna's first calls set up thread pools, kernel
-    # plans and caches): one step of a throwaway copy, plain and on canna
+    # plans and caches): one forward and backward of a throwaway copy, plain and on canna
     for on_canna in (False, True):
         m = copy.deepcopy(init)
         with ct.offload() if on_canna else contextlib.nullcontext():
@@ -440,12 +446,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the table's numbers (and the loss curves) as JSON")
     ap.add_argument("--plot", metavar="PATH", default="demo_loss.png",
                     help="loss-curve PNG (default: demo_loss.png in the current directory)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="PyTorch's intra-op threads (torch.set_num_threads) for both PyTorch runs; default 1: "
+                         "batches of 64 8x8 images gain nothing from more, and on a small, busy machine "
+                         "PyTorch's spinning OpenMP workers slow it down many times over; 0: PyTorch's choice")
     ap.add_argument("--no-tf", action="store_true", help="skip the TensorFlow runs")
     args = ap.parse_args(argv)
     if args.quick:
         args.epochs = 1
-    if args.epochs < 1 or args.batch < 1 or not args.lr > 0:
-        ap.error("--epochs and --batch must be positive integers and --lr a positive number")
+    if args.epochs < 1 or args.batch < 1 or not args.lr > 0 or args.threads < 0:
+        ap.error("--epochs and --batch must be positive integers, --lr a positive number, --threads >= 0")
 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
