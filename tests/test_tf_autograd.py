@@ -542,3 +542,33 @@ def test_keras_layer_bad_arguments():
     layer(tf.ones((1, 4)))
     with pytest.raises(ValueError):
         layer(tf.ones((1, 5)))
+
+
+def test_op_stats_count_executions_eager_graph_and_backward():
+    x = R(4, 3, dtype=np.float32)
+    w = tf.Variable(RNG.standard_normal((3, 2)).astype(np.float32))
+    ctf.reset_op_stats()
+    ctf.relu(x)                                   # eager, no tape: a plain kernel call
+    with tf.GradientTape() as tape:               # eager with a tape: forward, then backward
+        loss = ctf.sum(ctf.dense(x, w))
+    tape.gradient(loss, w)
+    st = ctf.op_stats()
+    assert st == {"dense": {"canna": 1, "backward": 1}, "relu": {"canna": 1, "backward": 0},
+                  "sum": {"canna": 1, "backward": 1}}
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = ctf.sum(ctf.relu(ctf.dense(x, w)))
+        return tape.gradient(loss, w)
+    ctf.reset_op_stats()
+    step.get_concrete_function(x)                 # tracing runs no kernel
+    assert ctf.op_stats() == {}
+    for _ in range(3):
+        step(x)
+    assert ctf.op_stats() == {op: {"canna": 3, "backward": 3} for op in ("dense", "relu", "sum")}
+    with pytest.raises(ValueError):               # a refused call counts nothing
+        ctf.dense(x, tf.zeros((5, 2)))
+    assert ctf.op_stats()["dense"] == {"canna": 3, "backward": 3}
+    ctf.reset_op_stats()
+    assert ctf.op_stats() == {}

@@ -15,16 +15,20 @@ inside ``tf.function``; see :mod:`canna_dl.tf._ops`): :func:`add`, :func:`sub`, 
         loss = ctf.sum(ctf.add(a, b))
     tape.gradient(loss, [a, b])      # [ones, ones]
 
+:func:`op_stats` counts their executions (forward and backward, per op; :func:`reset_op_stats`
+zeroes it), the counterpart of ``canna_dl.torch.offload``'s report.
+
 Keras layers on them: ``canna_dl.tf.keras.Dense`` and ``canna_dl.tf.keras.Conv2D`` (the
 ``keras`` submodule is imported on first use).
 """
 from ._exchange import from_tf, to_tf
+from ._stats import op_stats, reset_op_stats
 from ._ops import (add, conv2d, cross_entropy, dense, div, gelu, layer_norm, linear, log_softmax, matmul,
                    max_pool2d, mean, mul, relu, rms_norm, sigmoid, silu, softmax, sub, sum, tanh)
 
 __all__ = ["to_tf", "from_tf", "add", "sub", "mul", "div", "matmul", "linear", "dense", "relu", "gelu", "silu",
            "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d", "max_pool2d",
-           "cross_entropy", "sum", "mean", "keras"]
+           "cross_entropy", "sum", "mean", "op_stats", "reset_op_stats", "keras"]
 
 
 def __getattr__(name):

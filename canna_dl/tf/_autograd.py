@@ -27,6 +27,8 @@ import tensorflow as tf
 import canna_dl
 from canna_dl import DeviceArray
 
+from ._stats import count
+
 __all__ = []
 
 try:   # "is any tape recording?" (private; without it every eager call records)
@@ -131,7 +133,9 @@ def run(api, body, args, specs):
     """``body(*eager tensors) -> list of results`` now (eager), or as a ``tf.py_function`` node
     whose outputs get the static shapes ``specs()`` gives (``[(dtype, TensorShape), ...]``)."""
     if tf.executing_eagerly():
-        return [to_tf(r) for r in body(*args)]
+        r = [to_tf(r) for r in body(*args)]
+        count(api)
+        return r
     if _in_xla():
         raise NotImplementedError(f"{api}: canna's ops run through tf.py_function, which XLA cannot compile; "
                                   "call them from a tf.function without jit_compile=True (Keras: "
@@ -139,7 +143,9 @@ def run(api, body, args, specs):
     sp = specs()
 
     def call(*a):
-        return [to_tf(r) for r in body(*a)]
+        r = [to_tf(r) for r in body(*a)]
+        count(api)
+        return r
     outs = tf.py_function(call, list(args), Tout=[d for d, _ in sp], name="canna_" + api.rsplit(".", 1)[-1])
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
@@ -164,6 +170,7 @@ def apply(api, xs, diff, fwd, nout, specs, bwd):
     """
     if tf.executing_eagerly() and not _recording():
         r = fwd(False, *xs)
+        count(api)
         return to_tf(r[0]) if nout == 1 else tuple(to_tf(t) for t in r[:nout])
 
     @tf.custom_gradient
@@ -196,6 +203,7 @@ def backward(api, bwd, dys, xs, saved, diff):
         return [(xs[i].dtype, xs[i].shape) for i in idx]
     if tf.executing_eagerly() and not _recording():
         r = body(*args)
+        count(api + "_grad")
     else:
         @tf.custom_gradient
         def grad_op(*a):
