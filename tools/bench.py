@@ -333,7 +333,7 @@ def main(argv=None):
         ap.error(f"unknown section(s) {', '.join(bad)}; choose from {', '.join(SECTIONS)}")
 
     from rich.console import Console
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(width=None if sys.stdout.isatty() else 190)
     t_start = time.perf_counter()
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     st = _settings(args.quick)
