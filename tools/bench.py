@@ -307,7 +307,7 @@ def write_plot(run, path):
     ax.set_yticklabels([lbl for lbl, _, _ in items], fontsize=7)
     lo = min(min(r for _, r, _ in items), 0.5)
     hi = max(max(r for _, r, _ in items), 2.0)
-    ax.set_xlim(lo / 1.5, hi * 3)
+    ax.set_xlim(lo / 1.5, hi * 10)
     ax.set_xlabel("speed ratio: reference time / canna time (log; >1x: canna faster; dotted: target)")
     ax.set_title("canna benchmarks (simulator on CPU): blue no target, green target met, red missed", fontsize=9)
     fig.tight_layout()
