@@ -29,49 +29,12 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def bench(fn, *, budget: float, batch: int, sync=None) -> float:
-    """Median seconds per call of fn() over batches of ``batch`` calls, ~``budget`` seconds."""
-    return bench_many({"x": (fn, sync)}, budget=budget, batch=batch)["x"]
-
-
-def bench_many(cands: dict, *, budget: float, batch: int, rounds: int = 5) -> dict:
-    """Median seconds per call of each candidate ``name -> (fn, sync or None)``, measured in
-    ``rounds`` interleaved rounds (so that load from other processes on a shared machine hits
-    every candidate alike), each candidate getting ``budget / rounds`` seconds per round."""
-    samples = {k: [] for k in cands}
-    for fn, sync in cands.values():   # warm-up (caches, plans, allocators)
-        for _ in range(max(2, min(batch, 10))):
-            fn()
-        if sync:
-            sync()
-    for _ in range(rounds):
-        for k, (fn, sync) in cands.items():
-            t_end = time.perf_counter() + budget / rounds
-            n = 0
-            while time.perf_counter() < t_end or n < 2:
-                t0 = time.perf_counter()
-                for _ in range(batch):
-                    fn()
-                if sync:
-                    sync()
-                samples[k].append((time.perf_counter() - t0) / batch)
-                n += 1
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
-def fmt(sec):
-    if sec is None:
-        return "-"
-    if sec < 1e-3:
-        return f"{sec * 1e6:.2f} us"
-    return f"{sec * 1e3:.2f} ms"
+from _benchutil import bench_many, fmt  # noqa: E402
 
 
 def ratio(other, canna):
@@ -80,19 +43,209 @@ def ratio(other, canna):
     return f"{other / canna:.2f}x"
 
 
+def _stream_sync():
+    import acl_rt
+    return acl_rt.current_stream().synchronize
+
+
+def _frameworks(tf):
+    """The frameworks' modules (tf: a module, or None for no TensorFlow)."""
+    import numpy as np
+    import torch
+
+    import canna_dl
+    import kernels
+    return np, torch, tf, canna_dl, kernels
+
+
+def measure_add(shape, *, budget: float, batch: int, tf=None, da: bool = True, check: bool = True) -> dict:
+    """``x + y`` on float32 inputs of ``shape``, side by side: seconds per call of ``canna``
+    (kernels.add on torch tensors), ``da`` (kernels.add on DeviceArrays, stream-ordered; None
+    unless ``da``), ``torch`` (torch.add), ``tf`` (tf.add; None without ``tf``) and ``numpy``
+    (np.add); each allocates its output. ``budget``: seconds for all candidates together."""
+    np, torch, tf, canna_dl, kernels = _frameworks(tf)
+    xt, yt = torch.rand(shape), torch.rand(shape)
+    if check:
+        assert torch.equal(kernels.add(xt, yt), xt + yt)
+    xn, yn = xt.numpy(), yt.numpy()
+    cands = {"canna": lambda: kernels.add(xt, yt), "torch": lambda: torch.add(xt, yt), "numpy": lambda: np.add(xn, yn)}
+    if da:
+        xd, yd = canna_dl.asarray(xt), canna_dl.asarray(yt)
+        cands["da"] = (lambda: kernels.add(xd, yd), _stream_sync())
+    if tf is not None:
+        xf, yf = tf.constant(xn), tf.constant(yn)
+        cands["tf"] = lambda: tf.add(xf, yf)
+    r = {"da": None, "tf": None}
+    r.update(bench_many(cands, budget=budget, batch=batch))
+    del cands
+    gc.collect()
+    return r
+
+
+def measure_seeds_add(shape, *, budget: float, batch: int, torch_on: bool = True, tf=None,
+                      check: bool = True) -> dict:
+    """The table of shared/SEEDS.md for one float32 shape: the framework's native add against
+    canna's add *inside that framework* (framework tensors in, a framework tensor out).
+
+    Returns seconds per call of: ``torch`` (torch.add), ``canna_torch`` (canna_dl.torch.add, the
+    differentiable drop-in op), ``kernels_torch`` (kernels.add on torch tensors); ``tf`` (tf.add),
+    ``canna_tf`` (canna_dl.tf.add), ``kernels_tf`` (kernels.add on tf tensors, a tf tensor out),
+    all measured interleaved in one call (keys of an absent framework are missing)."""
+    import numpy as np
+
+    import kernels
+    rng = np.random.default_rng(0)
+    xn = rng.random(shape, dtype=np.float32)
+    yn = rng.random(shape, dtype=np.float32)
+    ref = xn + yn
+    cands = {}
+    if torch_on:
+        import torch
+
+        import canna_dl.torch as ctorch
+        xt, yt = torch.from_numpy(xn), torch.from_numpy(yn)
+        if check:
+            for f in (kernels.add, ctorch.add):
+                r = f(xt, yt)
+                assert isinstance(r, torch.Tensor) and np.array_equal(r.numpy(), ref), f
+        cands.update(torch=lambda: torch.add(xt, yt), canna_torch=lambda: ctorch.add(xt, yt),
+                     kernels_torch=lambda: kernels.add(xt, yt))
+    if tf is not None:
+        import canna_dl.tf as ctf
+        xf, yf = tf.constant(xn), tf.constant(yn)
+        if check:
+            for f in (kernels.add, ctf.add):
+                r = f(xf, yf)
+                assert isinstance(r, tf.Tensor) and np.array_equal(r.numpy(), ref), f
+        cands.update(tf=lambda: tf.add(xf, yf), canna_tf=lambda: ctf.add(xf, yf), kernels_tf=lambda: kernels.add(xf, yf))
+    del ref
+    out = bench_many(cands, budget=budget, batch=batch)
+    del cands
+    gc.collect()
+    return out
+
+
+def measure_matmul(m: int = 1024, *, budget: float, tf=None, da: bool = True, batch: int = 3) -> dict:
+    """``a @ b`` on float32 ``m x m`` matrices: seconds per call of ``canna`` (kernels.matmul on torch
+    tensors), ``da``, ``torch``, ``tf``, ``numpy`` (see :func:`measure_add`)."""
+    np, torch, tf, canna_dl, kernels = _frameworks(tf)
+    at, bt = torch.rand(m, m), torch.rand(m, m)
+    assert torch.allclose(kernels.matmul(at, bt), at @ bt, rtol=1e-4, atol=1e-3)
+    an, bn = at.numpy(), bt.numpy()
+    cands = {"canna": lambda: kernels.matmul(at, bt), "torch": lambda: torch.matmul(at, bt),
+             "numpy": lambda: np.matmul(an, bn)}
+    if da:
+        ad, bd = canna_dl.asarray(at), canna_dl.asarray(bt)
+        cands["da"] = (lambda: kernels.matmul(ad, bd), _stream_sync())
+    if tf is not None:
+        af, bf = tf.constant(an), tf.constant(bn)
+        cands["tf"] = lambda: tf.linalg.matmul(af, bf)
+    r = {"da": None, "tf": None}
+    r.update(bench_many(cands, budget=budget, batch=batch))
+    return r
+
+
+def measure_softmax(n: int = 4096, *, budget: float, tf=None, da: bool = True, batch: int = 3) -> dict:
+    """``softmax(x, -1)`` on a float32 ``n x n`` matrix: seconds per call of ``canna``, ``da``,
+    ``torch``, ``tf``, ``numpy`` (see :func:`measure_add`)."""
+    np, torch, tf, canna_dl, kernels = _frameworks(tf)
+    xt = torch.randn(n, n)
+    assert torch.allclose(kernels.softmax(xt, -1), torch.softmax(xt, -1), rtol=1e-5, atol=1e-7)
+    xn = xt.numpy()
+
+    def np_softmax(x=xn):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    cands = {"canna": lambda: kernels.softmax(xt, -1), "torch": lambda: torch.softmax(xt, -1), "numpy": np_softmax}
+    if da:
+        xd = canna_dl.asarray(xt)
+        cands["da"] = (lambda: kernels.softmax(xd, -1), _stream_sync())
+    if tf is not None:
+        xf = tf.constant(xn)
+        cands["tf"] = lambda: tf.nn.softmax(xf, axis=-1)
+    r = {"da": None, "tf": None}
+    r.update(bench_many(cands, budget=budget, batch=batch))
+    return r
+
+
+def measure_one_add(*, budget: float, tf=None, da: bool = True, batch: int = 2000) -> dict:
+    """The per-call cost: ``x + y`` on 1-element float32 tensors; seconds per call of ``canna``
+    (kernels.add on torch tensors), ``canna_torch`` (canna_dl.torch.add), ``da``, ``torch``,
+    ``tf``, ``numpy`` (see :func:`measure_add`)."""
+    np, torch, tf, canna_dl, kernels = _frameworks(tf)
+    import canna_dl.torch as ctorch
+    xt, yt = torch.ones(1), torch.ones(1)
+    xn, yn = xt.numpy(), yt.numpy()
+    cands = {"canna": lambda: kernels.add(xt, yt), "canna_torch": lambda: ctorch.add(xt, yt),
+             "torch": lambda: torch.add(xt, yt), "numpy": lambda: np.add(xn, yn)}
+    if da:
+        xd, yd = canna_dl.asarray(xt), canna_dl.asarray(yt)
+        cands["da"] = (lambda: kernels.add(xd, yd), _stream_sync())
+    if tf is not None:
+        xf, yf = tf.constant(xn), tf.constant(yn)
+        cands["tf"] = lambda: tf.add(xf, yf)
+    r = {"da": None, "tf": None}
+    r.update(bench_many(cands, budget=budget, batch=batch))
+    return r
+
+
+def measure_one_add_split(*, budget: float) -> dict:
+    """Where the per-call time of the 1-element add (torch in / torch out) goes: seconds per call of
+    ``total`` (kernels.add), ``sim`` (the cached plan's launch alone: address swap, aclnnAdd, sync),
+    ``alloc`` (torch.empty_like) and ``tadd`` (torch.add)."""
+    import acl_rt
+    import torch
+
+    import kernels
+    from kernels import _core
+    xt, yt = torch.ones(1), torch.ones(1)
+    kernels.add(xt, yt)
+    key = next(k for k in _core.fast_cache if _core.fast_cache[k][3] == (1,))
+    plan = _core.fast_cache[key][0]
+    h = acl_rt.current_stream().handle
+    addrs = (xt.data_ptr(), yt.data_ptr())
+    outs = [torch.empty_like(xt) for _ in range(2)]
+    flip = [0]
+
+    def plan_only():   # the simulator's share: one address swap, aclnnAdd, the synchronize
+        flip[0] ^= 1
+        plan.launch_sync(h, 0, *addrs, outs[flip[0]].data_ptr())
+    return bench_many({"total": lambda: kernels.add(xt, yt), "sim": plan_only,
+                       "alloc": lambda: torch.empty_like(xt), "tadd": lambda: torch.add(xt, yt)},
+                      budget=budget, batch=2000)
+
+
+def measure_add_split(n: int = 2 ** 20, *, budget: float) -> dict:
+    """Where the time of a mid-size add (into an existing output) goes: seconds per call of ``sim``
+    (the plan's launch + sync), ``np`` (np.add(out=), the arithmetic on one core) and ``torch``
+    (torch.add(out=))."""
+    import acl_rt
+    import numpy as np
+    import torch
+
+    import kernels
+    from kernels import _core
+    h = acl_rt.current_stream().handle
+    xt, yt, ot = torch.rand(n), torch.rand(n), torch.empty(n)
+    xn, yn, on = xt.numpy(), yt.numpy(), ot.numpy()
+    kernels.add(xt, yt, out=ot)
+    plan = next(p for k, p in _core._plans.items() if k[0] == "Add" and k[2] == (n,))
+    return bench_many({"sim": lambda: plan.launch_sync(h, 0, xt.data_ptr(), yt.data_ptr(), ot.data_ptr()),
+                       "np": lambda: np.add(xn, yn, out=on), "torch": lambda: torch.add(xt, yt, out=ot)},
+                      budget=budget, batch=50)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter measurements, skip 32x1024x1024")
     ap.add_argument("--no-tf", action="store_true", help="leave TensorFlow out (its import is slow)")
     args = ap.parse_args()
-    budget = 0.4 if args.quick else 1.5
+    budget = 0.4 if args.quick else 1.5   # seconds per candidate and row
 
     import numpy as np
     import torch
 
     import acl_rt
-    import canna_dl
-    import kernels
 
     tf = None
     if not args.no_tf:
@@ -100,6 +253,7 @@ def main():
             import tensorflow as tf
         except ImportError:
             tf = None
+    ncand = 5 if tf is not None else 4
 
     info = acl_rt.backend_info()
     print(f"backend {info['backend']} ({info['soc_name']}), memory model {info['memory_model']}, "
@@ -107,30 +261,16 @@ def main():
           + (f", tensorflow {tf.__version__}" if tf is not None else ""))
     print(f"sim BLAS: {info.get('sim_blas')}")
     print()
-    s = acl_rt.current_stream()
-    rows = []
-
-    def row(name, canna_fn, da_fn, torch_fn, tf_fn, np_fn, *, batch, unit=None):
-        cands = {"canna": (canna_fn, None), "torch": (torch_fn, None), "numpy": (np_fn, None)}
-        if da_fn:
-            cands["da"] = (da_fn, s.synchronize)
-        if tf_fn:
-            cands["tf"] = (tf_fn, None)
-        r = {"name": name, "unit": unit, "da": None, "tf": None}
-        r.update(bench_many(cands, budget=budget * len(cands), batch=batch))
-        rows.append(r)
-        gc.collect()
-        print_row(r)
 
     print(f"{'op':28s} {'canna':>10s} {'canna DA':>10s} {'torch':>10s} {'tf':>10s} {'numpy':>10s}   "
           f"{'torch/c':>8s} {'tf/c':>8s} {'np/c':>8s} {'best/c':>8s}  throughput")
     print("-" * 140)
 
-    def print_row(r):
+    def print_row(name, r, unit=None):
         others = [v for v in (r["torch"], r["tf"], r["numpy"]) if v is not None]
         best = min(others) if others else None
-        tp = r["unit"](r["canna"]) if r["unit"] else ""
-        print(f"{r['name']:28s} {fmt(r['canna']):>10s} {fmt(r['da']):>10s} {fmt(r['torch']):>10s} {fmt(r['tf']):>10s} "
+        tp = unit(r["canna"]) if unit else ""
+        print(f"{name:28s} {fmt(r['canna']):>10s} {fmt(r['da']):>10s} {fmt(r['torch']):>10s} {fmt(r['tf']):>10s} "
               f"{fmt(r['numpy']):>10s}   {ratio(r['torch'], r['canna']):>8s} {ratio(r['tf'], r['canna']):>8s} "
               f"{ratio(r['numpy'], r['canna']):>8s} {ratio(best, r['canna']):>8s}  {tp}", flush=True)
 
@@ -140,79 +280,25 @@ def main():
         sizes.append(("add 32x1024x1024", (32, 1024, 1024), 4))
     for name, shape, batch in sizes:
         n = int(np.prod(shape))
-        xt, yt = torch.rand(shape), torch.rand(shape)
-        ref = xt + yt
-        assert torch.equal(kernels.add(xt, yt), ref)
-        xd, yd = canna_dl.asarray(xt), canna_dl.asarray(yt)
-        xn, yn = xt.numpy(), yt.numpy()
-        xf = yf = None
-        if tf is not None:
-            xf, yf = tf.constant(xn), tf.constant(yn)
-        gbs = lambda sec, n=n: f"{3 * 4 * n / sec / 1e9:.1f} GB/s"  # noqa: E731
-        row(name, lambda: kernels.add(xt, yt), lambda: kernels.add(xd, yd), lambda: torch.add(xt, yt),
-            (lambda: tf.add(xf, yf)) if tf is not None else None, lambda: np.add(xn, yn), batch=batch, unit=gbs)
-        del xt, yt, xd, yd, xn, yn, xf, yf, ref
-        gc.collect()
+        r = measure_add(shape, budget=budget * ncand, batch=batch, tf=tf)
+        print_row(name, r, lambda sec, n=n: f"{3 * 4 * n / sec / 1e9:.1f} GB/s")
 
-    # ---- matmul
+    # ---- matmul, softmax
     m = 1024
-    at, bt = torch.rand(m, m), torch.rand(m, m)
-    assert torch.allclose(kernels.matmul(at, bt), at @ bt, rtol=1e-4, atol=1e-3)
-    ad, bd = canna_dl.asarray(at), canna_dl.asarray(bt)
-    an, bn = at.numpy(), bt.numpy()
-    af = bf = None
-    if tf is not None:
-        af, bf = tf.constant(an), tf.constant(bn)
-    row("matmul 1024^3", lambda: kernels.matmul(at, bt), lambda: kernels.matmul(ad, bd), lambda: torch.matmul(at, bt),
-        (lambda: tf.linalg.matmul(af, bf)) if tf is not None else None, lambda: np.matmul(an, bn), batch=3,
-        unit=lambda sec: f"{2 * m ** 3 / sec / 1e9:.1f} GFLOP/s")
-    del at, bt, ad, bd, an, bn, af, bf
-
-    # ---- softmax
-    xt = torch.randn(4096, 4096)
-    assert torch.allclose(kernels.softmax(xt, -1), torch.softmax(xt, -1), rtol=1e-5, atol=1e-7)
-    xd, xn = canna_dl.asarray(xt), xt.numpy()
-    xf = tf.constant(xn) if tf is not None else None
-
-    def np_softmax(x=xn):
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
-    row("softmax 4096x4096", lambda: kernels.softmax(xt, -1), lambda: kernels.softmax(xd, -1),
-        lambda: torch.softmax(xt, -1), (lambda: tf.nn.softmax(xf, axis=-1)) if tf is not None else None, np_softmax,
-        batch=3, unit=lambda sec: f"{2 * 4 * 4096 * 4096 / sec / 1e9:.1f} GB/s")
-    del xt, xd, xn, xf
+    print_row("matmul 1024^3", measure_matmul(m, budget=budget * ncand, tf=tf),
+              lambda sec: f"{2 * m ** 3 / sec / 1e9:.1f} GFLOP/s")
+    print_row("softmax 4096x4096", measure_softmax(4096, budget=budget * ncand, tf=tf),
+              lambda sec: f"{2 * 4 * 4096 * 4096 / sec / 1e9:.1f} GB/s")
 
     # ---- the per-call cost
-    xt, yt = torch.ones(1), torch.ones(1)
-    xd, yd = canna_dl.asarray(xt), canna_dl.asarray(yt)
-    xn, yn = xt.numpy(), yt.numpy()
-    xf = yf = None
-    if tf is not None:
-        xf, yf = tf.constant(xn), tf.constant(yn)
-    row("1-element add (per call)", lambda: kernels.add(xt, yt), lambda: kernels.add(xd, yd),
-        lambda: torch.add(xt, yt), (lambda: tf.add(xf, yf)) if tf is not None else None, lambda: np.add(xn, yn),
-        batch=2000)
+    print_row("1-element add (per call)", measure_one_add(budget=budget * (ncand + 1), tf=tf))
     print()
     print("ratios are speed relative to canna (>1x: canna faster); canna = kernels.op(torch tensors), torch in, "
           "torch out, complete on return;\ncanna DA = the same op on DeviceArrays, stream-ordered (batch, then one "
           "synchronize).")
 
     # ---- where the per-call time of the 1-element add goes
-    from kernels import _core
-    key = next(k for k in _core.fast_cache if _core.fast_cache[k][3] == (1,))
-    plan = _core.fast_cache[key][0]
-    out = torch.empty_like(xt)
-    h = s.handle
-    addrs = (xt.data_ptr(), yt.data_ptr())
-    outs = [torch.empty_like(xt) for _ in range(2)]
-    flip = [0]
-
-    def plan_only():   # the simulator's share: one address swap, aclnnAdd, the synchronize
-        flip[0] ^= 1
-        plan.launch_sync(h, 0, *addrs, outs[flip[0]].data_ptr())
-    m = bench_many({"total": (lambda: kernels.add(xt, yt), None), "sim": (plan_only, None),
-                    "alloc": (lambda: torch.empty_like(xt), None), "tadd": (lambda: torch.add(xt, yt), None)},
-                   budget=budget * 4, batch=2000)
+    m = measure_one_add_split(budget=budget * 4)
     total, sim, alloc, tadd = m["total"], m["sim"], m["alloc"], m["tadd"]
     print()
     print("1-element add, torch in / torch out, per call:")
@@ -220,19 +306,11 @@ def main():
     print(f"  simulator: set address + aclnnAdd + sync   {fmt(sim):>10s}   (measured alone: Plan.launch_sync)")
     print(f"  output allocation (torch.empty_like)       {fmt(alloc):>10s}")
     print(f"  canna glue (tensor reads, cache, stream)   {fmt(max(total - sim - alloc, 0)):>10s}   (the rest)")
-    del out
 
     # ---- where the time of a mid-size add goes: the simulator's launch vs the arithmetic itself
     print()
     print("add 2**20 float32 (12 MiB moved), into an existing output, per call:")
-    n = 2 ** 20
-    xt, yt, ot = torch.rand(n), torch.rand(n), torch.empty(n)
-    xn, yn, on = xt.numpy(), yt.numpy(), ot.numpy()
-    kernels.add(xt, yt, out=ot)
-    plan = next(p for k, p in _core._plans.items() if k[0] == "Add" and k[2] == (n,))
-    m = bench_many({"sim": (lambda: plan.launch_sync(h, 0, xt.data_ptr(), yt.data_ptr(), ot.data_ptr()), None),
-                    "np": (lambda: np.add(xn, yn, out=on), None), "torch": (lambda: torch.add(xt, yt, out=ot), None)},
-                   budget=budget * 3, batch=50)
+    m = measure_add_split(2 ** 20, budget=budget * 3)
     print(f"  simulator: aclnnAdd + sync (Plan.launch_sync) {fmt(m['sim']):>10s}   (queued to the stream worker, "
           "run on the AI-core threads, waited for)")
     print(f"  the same arithmetic on one core (np.add)     {fmt(m['np']):>10s}   (what the op costs without "

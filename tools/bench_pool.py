@@ -16,28 +16,100 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
-import time
+import os
+import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-def bench(fn, *, budget: float, batch: int) -> float:
-    """Median seconds per call of fn(), over batches of `batch` calls, for about `budget` seconds."""
-    for _ in range(max(3, batch // 10)):   # warm-up
-        fn()
-    samples = []
-    t_end = time.perf_counter() + budget
-    while time.perf_counter() < t_end or len(samples) < 5:
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        samples.append((time.perf_counter() - t0) / batch)
-    return statistics.median(samples)
+from _benchutil import bench_many  # noqa: E402
+from _benchutil import fmt as _fmt  # noqa: E402
+
+SIZES = (("512 B", 512), ("1 MiB", 1 << 20), ("64 MiB", 64 << 20))
 
 
 def fmt(sec: float) -> str:
-    if sec < 1e-3:
-        return f"{sec * 1e6:8.2f} us"
-    return f"{sec * 1e3:8.2f} ms"
+    return f"{_fmt(sec):>11}"
+
+
+def measure(sizes=SIZES, *, budget: float = 1.0, torch_on: bool = True) -> list:
+    """Seconds per alloc+free pair, for each ``(label, nbytes)`` of ``sizes``, of ``pool``
+    (acl_rt.alloc(n, stream=s).close()), ``cur`` (the same on the current stream), ``core`` (the
+    pool's C core alone), ``raw`` (aclrtMalloc + aclrtFree through cffi) and ``torch``
+    (torch.empty(n, dtype=uint8) and its release; None without ``torch_on`` or PyTorch),
+    measured interleaved per size. Returns one dict per size (``size``, ``bytes`` and those keys).
+    ``budget``: about the seconds per size and candidate.
+
+    Raises:
+        RuntimeError: the device's memory resource is not the caching pool
+            (CANNA_NO_MEMORY_CACHING / CANNA_SIM_CHECK), or aclrtMalloc fails."""
+    import acl_rt
+    from acl_rt._lib import backend, ffi
+    torch = None
+    if torch_on:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+
+    dev = acl_rt.Device(0)
+    s = dev.create_stream()
+    try:
+        pool = dev.memory_resource
+        if not isinstance(pool, acl_rt.MemoryPool):
+            raise RuntimeError("the device's memory resource is not the pool "
+                               "(CANNA_NO_MEMORY_CACHING / CANNA_SIM_CHECK?)")
+        L = backend().lib
+        cell = ffi.new("void **")
+        core = pool._core
+        key = s._id
+
+        def pool_pair(n):
+            def f():
+                acl_rt.alloc(n, stream=s).close()
+            return f
+
+        def pool_cur(n):
+            def f():
+                acl_rt.alloc(n).close()
+            return f
+
+        def core_pair(n):
+            def f():
+                core.free(core.malloc(n, key), False)
+            return f
+
+        def raw_pair(n):
+            def f():
+                if L.aclrtMalloc(cell, n, 0):
+                    raise RuntimeError("aclrtMalloc failed")
+                L.aclrtFree(cell[0])
+            return f
+
+        def torch_pair(n):
+            def f():
+                t = torch.empty(n, dtype=torch.uint8)
+                del t
+            return f
+
+        rows = []
+        gc.disable()
+        try:
+            for name, n in sizes:
+                big = n >= (16 << 20)
+                # the fast candidates in batches of many calls; the raw pair (a real allocation:
+                # page faults at 64 MiB) in small batches
+                fast = {"pool": pool_pair(n), "cur": pool_cur(n), "core": core_pair(n)}
+                if torch is not None:
+                    fast["torch"] = torch_pair(n)
+                r = {"size": name, "bytes": n, "torch": None}
+                r.update(bench_many(fast, budget=budget * len(fast), batch=2000))
+                r["raw"] = bench_many({"raw": raw_pair(n)}, budget=budget, batch=2 if big else 200)["raw"]
+                rows.append(r)
+        finally:
+            gc.enable()
+        return rows
+    finally:
+        s.close()
 
 
 def main():
@@ -47,65 +119,17 @@ def main():
     budget = 0.3 if args.quick else 1.0
 
     import acl_rt
-    from acl_rt._lib import backend, ffi
     try:
         import torch
     except ImportError:
         torch = None
-
-    dev = acl_rt.Device(0)
-    s = dev.create_stream()
-    pool = dev.memory_resource
-    if not isinstance(pool, acl_rt.MemoryPool):
-        raise SystemExit("the device's memory resource is not the pool (CANNA_NO_MEMORY_CACHING / CANNA_SIM_CHECK?)")
-    L = backend().lib
-    cell = ffi.new("void **")
-    core = pool._core
-    key = s._ih
     info = acl_rt.backend_info()
     print(f"backend: {info['backend']} ({info['library']}), SoC {info['soc_name']}; "
           f"torch {torch.__version__ if torch else 'not installed'}")
-    gc.disable()
-
-    def pool_pair(n):
-        def f():
-            acl_rt.alloc(n, stream=s).close()
-        return f
-
-    def pool_cur(n):
-        def f():
-            acl_rt.alloc(n).close()
-        return f
-
-    def core_pair(n):
-        def f():
-            core.free(core.malloc(n, key))
-        return f
-
-    def raw_pair(n):
-        def f():
-            if L.aclrtMalloc(cell, n, 0):
-                raise RuntimeError("aclrtMalloc failed")
-            L.aclrtFree(cell[0])
-        return f
-
-    def torch_pair(n):
-        def f():
-            t = torch.empty(n, dtype=torch.uint8)
-            del t
-        return f
-
-    rows = []
-    for name, n in (("512 B", 512), ("1 MiB", 1 << 20), ("64 MiB", 64 << 20)):
-        big = n >= (16 << 20)
-        r = {"size": name,
-             "pool": bench(pool_pair(n), budget=budget, batch=2000),
-             "cur": bench(pool_cur(n), budget=budget / 2, batch=2000),
-             "core": bench(core_pair(n), budget=budget / 2, batch=5000),
-             "raw": bench(raw_pair(n), budget=budget, batch=2 if big else 200),
-             "torch": bench(torch_pair(n), budget=budget / 2, batch=50 if big else 2000) if torch else None}
-        rows.append(r)
-    gc.enable()
+    try:
+        rows = measure(budget=budget)
+    except RuntimeError as e:
+        raise SystemExit(str(e))
 
     print()
     print(f"{'size':>7} | {'pool pair':>11} | {'(no stream)':>11} | {'pool core':>11} | {'raw aclrtMalloc+Free':>20} | "
@@ -122,7 +146,6 @@ def main():
     print()
     print(f"target at 1 MiB: pool pair <= 3 us: {'met' if ok1 else 'NOT met'} ({fmt(one['pool']).strip()}); "
           f">= 20x cheaper than raw: {'met' if ok2 else 'NOT met'} ({one['raw'] / one['pool']:.1f}x)")
-    s.close()
 
 
 if __name__ == "__main__":

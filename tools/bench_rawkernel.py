@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -29,6 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import acl_rt  # noqa: E402
 import kernels  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _benchutil import bench_many, per_call  # noqa: E402
 
 ADD = r'''
 #include "canna_kernel.h"
@@ -40,17 +41,48 @@ CANNA_KERNEL void empty(void) {}
 '''
 
 
-def per_call(fn, *, inner: int, rounds: int = 7) -> float:
-    """Median seconds per call of fn() over `rounds` rounds of `inner` calls (after a warm-up)."""
-    for _ in range(max(1, inner // 10)):
-        fn()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - t0) / inner)
-    return statistics.median(samples)
+def _module():
+    """The compiled module of ``ADD`` (its functions ``add_custom`` and ``empty``)."""
+    return kernels.RawModule(ADD).compile()
+
+
+def measure_launch(*, inner: int = 5000, rounds: int = 7, torch_on: bool = True) -> dict:
+    """Launch overhead, 1 element, per call (seconds), all measured interleaved: ``torch_add``
+    (torch.add(a, b, out=c); None without PyTorch), ``empty_sync`` (empty RawKernel launch(1) +
+    synchronize), ``add_np_sync`` / ``add_torch_sync`` (the add kernel on NumPy arrays / torch
+    tensors + synchronize), ``empty_launch`` (launch only, queued; synchronized per batch),
+    ``kernels_add_sync`` (kernels.add + synchronize; None if the op library lacks it) and
+    ``numpy_add`` (np.add(out=)); median over ``rounds`` batches of ``inner`` calls each."""
+    torch = None
+    if torch_on:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+    mod = _module()
+    add, empty = mod.get_function("add_custom"), mod.get_function("empty")
+    s = acl_rt.current_stream()
+    x1, y1, z1 = (np.ones(1, np.float32) for _ in range(3))
+    cands = {}
+    if torch is not None:
+        a1, b1, c1 = torch.ones(1), torch.ones(1), torch.empty(1)
+        cands["torch_add"] = lambda: torch.add(a1, b1, out=c1)
+    cands["empty_sync"] = lambda: (empty.launch(1), s.synchronize())
+    cands["add_np_sync"] = lambda: (add.launch(1, x1, y1, z1, 1), s.synchronize())
+    if torch is not None:
+        cands["add_torch_sync"] = lambda: (add.launch(1, a1, b1, c1, 1), s.synchronize())
+    cands["empty_launch"] = (lambda: empty.launch(1), s.synchronize)
+    kadd = getattr(kernels, "add", None)
+    if kadd is not None:
+        try:
+            kadd(x1, y1)
+            cands["kernels_add_sync"] = lambda: (kadd(x1, y1), s.synchronize())
+        except Exception:   # noqa: BLE001 - the op library may not take these inputs
+            kadd = None
+    cands["numpy_add"] = lambda: np.add(x1, y1, out=z1)
+    r = {"torch_add": None, "add_torch_sync": None, "kernels_add_sync": None}
+    r.update(bench_many(cands, budget=0.0, batch=inner, rounds=rounds, warmup=max(1, inner // 10), min_batches=1))
+    return r
 
 
 def row(label, secs, ref=None, unit=1e6, suffix="us"):
@@ -74,8 +106,8 @@ def main(argv=None):
     acl_rt.init()
     dev = acl_rt.Device(0)
     info = acl_rt.backend_info()
-    mod = kernels.RawModule(ADD).compile()
-    add, empty = mod.get_function("add_custom"), mod.get_function("empty")
+    mod = _module()
+    add = mod.get_function("add_custom")
     s = acl_rt.current_stream()
     print(f"backend {info['backend']} ({info['soc_name']}, memory model {info['memory_model']}), "
           f"{os.cpu_count()} CPUs, torch {torch.__version__ if torch else 'absent'}, numpy {np.__version__}; "
@@ -83,33 +115,20 @@ def main(argv=None):
 
     # 1. launch overhead ------------------------------------------------------------------------
     print("\n1. launch overhead, 1 element, launch + synchronize (per call)   ratio = RawKernel / torch.add")
-    x1, y1, z1 = (np.ones(1, np.float32) for _ in range(3))
-    t_torch = None
-    if torch is not None:
-        a1, b1, c1 = torch.ones(1), torch.ones(1), torch.empty(1)
-        t_torch = per_call(lambda: torch.add(a1, b1, out=c1), inner=20000)
+    m = measure_launch(torch_on=torch is not None)
+    t_torch = m["torch_add"]
+    if t_torch is not None:
         row("torch.add(a, b, out=c), 1 element", t_torch)
-    row("RawKernel empty kernel: launch(1) + synchronize",
-        per_call(lambda: (empty.launch(1), s.synchronize()), inner=5000), t_torch)
-    row("RawKernel add, NumPy arrays: launch(1) + synchronize",
-        per_call(lambda: (add.launch(1, x1, y1, z1, 1), s.synchronize()), inner=5000), t_torch)
-    if torch is not None:
-        row("RawKernel add, torch tensors: launch(1) + synchronize",
-            per_call(lambda: (add.launch(1, a1, b1, c1, 1), s.synchronize()), inner=5000), t_torch)
-    row("RawKernel empty kernel: launch(1) only (queued, no sync)", per_call(lambda: empty.launch(1), inner=5000),
-        t_torch)
-    s.synchronize()
-    kadd = getattr(kernels, "add", None)
-    if kadd is not None:
-        try:
-            row("kernels.add, 1 element (+ synchronize)", per_call(lambda: (kadd(x1, y1), s.synchronize()),
-                                                                    inner=5000), t_torch)
-        except Exception as e:  # the op library may not take these inputs yet
-            print(f"  kernels.add: not measured ({type(e).__name__}: {e})")
+    row("RawKernel empty kernel: launch(1) + synchronize", m["empty_sync"], t_torch)
+    row("RawKernel add, NumPy arrays: launch(1) + synchronize", m["add_np_sync"], t_torch)
+    if m["add_torch_sync"] is not None:
+        row("RawKernel add, torch tensors: launch(1) + synchronize", m["add_torch_sync"], t_torch)
+    row("RawKernel empty kernel: launch(1) only (queued)", m["empty_launch"], t_torch)
+    if m["kernels_add_sync"] is not None:
+        row("kernels.add, 1 element (+ synchronize)", m["kernels_add_sync"], t_torch)
     else:
-        print("  kernels.add: not available on this branch (the op library is built separately)")
-    np.add(x1, y1, out=z1)
-    row("numpy.add(x, y, out=z), 1 element", per_call(lambda: np.add(x1, y1, out=z1), inner=20000), t_torch)
+        print("  kernels.add: not measured (not available or does not take NumPy arrays)")
+    row("numpy.add(x, y, out=z), 1 element", m["numpy_add"], t_torch)
 
     # 2. small array --------------------------------------------------------------------------------
     n = 1000

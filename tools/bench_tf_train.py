@@ -20,37 +20,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _benchutil import bench_many  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def bench(fn, *, budget: float, batch: int) -> float:
-    """Median seconds per call of fn(), over batches of ``batch`` calls, for about ``budget`` seconds."""
-    for _ in range(max(3, batch)):   # warm-up (tracing, plan caches)
-        fn()
-    samples = []
-    t_end = time.perf_counter() + budget
-    while time.perf_counter() < t_end or len(samples) < 5:
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        samples.append((time.perf_counter() - t0) / batch)
-    return statistics.median(samples)
+ROWS = ("dense keras", "dense eager", "dense tf.fn", "cnn keras", "jax mlp jit")
 
 
-def fmt(sec: float) -> str:
-    return f"{sec * 1e6:9.1f} us" if sec < 1e-3 else f"{sec * 1e3:9.2f} ms"
+def _pair(canna, native, *, budget, batch):
+    """(canna seconds, native seconds) per call, measured interleaved."""
+    r = bench_many({"canna": canna, "native": native}, budget=2 * budget, batch=batch, warmup=max(3, batch))
+    return r["canna"], r["native"]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="shorter measurements")
-    ap.add_argument("--no-jax", action="store_true", help="skip the JAX row")
-    args = ap.parse_args()
-    budget = 0.5 if args.quick else 2.0
-
+def measure(*, budget: float = 2.0, rows=ROWS) -> dict:
+    """Seconds per training step (batch 64) of each row of ``rows`` (see the module docstring):
+    ``name -> (canna, native)``, each pair measured interleaved for about ``2 * budget`` seconds;
+    plus ``"eager_copies"``: the copies canna made during the eager Dense steps (None if not run)."""
     import numpy as np
     import tensorflow as tf
     import keras
@@ -61,21 +52,21 @@ def main():
     x = rng.standard_normal((64, 64)).astype(np.float32)
     y = rng.integers(0, 10, 64).astype(np.int32)
     xt, yt = tf.constant(x), tf.constant(y)
-    rows = []
+    out = {"eager_copies": None}
 
     # -- Keras Dense network, model.train_on_batch ------------------------------------------
     def dense_model(L):
         return keras.Sequential([keras.Input((64,)), L.Dense(128, activation="relu"), L.Dense(10)])
     mc, mn = dense_model(ctf.keras), dense_model(keras.layers)
     mn.set_weights(mc.get_weights())
-    for m in (mc, mn):
-        m.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    rows.append(("dense keras", bench(lambda: mc.train_on_batch(x, y), budget=budget, batch=10),
-                 bench(lambda: mn.train_on_batch(x, y), budget=budget, batch=10)))
+    init = [w.copy() for w in mc.get_weights()]
+    if "dense keras" in rows:
+        for m in (mc, mn):
+            m.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        out["dense keras"] = _pair(lambda: mc.train_on_batch(x, y), lambda: mn.train_on_batch(x, y),
+                                   budget=budget, batch=10)
 
     # -- the same network as an explicit GradientTape step ----------------------------------
-    init = [w.copy() for w in mc.get_weights()]
-
     def params():
         return [tf.Variable(w) for w in init]
     pc, pn = params(), params()
@@ -97,38 +88,40 @@ def main():
         for v, g in zip(pn, tape.gradient(loss, pn)):
             v.assign_sub(0.01 * g)
         return loss
-    lc, ln = float(step_canna(xt, yt)), float(step_native(xt, yt))
-    assert abs(lc - ln) < 1e-4 * max(1.0, abs(ln)), (lc, ln)
-    canna_dl.reset_copy_stats()
-    rows.append(("dense eager", bench(lambda: step_canna(xt, yt), budget=budget, batch=10),
-                 bench(lambda: step_native(xt, yt), budget=budget, batch=10)))
-    eager_copies = canna_dl.copy_stats()["count"]
-    fc, fn_ = tf.function(step_canna), tf.function(step_native)
-    rows.append(("dense tf.fn", bench(lambda: fc(xt, yt), budget=budget, batch=10),
-                 bench(lambda: fn_(xt, yt), budget=budget, batch=10)))
+    if "dense eager" in rows or "dense tf.fn" in rows:
+        lc, ln = float(step_canna(xt, yt)), float(step_native(xt, yt))
+        assert abs(lc - ln) < 1e-4 * max(1.0, abs(ln)), (lc, ln)
+    if "dense eager" in rows:
+        canna_dl.reset_copy_stats()
+        out["dense eager"] = _pair(lambda: step_canna(xt, yt), lambda: step_native(xt, yt), budget=budget, batch=10)
+        out["eager_copies"] = canna_dl.copy_stats()["count"]
+    if "dense tf.fn" in rows:
+        fc, fn_ = tf.function(step_canna), tf.function(step_native)
+        out["dense tf.fn"] = _pair(lambda: fc(xt, yt), lambda: fn_(xt, yt), budget=budget, batch=10)
 
     # -- SimpleCNN (NHWC) ---------------------------------------------------------------------
-    xi = rng.standard_normal((64, 28, 28, 1)).astype(np.float32)
+    if "cnn keras" in rows:
+        xi = rng.standard_normal((64, 28, 28, 1)).astype(np.float32)
 
-    class CannaPool(keras.layers.Layer):
-        def call(self, t):
-            return ctf.max_pool2d(t, 2)
+        class CannaPool(keras.layers.Layer):
+            def call(self, t):
+                return ctf.max_pool2d(t, 2)
 
-        def compute_output_shape(self, s):
-            return (s[0], s[1] // 2, s[2] // 2, s[3])
+            def compute_output_shape(self, s):
+                return (s[0], s[1] // 2, s[2] // 2, s[3])
 
-    def cnn(L, pool):
-        return keras.Sequential([keras.Input((28, 28, 1)), L.Conv2D(16, 3, padding="same", activation="relu"), pool,
-                                 keras.layers.Flatten(), L.Dense(10)])
-    cc, cn = cnn(ctf.keras, CannaPool()), cnn(keras.layers, keras.layers.MaxPooling2D(2))
-    cn.set_weights(cc.get_weights())
-    for m in (cc, cn):
-        m.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    rows.append(("cnn keras", bench(lambda: cc.train_on_batch(xi, y), budget=budget, batch=3),
-                 bench(lambda: cn.train_on_batch(xi, y), budget=budget, batch=3)))
+        def cnn(L, pool):
+            return keras.Sequential([keras.Input((28, 28, 1)), L.Conv2D(16, 3, padding="same", activation="relu"),
+                                     pool, keras.layers.Flatten(), L.Dense(10)])
+        cc, cn = cnn(ctf.keras, CannaPool()), cnn(keras.layers, keras.layers.MaxPooling2D(2))
+        cn.set_weights(cc.get_weights())
+        for m in (cc, cn):
+            m.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        out["cnn keras"] = _pair(lambda: cc.train_on_batch(xi, y), lambda: cn.train_on_batch(xi, y),
+                                 budget=budget, batch=3)
 
     # -- JAX -----------------------------------------------------------------------------------
-    if not args.no_jax:
+    if "jax mlp jit" in rows:
         import jax
         import jax.numpy as jnp
         import canna_dl.jax as cjax
@@ -145,8 +138,25 @@ def main():
             lp = jax.nn.log_softmax(h @ w[2] + w[3])
             return -jnp.mean(jnp.take_along_axis(lp, y[:, None], 1))
         gc_, gn = jax.jit(jax.grad(loss_canna)), jax.jit(jax.grad(loss_native))
-        rows.append(("jax mlp jit", bench(lambda: jax.block_until_ready(gc_(w, xj, yj)), budget=budget, batch=10),
-                     bench(lambda: jax.block_until_ready(gn(w, xj, yj)), budget=budget, batch=10)))
+        out["jax mlp jit"] = _pair(lambda: jax.block_until_ready(gc_(w, xj, yj)),
+                                   lambda: jax.block_until_ready(gn(w, xj, yj)), budget=budget, batch=10)
+    return out
+
+
+def fmt(sec: float) -> str:
+    return f"{sec * 1e6:9.1f} us" if sec < 1e-3 else f"{sec * 1e3:9.2f} ms"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="shorter measurements")
+    ap.add_argument("--no-jax", action="store_true", help="skip the JAX row")
+    args = ap.parse_args()
+    budget = 0.5 if args.quick else 2.0
+
+    res = measure(budget=budget, rows=[r for r in ROWS if not (args.no_jax and r.startswith("jax"))])
+    eager_copies = res.pop("eager_copies")
+    rows = [(name, tc, tn) for name, (tc, tn) in res.items()]
 
     print(f"{'training step (batch 64)':26} {'canna':>12} {'native':>12} {'ratio':>7}")
     for name, tc, tn in rows:

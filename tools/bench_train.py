@@ -48,31 +48,24 @@ def build(torch):
     return SimpleCNN
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=30, help="measured steps per column (default 30)")
-    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per column (default 5)")
-    ap.add_argument("--block", type=int, default=5, help="steps per column in a row before switching (default 5)")
-    ap.add_argument("--batch", type=int, default=64, help="batch size (default 64)")
-    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: PyTorch's choice)")
-    ap.add_argument("--profile", action="store_true", help="cProfile the canna steps (top functions by own time)")
-    ap.add_argument("--breakdown", action="store_true", help="also time each kernel of the step alone, canna vs ATen")
-    args = ap.parse_args()
-
+def measure(*, steps: int = 30, warmup: int = 5, block: int = 5, batch: int = 64, profile=None) -> dict:
+    """One SimpleCNN training step, plain PyTorch (``pytorch``) against the same code inside
+    ``canna_dl.torch.offload()`` (``canna``), interleaved in blocks of ``block`` steps after
+    ``warmup`` steps each. Returns ``{"median": {col: {phase: s}}, "best": {...}, "losses":
+    {col: float}, "report": OffloadReport}`` with phases forward, backward, step, total (seconds).
+    ``profile``: a ``cProfile.Profile`` enabled around the canna steps (or None)."""
     import torch
     import torch.nn.functional as F
 
     import canna_dl.torch as ct
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     SimpleCNN = build(torch)
     ref = SimpleCNN()
     models = {"pytorch": ref, "canna": copy.deepcopy(ref)}
     opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
-    x = torch.randn(args.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (args.batch,))
+    x = torch.randn(batch, 1, 28, 28)
+    y = torch.randint(0, 10, (batch,))
     rep = ct.OffloadReport()
 
     def step(name, times):
@@ -98,29 +91,49 @@ def main():
                 return step(name, times)
         return step(name, times)
 
-    for _ in range(args.warmup):
+    for _ in range(warmup):
         for name in models:
             run(name, None)
     times = {k: {p: [] for p in ("forward", "backward", "step", "total")} for k in models}
+    losses = {}
+    block = max(1, block)
+    for i in range(0, steps, block):
+        n = min(block, steps - i)
+        for _ in range(n):
+            losses["pytorch"] = run("pytorch", times["pytorch"]).item()
+        if profile is not None:
+            profile.enable()
+        for _ in range(n):
+            losses["canna"] = run("canna", times["canna"]).item()
+        if profile is not None:
+            profile.disable()
+    return {"median": {k: {p: statistics.median(v) for p, v in t.items()} for k, t in times.items()},
+            "best": {k: {p: min(v) for p, v in t.items()} for k, t in times.items()},
+            "losses": losses, "report": rep}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=30, help="measured steps per column (default 30)")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per column (default 5)")
+    ap.add_argument("--block", type=int, default=5, help="steps per column in a row before switching (default 5)")
+    ap.add_argument("--batch", type=int, default=64, help="batch size (default 64)")
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: PyTorch's choice)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the canna steps (top functions by own time)")
+    ap.add_argument("--breakdown", action="store_true", help="also time each kernel of the step alone, canna vs ATen")
+    args = ap.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     prof = None
     if args.profile:
         import cProfile
         prof = cProfile.Profile()
-    losses = {}
     block = max(1, args.block)
-    for i in range(0, args.steps, block):
-        n = min(block, args.steps - i)
-        for _ in range(n):
-            losses["pytorch"] = run("pytorch", times["pytorch"]).item()
-        if prof is not None:
-            prof.enable()
-        for _ in range(n):
-            losses["canna"] = run("canna", times["canna"]).item()
-        if prof is not None:
-            prof.disable()
-
-    med = {k: {p: statistics.median(v) for p, v in t.items()} for k, t in times.items()}
-    best = {k: {p: min(v) for p, v in t.items()} for k, t in times.items()}
+    r = measure(steps=args.steps, warmup=args.warmup, block=block, batch=args.batch, profile=prof)
+    med, best, losses, rep = r["median"], r["best"], r["losses"], r["report"]
     print(f"SimpleCNN training step, batch {args.batch}x1x28x28, {args.steps} steps per column after "
           f"{args.warmup} warm-up (blocks of {block}), torch {torch.__version__} with {torch.get_num_threads()} "
           f"threads, {os.cpu_count()} CPUs")

@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""canna's benchmarks, all in one process, side by side with the frameworks (issue 8).
+
+    .venv/bin/python tools/bench.py [--quick] [--only SECTIONS] [--no-tf] [--json PATH] [--plot PATH]
+
+First the table of shared/SEEDS.md: each framework's native add against canna's add *inside that
+framework* (framework tensors in, a framework tensor out) for float32 2**20, 1024x1024 and
+32x1024x1024 elements: ``tf.add`` vs ``canna_dl.tf.add`` (and ``kernels.add`` on tf tensors),
+``torch.add`` vs ``canna_dl.torch.add`` (and ``kernels.add`` on torch tensors). Then one row per
+benchmark, each as a ratio against its reference measured in the same run: launch overhead,
+caching pool, DLPack exchange, matmul, softmax and one training step.
+
+Every ratio is a **speed ratio**: reference time / canna time (above 1x canna is faster; 0.5x means
+canna takes twice the reference's time). Each figure is the median per-call time over repeated
+batches after a warm-up, candidates measured in interleaved rounds so that load from other
+processes hits them alike (tools/_benchutil.py). The measurements are the importable functions of
+the single-purpose scripts (bench_kernels, bench_pool, bench_dlpack, bench_rawkernel, bench_ops_c,
+bench_train, bench_tf_train), which print more detail on each subject.
+
+Targets (issues 3, 4, 5, 7), as speed ratios: the large add >= 1.0x torch and >= 0.8x the best
+framework; matmul >= 0.7x torch; the 1-element add >= 0.25x torch.add (at most 4x its time); the
+training step >= 0.5x plain PyTorch (at most 2x its time); the pool's alloc/free pair >= 20x
+aclrtMalloc/aclrtFree at 1 MiB; DLPack exchange >= 0.5x torch.from_dlpack (at most 2x its time).
+
+On the simulator every "device" op runs on this machine's CPU: the ratios compare canna's
+runtime and kernels with the frameworks' CPU kernels, on shared cores; read them, not the times.
+
+``--json PATH`` writes every raw number (seconds per call, shapes, ratios, targets, machine and
+versions); ``--plot PATH`` writes a PNG bar chart of the ratios (log scale, a line at 1x).
+``--quick`` shortens every measurement (about a minute; used by the tests).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import math
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+_TOOLS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(_TOOLS))
+sys.path.insert(0, _TOOLS)
+
+from _benchutil import fmt, machine_info  # noqa: E402
+
+SECTIONS = ("seeds", "overhead", "pool", "dlpack", "matmul", "softmax", "train")
+SCHEMA = "canna-bench/1"
+
+#: the sizes of the SEEDS table: (label, shape)
+SEEDS_SIZES = (("1M-element vector", (2 ** 20,)), ("1024x1024", (1024, 1024)), ("32x1024x1024", (32, 1024, 1024)))
+
+
+def _settings(quick: bool) -> dict:
+    """Budgets (seconds per candidate) and repetition counts of a default or ``--quick`` run."""
+    if quick:
+        return dict(seeds_budget=0.08, seeds_big_budget=0.15, seeds_batch=10, seeds_big_batch=1, op_budget=0.15,
+                    one_budget=0.1, launch_inner=500, launch_rounds=3, opsc_repeat=3, pool_budget=0.05,
+                    dlpack_number=1000, dlpack_repeat=3, train_steps=4, train_warmup=1, train_block=2,
+                    tf_budget=0.1, tf_rows=("dense eager",))
+    return dict(seeds_budget=1.5, seeds_big_budget=4.0, seeds_batch=50, seeds_big_batch=2, op_budget=2.0,
+                one_budget=1.0, launch_inner=2000, launch_rounds=9, opsc_repeat=9, pool_budget=0.5,
+                dlpack_number=5000, dlpack_repeat=15, train_steps=40, train_warmup=5, train_block=5,
+                tf_budget=1.0, tf_rows=("dense eager", "dense keras"))
+
+
+def _ratio(ref, canna):
+    return ref / canna if ref and canna else None
+
+
+class Run:
+    """Collects the results of one run: the SEEDS table, the ratio rows and the raw details."""
+
+    def __init__(self, console):
+        self.console = console
+        self.seeds = []      # one dict per (framework, size)
+        self.rows = []       # one dict per ratio row
+        self.details = {}    # section -> raw numbers of the underlying script
+
+    def note(self, msg):
+        self.console.print(f"[dim]… {msg}[/dim]", highlight=False)
+
+    def row(self, section, name, canna_label, canna_s, ref_label, ref_s, *, target=None, note=""):
+        """Add a ratio row: speed ratio = ref_s / canna_s; ``target`` a minimum speed ratio."""
+        r = _ratio(ref_s, canna_s)
+        self.rows.append({"section": section, "name": name, "canna": canna_label, "canna_s": canna_s,
+                          "reference": ref_label, "reference_s": ref_s, "ratio": r, "target": target,
+                          "met": None if target is None or r is None else bool(r >= target), "note": note})
+
+
+# ----------------------------------------------------------------------------------------------
+# sections
+
+def section_seeds(run, st, tf, torch_on=True):
+    import bench_kernels
+    for label, shape in SEEDS_SIZES:
+        big = math.prod(shape) > 4 * 2 ** 20
+        run.note(f"SEEDS add {label}")
+        ncand = (3 if torch_on else 0) + (3 if tf is not None else 0)
+        m = bench_kernels.measure_seeds_add(
+            shape, budget=(st["seeds_big_budget"] if big else st["seeds_budget"]) * ncand,
+            batch=st["seeds_big_batch"] if big else st["seeds_batch"], torch_on=torch_on, tf=tf)
+        for fw, native, canna, kern in (("tensorflow", "tf", "canna_tf", "kernels_tf"),
+                                        ("pytorch", "torch", "canna_torch", "kernels_torch")):
+            if native not in m:
+                continue
+            run.seeds.append({"framework": fw, "size": label, "shape": list(shape), "elements": math.prod(shape),
+                              "dtype": "float32", "native_s": m[native], "canna_s": m[canna],
+                              "kernels_s": m[kern], "ratio": _ratio(m[native], m[canna]),
+                              "kernels_ratio": _ratio(m[native], m[kern])})
+        gc.collect()
+    # issue 5's large-add targets, on the largest size
+    big = [s for s in run.seeds if s["size"] == SEEDS_SIZES[-1][0]]
+    by = {s["framework"]: s for s in big}
+    if "pytorch" in by:
+        t = by["pytorch"]
+        run.row("add", "large add 32x1024x1024 (torch tensors)", "kernels.add", t["kernels_s"], "torch.add",
+                t["native_s"], target=1.0)
+        best = min(s["native_s"] for s in big)
+        fw = min(big, key=lambda s: s["native_s"])["framework"]
+        run.row("add", "large add 32x1024x1024 vs best framework", "kernels.add", t["kernels_s"],
+                f"best: {'torch.add' if fw == 'pytorch' else 'tf.add'}", best, target=0.8)
+
+
+def section_overhead(run, st):
+    import bench_kernels
+    import bench_ops_c
+    import bench_rawkernel
+    run.note("launch overhead: 1-element add")
+    m = bench_kernels.measure_one_add(budget=st["one_budget"] * 3, da=False, tf=None,
+                                      batch=st["launch_inner"])
+    run.details["one_add"] = m
+    run.row("overhead", "1-element add, per call", "kernels.add", m["canna"], "torch.add", m["torch"], target=0.25)
+    run.row("overhead", "1-element add, per call (autograd op)", "canna_dl.torch.add", m["canna_torch"],
+            "torch.add", m["torch"])
+    run.note("launch overhead: RawKernel")
+    lm = bench_rawkernel.measure_launch(inner=st["launch_inner"], rounds=st["launch_rounds"])
+    run.details["launch"] = lm
+    run.row("overhead", "empty RawKernel launch + sync", "RawKernel launch(1)+sync", lm["empty_sync"],
+            "torch.add(out=), 1 elem", lm["torch_add"])
+    run.row("overhead", "add RawKernel launch + sync, 1 element", "RawKernel add+sync", lm["add_torch_sync"],
+            "torch.add(out=), 1 elem", lm["torch_add"])
+    run.note("launch overhead: aclnnAdd two-phase call (C level)")
+    rows = bench_ops_c.measure(repeat=st["opsc_repeat"], only=("1-element",))
+    (_, c, _n, t, _, _), = rows
+    run.details["aclnn_one_add"] = {"canna": c[0], "torch": t[0] if t else None}
+    run.row("overhead", "aclnnAdd 1 element (C level, cffi)", "GetWorkspaceSize+aclnnAdd+sync", c[0],
+            "torch.add", t[0] if t else None)
+
+
+def section_pool(run, st):
+    import bench_pool
+    run.note("caching pool")
+    rows = bench_pool.measure((("1 MiB", 1 << 20), ("64 MiB", 64 << 20)), budget=st["pool_budget"])
+    run.details["pool"] = rows
+    one, big = rows
+    run.row("pool", "alloc+free 1 MiB vs raw", "acl_rt.alloc().close()", one["pool"], "aclrtMalloc+aclrtFree",
+            one["raw"], target=20.0)
+    run.row("pool", "alloc+free 64 MiB vs raw", "acl_rt.alloc().close()", big["pool"], "aclrtMalloc+aclrtFree",
+            big["raw"])
+    if one.get("torch"):
+        run.row("pool", "alloc+free 1 MiB vs torch.empty", "acl_rt.alloc().close()", one["pool"],
+                "torch.empty (CPU)", one["torch"])
+
+
+def section_dlpack(run, st):
+    import bench_dlpack
+    run.note("DLPack exchange")
+    m = bench_dlpack.measure(number=st["dlpack_number"], repeat=st["dlpack_repeat"])
+    run.details["dlpack"] = m
+    base = m[bench_dlpack.BASELINE]
+    for name in bench_dlpack.TARGETED:
+        run.row("dlpack", name, name, m[name], "torch.from_dlpack(numpy)", base, target=0.5)
+    run.row("dlpack", "torch.from_dlpack(DeviceArray)", "torch.from_dlpack(DeviceArray)",
+            m["torch.from_dlpack(DeviceArray)"], "torch.from_dlpack(numpy)", base)
+
+
+def section_matmul(run, st, tf):
+    import bench_kernels
+    run.note("matmul 1024^3")
+    n = 4 if tf is not None else 3
+    m = bench_kernels.measure_matmul(1024, budget=st["op_budget"] * n, tf=tf, da=False)
+    run.details["matmul"] = m
+    run.row("matmul", "matmul 1024^3 vs torch", "kernels.matmul", m["canna"], "torch.matmul", m["torch"], target=0.7)
+    run.row("matmul", "matmul 1024^3 vs numpy", "kernels.matmul", m["canna"], "np.matmul", m["numpy"])
+    if m.get("tf"):
+        run.row("matmul", "matmul 1024^3 vs tensorflow", "kernels.matmul", m["canna"], "tf.linalg.matmul", m["tf"])
+
+
+def section_softmax(run, st, tf):
+    import bench_kernels
+    run.note("softmax 4096x4096")
+    n = 4 if tf is not None else 3
+    m = bench_kernels.measure_softmax(4096, budget=st["op_budget"] * n, tf=tf, da=False)
+    run.details["softmax"] = m
+    run.row("softmax", "softmax 4096x4096 vs torch", "kernels.softmax", m["canna"], "torch.softmax", m["torch"])
+    run.row("softmax", "softmax 4096x4096 vs numpy", "kernels.softmax", m["canna"], "numpy (exp/sum)", m["numpy"])
+
+
+def section_train(run, st, tf):
+    import bench_train
+    run.note("training step: SimpleCNN in PyTorch")
+    r = bench_train.measure(steps=st["train_steps"], warmup=st["train_warmup"], block=st["train_block"])
+    rep = r.pop("report")
+    r["ops_on_canna"] = {k: v.canna for k, v in rep.ops.items()}
+    r["fallbacks"] = rep.fell_back()
+    run.details["train"] = r
+    med = r["median"]
+    run.row("train", "SimpleCNN step, batch 64x1x28x28", "inside canna_dl.torch.offload()", med["canna"]["total"],
+            "plain PyTorch", med["pytorch"]["total"], target=0.5,
+            note=f"fallbacks: {r['fallbacks'] or 'none'}")
+    if tf is not None:
+        import bench_tf_train
+        run.note("training step: Dense network in TensorFlow")
+        t = bench_tf_train.measure(budget=st["tf_budget"], rows=st["tf_rows"])
+        run.details["tf_train"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in t.items()}
+        labels = {"dense eager": ("Dense 64-128-10 step, eager GradientTape", "canna_dl.tf ops", "tf ops"),
+                  "dense keras": ("Dense 64-128-10 step, Keras train_on_batch", "canna_dl.tf.keras.Dense",
+                                  "keras.layers.Dense")}
+        for k in st["tf_rows"]:
+            name, cl, rl = labels[k]
+            run.row("train", name, cl, t[k][0], rl, t[k][1])
+
+
+# ----------------------------------------------------------------------------------------------
+# output
+
+def _ratio_text(r, target=None):
+    if r is None:
+        return "-"
+    s = f"{r:.2f}x"
+    if target is not None:
+        s = f"[green]{s}[/green]" if r >= target else f"[red]{s}[/red]"
+    return s
+
+
+def seeds_table(run):
+    from rich.table import Table
+    sizes = [label for label, _ in SEEDS_SIZES]
+    t = Table(title="shared/SEEDS.md table: native add vs canna's add inside the framework (float32, ms per op; "
+                    "speed ratio = native / canna)", title_justify="left")
+    t.add_column("op")
+    for s in sizes:
+        t.add_column(s, justify="right")
+    t.add_column(f"speed-up ({sizes[-1]})", justify="right")
+    for fw, fname, native, canna_op, kern in (("tensorflow", "TensorFlow", "tf.add", "canna_dl.tf.add",
+                                               "kernels.add(tf tensors)"),
+                                              ("pytorch", "PyTorch", "torch.add", "canna_dl.torch.add",
+                                               "kernels.add(torch tensors)")):
+        cells = {s["size"]: s for s in run.seeds if s["framework"] == fw}
+        if not cells:
+            continue
+        t.add_row(f"{fname} native Add ({native})", *[f"{cells[s]['native_s'] * 1e3:.3f}" if s in cells else "-"
+                                                      for s in sizes], "—")
+        for label, key, rkey, style in ((f"CANN Add in {fname} ({canna_op})", "canna_s", "ratio", None),
+                                        (f"  same via {kern}", "kernels_s", "kernels_ratio", "dim")):
+            vals = [f"{cells[s][key] * 1e3:.3f} ({cells[s][rkey]:.2f}x)" if s in cells else "-" for s in sizes]
+            last = cells.get(sizes[-1])
+            t.add_row(label, *vals, _ratio_text(last[rkey], 1.0) if last else "-", style=style,
+                      end_section=(style == "dim"))
+    return t
+
+
+def rows_table(run):
+    from rich.table import Table
+    t = Table(title="benchmarks, each against its reference (speed ratio = reference time / canna time; "
+                    "target = minimum speed ratio)", title_justify="left")
+    for c, kw in (("section", {}), ("benchmark", {}), ("canna", {}), ("time", {"justify": "right"}),
+                  ("reference", {}), ("time", {"justify": "right"}), ("ratio", {"justify": "right"}),
+                  ("target", {"justify": "right"}), ("", {})):
+        t.add_column(c, **kw)
+    prev = None
+    for r in run.rows:
+        verdict = "" if r["met"] is None else ("[green]met[/green]" if r["met"] else "[red]MISSED[/red]")
+        t.add_row(r["section"] if r["section"] != prev else "", r["name"], r["canna"], fmt(r["canna_s"]),
+                  r["reference"], fmt(r["reference_s"]), _ratio_text(r["ratio"], r["target"]),
+                  f">= {r['target']:g}x" if r["target"] is not None else "", verdict)
+        prev = r["section"]
+    return t
+
+
+def write_plot(run, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    items = []   # (label, ratio, target)
+    for s in run.seeds:
+        fw = "TF" if s["framework"] == "tensorflow" else "PyTorch"
+        items.append((f"SEEDS add {s['size']}: canna in {fw}", s["ratio"], None))
+    for r in run.rows:
+        items.append((f"{r['name']}", r["ratio"], r["target"]))
+    items = [it for it in items if it[1] is not None and it[1] > 0]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(items) + 1.6))
+    y = list(range(len(items)))[::-1]
+    colors = ["#4c78a8" if tg is None else ("#54a24b" if r >= tg else "#e45756") for _, r, tg in items]
+    ax.barh(y, [r for _, r, _ in items], color=colors, left=0)
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", lw=1)
+    for yi, (_, r, tg) in zip(y, items):
+        ax.text(r * 1.05, yi, f"{r:.2f}x", va="center", fontsize=7)
+        if tg is not None:
+            ax.plot([tg, tg], [yi - 0.4, yi + 0.4], color="black", lw=1.5, ls=":")
+    ax.set_yticks(y)
+    ax.set_yticklabels([lbl for lbl, _, _ in items], fontsize=7)
+    lo = min(min(r for _, r, _ in items), 0.5)
+    hi = max(max(r for _, r, _ in items), 2.0)
+    ax.set_xlim(lo / 1.5, hi * 10)
+    ax.set_xlabel("speed ratio: reference time / canna time (log; >1x: canna faster; dotted: target)")
+    ax.set_title("canna benchmarks (simulator on CPU): blue no target, green target met, red missed", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short measurements (about a minute; for tests)")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
+    ap.add_argument("--no-tf", action="store_true", help="leave TensorFlow out (its import is slow)")
+    ap.add_argument("--torch-threads", type=int, default=0, metavar="N",
+                    help="torch.set_num_threads(N) first (default: PyTorch's choice; on a small shared machine "
+                         "PyTorch's intra-op threads suffer most from other load)")
+    ap.add_argument("--json", metavar="PATH", help="write every raw number as JSON to PATH")
+    ap.add_argument("--plot", metavar="PATH", help="write a PNG bar chart of the ratios to PATH")
+    args = ap.parse_args(argv)
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section(s) {', '.join(bad)}; choose from {', '.join(SECTIONS)}")
+
+    from rich.console import Console
+    console = Console(width=None if sys.stdout.isatty() else 190)
+    t_start = time.perf_counter()
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    st = _settings(args.quick)
+
+    import numpy as np  # noqa: F401
+    import torch
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+
+    import acl_rt
+    import kernels  # noqa: F401
+    tf = None
+    if not args.no_tf and any(s in sections for s in ("seeds", "matmul", "softmax", "train")):
+        try:
+            import tensorflow as tf
+        except ImportError:
+            tf = None
+    acl_rt.init()
+    info = machine_info()
+    b = info.get("backend", {})
+    v = info["versions"]
+    console.print(f"canna {v.get('canna')} on backend [bold]{b.get('backend')}[/bold] ({b.get('soc_name')}, memory "
+                  f"model {b.get('memory_model')}); {info['cpus']} CPUs, load {info.get('loadavg')}; torch "
+                  f"{v.get('torch')} ({torch.get_num_threads()} threads), tensorflow {v.get('tensorflow', 'absent')}, "
+                  f"numpy {v.get('numpy')}{' [quick]' if args.quick else ''}", highlight=False)
+
+    run = Run(console)
+    for s in sections:
+        if s == "seeds":
+            section_seeds(run, st, tf)
+        elif s == "overhead":
+            section_overhead(run, st)
+        elif s == "pool":
+            section_pool(run, st)
+        elif s == "dlpack":
+            section_dlpack(run, st)
+        elif s == "matmul":
+            section_matmul(run, st, tf)
+        elif s == "softmax":
+            section_softmax(run, st, tf)
+        elif s == "train":
+            section_train(run, st, tf)
+        gc.collect()
+
+    console.print()
+    if run.seeds:
+        console.print(seeds_table(run))
+        console.print()
+    if run.rows:
+        console.print(rows_table(run))
+    missed = [r["name"] for r in run.rows if r["met"] is False]
+    elapsed = time.perf_counter() - t_start
+    console.print(f"targets: {sum(r['met'] is True for r in run.rows)} met, {len(missed)} missed"
+                  + (f" ({'; '.join(missed)})" if missed else ""), highlight=False)
+    if args.plot:
+        write_plot(run, args.plot)
+        console.print(f"plot: {args.plot}", highlight=False)
+    info = machine_info()   # again: now with every framework's version
+    try:
+        info["loadavg_end"] = [float(x) for x in open("/proc/loadavg").read().split()[:3]]
+    except OSError:
+        pass
+    if args.json:
+        doc = {"schema": SCHEMA, "started": started, "elapsed_s": time.perf_counter() - t_start,
+               "quick": args.quick, "sections": sections, "settings": st, "ratio": "reference_s / canna_s (speed; >1: canna faster)",
+               "units": "seconds per call", "machine": info, "versions": info["versions"], "seeds_add": run.seeds,
+               "rows": run.rows, "details": run.details}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=_json_default)
+        console.print(f"json: {args.json}", highlight=False)
+    console.print(f"elapsed: {elapsed:.1f} s", highlight=False)
+    return 0
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
