@@ -133,9 +133,11 @@ def _parse_ids(text: str) -> list[int]:
         if not part:
             continue
         try:
-            ids.append(int(part))
+            i = int(part)
         except ValueError:
             raise argparse.ArgumentTypeError(f"device ids are integers separated by commas, got {text!r}") from None
+        if i not in ids:        # "0,0" shows device 0 once
+            ids.append(i)
     if not ids:
         raise argparse.ArgumentTypeError("no device id given")
     return ids

@@ -654,6 +654,10 @@ def given_out(api, out, shape, dtype, inputs, *, allow_same=False, name="out", e
     """Check a caller's ``out``: an array of exactly ``shape`` whose dtype ``dtype`` can be cast to
     (or equals, with ``exact_dtype``), writable, without internal overlap, not overlapping the
     inputs unsafely. Returns an :class:`Out` whose ``obj`` is ``out`` itself."""
+    if isinstance(out, (list, tuple)) or is_scalar(out):
+        # canna_dl.asarray would convert it into a new array: the result would never reach the caller
+        raise TypeError(f"{api}: {name} must be an array written in place (a DeviceArray, a torch tensor, a NumPy "
+                        f"array), not {type(out).__name__}")
     kind = _kind_of_type(type(out))
     a = _host_view(out) if (not _cfg.unified and not isinstance(out, DeviceArray)) else None
     if a is None:

@@ -315,6 +315,23 @@ def write_plot(run, path):
     plt.close(fig)
 
 
+def _unwritable(path: str):
+    """Why a file cannot be written at ``path`` (None when it can): tried by opening it for appending
+    (a file that did not exist is removed again)."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short measurements (about a minute; for tests)")
@@ -331,6 +348,16 @@ def main(argv=None):
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
         ap.error(f"unknown section(s) {', '.join(bad)}; choose from {', '.join(SECTIONS)}")
+    if not sections:
+        ap.error(f"--only names no section; choose from {', '.join(SECTIONS)}")
+    if args.torch_threads < 0:
+        ap.error(f"--torch-threads must be >= 0 (0: PyTorch's choice), got {args.torch_threads}")
+    for opt, path in (("--plot", args.plot), ("--json", args.json)):
+        # checked before measuring, so that a typo does not throw away a finished run
+        if path is not None:
+            problem = _unwritable(path)
+            if problem:
+                ap.error(f"{opt} {path}: {problem}")
 
     from rich.console import Console
     console = Console(width=None if sys.stdout.isatty() else 190)

@@ -41,6 +41,7 @@ import argparse
 import contextlib
 import copy
 import json
+import math
 import os
 import sys
 import threading
@@ -434,6 +435,21 @@ def runtime_line():
             f"{p.ai_core_num} AI cores, {(p.total_memory or 0) / 2**30:.0f} GiB")
 
 
+def _unwritable(path: str) -> str | None:
+    """Why a file cannot be written at ``path`` (None when it can): tried by opening it for appending
+    (a file that did not exist is removed again)."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="Exit status: 0 ok; 1 a canna run's accuracy is more than "
@@ -454,8 +470,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.epochs = 1
-    if args.epochs < 1 or args.batch < 1 or not args.lr > 0 or args.threads < 0:
-        ap.error("--epochs and --batch must be positive integers, --lr a positive number, --threads >= 0")
+    if args.epochs < 1 or args.batch < 1 or not (args.lr > 0 and math.isfinite(args.lr)) or args.threads < 0:
+        ap.error("--epochs and --batch must be positive integers, --lr a positive finite number, --threads >= 0")
+    for opt, path in (("--plot", args.plot), ("--json", args.json)):
+        # checked before training, so that a typo does not throw away a finished run
+        if path is not None:
+            problem = _unwritable(path)
+            if problem:
+                ap.error(f"{opt} {path}: {problem}")
 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn

@@ -1,0 +1,82 @@
+"""Regressions found by a new user's review: bad input to the tools and the public API gets a clear
+error before any work is done, and never a silently lost result."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool(script, *args, timeout=60):
+    env = dict(os.environ)
+    env.setdefault("CANNA_BACKEND", "sim")
+    return subprocess.run([sys.executable, str(ROOT / "tools" / script), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("script", ["demo.py", "bench.py"])
+@pytest.mark.parametrize("opt, path, message", [
+    ("--plot", "/nonexistent-canna-dir/x.png", "No such file or directory"),
+    ("--json", "/nonexistent-canna-dir/x.json", "No such file or directory"),
+    ("--json", "/", "Is a directory"),
+])
+def test_tools_refuse_unwritable_outputs_before_running(script, opt, path, message):
+    # before: the whole run went by, then a FileNotFoundError traceback threw its results away
+    proc = _tool(script, "--quick", opt, path)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{opt} {path}: {message}" in proc.stderr
+    assert "Traceback" not in proc.stderr and "canna on" not in proc.stdout   # nothing ran
+
+
+def test_tools_check_a_writable_output_without_leaving_a_file(tmp_path):
+    from importlib import util
+    for script in ("demo.py", "bench.py"):
+        spec = util.spec_from_file_location(script[:-3] + "_under_test", ROOT / "tools" / script)
+        mod = util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        assert mod._unwritable(str(tmp_path / "new.json")) is None
+        assert not (tmp_path / "new.json").exists()
+        (tmp_path / "old.json").write_text("keep")
+        assert mod._unwritable(str(tmp_path / "old.json")) is None
+        assert (tmp_path / "old.json").read_text() == "keep"
+
+
+@pytest.mark.parametrize("lr", ["inf", "nan", "0", "-1"])
+def test_demo_refuses_a_non_finite_or_non_positive_lr(lr):
+    proc = _tool("demo.py", "--quick", f"--lr={lr}")
+    assert proc.returncode == 2 and "--lr a positive finite number" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", ","], "--only names no section"),
+    (["--only", "seeds,bogus"], "unknown section(s) bogus"),
+    (["--torch-threads", "-1"], "--torch-threads must be >= 0"),
+])
+def test_bench_usage_errors(args, message):
+    proc = _tool("bench.py", "--quick", *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_smi_duplicate_ids_show_a_device_once():
+    from acl_rt import smi
+    assert smi._parse_ids("0,0, 1,0") == [0, 1]
+
+
+@pytest.mark.parametrize("out", [[0.0, 0.0, 0.0, 0.0], (0.0, 0.0, 0.0, 0.0), 0.0, 3])
+def test_kernels_out_must_be_written_in_place(out):
+    # before: a list (or tuple) out= was converted into a new array, written, and dropped: the call
+    # returned the caller's list unchanged
+    np = pytest.importorskip("numpy")
+    import kernels
+    a = np.arange(4, dtype=np.float32)
+    with pytest.raises(TypeError, match="out must be an array written in place"):
+        kernels.add(a, a, out=out)
+    with pytest.raises(TypeError, match="out must be an array written in place"):
+        kernels.relu(a, out=out)
+    o = np.empty(4, np.float32)
+    assert kernels.add(a, a, out=o) is o and np.array_equal(o, 2 * a)    # still usable
