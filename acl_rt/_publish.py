@@ -43,8 +43,14 @@ def _interval() -> float:
     try:
         f = float(v)
     except ValueError:
+        f = -1.0
+    if not (0 <= f < 1e9):      # also nan and inf (time.sleep(inf) would kill the publisher thread)
+        # publishing is a side service: a bad value must not stop the program, but must not pass silently
+        import warnings
+        warnings.warn(f"CANNA_STATS_INTERVAL={v!r} is not a number of seconds >= 0; using the default 0.5",
+                      RuntimeWarning, stacklevel=2)
         return 0.5
-    return f if f >= 0 else 0.5
+    return f
 
 
 def proc_starttime(pid: int) -> int | None:

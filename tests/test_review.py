@@ -80,3 +80,23 @@ def test_kernels_out_must_be_written_in_place(out):
         kernels.relu(a, out=out)
     o = np.empty(4, np.float32)
     assert kernels.add(a, a, out=o) is o and np.array_equal(o, 2 * a)    # still usable
+
+
+@pytest.mark.parametrize("value", ["abc", "inf", "nan", "-1"])
+def test_stats_interval_bad_value_warns_and_uses_the_default(monkeypatch, value):
+    # before: "abc"/"-1"/"nan" were ignored silently and "inf" killed the publisher thread
+    # (time.sleep(inf) raises OverflowError)
+    from acl_rt import _publish
+    monkeypatch.setenv("CANNA_STATS_INTERVAL", value)
+    with pytest.warns(RuntimeWarning, match="CANNA_STATS_INTERVAL"):
+        assert _publish._interval() == 0.5
+
+
+@pytest.mark.parametrize("value, expected", [("", 0.5), ("0", 0.0), ("2", 2.0), (" 0.25 ", 0.25)])
+def test_stats_interval_good_values(monkeypatch, value, expected):
+    import warnings
+    from acl_rt import _publish
+    monkeypatch.setenv("CANNA_STATS_INTERVAL", value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _publish._interval() == expected
