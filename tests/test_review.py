@@ -100,3 +100,42 @@ def test_stats_interval_good_values(monkeypatch, value, expected):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _publish._interval() == expected
+
+
+def test_to_torch_warns_for_read_only_memory():
+    """PyTorch has no read-only tensors (it ignores DLPack's READ_ONLY): canna_dl.to_torch warns
+    as torch.from_numpy does for a non-writable array, and stays zero-copy."""
+    import warnings
+
+    import numpy as np
+    import torch  # noqa: F401
+
+    import canna_dl as cd
+    b = bytes(16)
+    a = cd.asarray(np.frombuffer(b, np.float32))
+    assert a.readonly
+    with pytest.warns(UserWarning, match="read-only"):
+        t = cd.to_torch(a)
+    assert t.data_ptr() == a.ptr
+    w = np.ones(4, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = cd.to_torch(cd.asarray(w))          # writable: no warning
+    t += 1
+    assert w.tolist() == [2.0] * 4
+
+
+def test_canna_torch_ops_take_tensors_not_lists():
+    """canna_dl.torch ops are torch ops: like torch.relu([1.0]), a list, a NumPy array or a string
+    is a TypeError naming the canna_dl.torch function (Python numbers stay allowed)."""
+    import numpy as np
+    import torch
+
+    import canna_dl.torch as ct
+    for call in (lambda: ct.relu([1.0]), lambda: ct.softmax("x", 0),
+                 lambda: ct.add(np.ones(2), torch.ones(2)), lambda: ct.matmul(torch.ones(2, 2), [[1.0]])):
+        with pytest.raises(TypeError, match=r"canna_dl\.torch\.\w+: expected a torch.Tensor"):
+            call()
+    x = torch.rand(5, dtype=torch.float64) - 0.5
+    assert torch.equal(ct.add(x, 2), x + 2) and torch.equal(ct.mul(np.float64(3), x), 3 * x)
+    assert torch.equal(ct.relu(x), torch.relu(x))

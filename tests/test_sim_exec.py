@@ -215,7 +215,9 @@ def test_thread_and_spin_settings(py):
         """, env={"CANNA_SIM_THREADS": "1", "CANNA_SIM_SPIN_US": "0"}).stdout.split()
     assert out == ["THREADS", "1", "True"]      # one thread: every block on the caller
     for var, bad in (("CANNA_SIM_THREADS", "0"), ("CANNA_SIM_THREADS", "many"), ("CANNA_SIM_SPIN_US", "-1"),
-                     ("CANNA_SIM_SPIN_US", "2000000")):
+                     ("CANNA_SIM_SPIN_US", "2000000"), ("CANNA_SIM_KERNEL_TIMEOUT", "abc"),
+                     ("CANNA_SIM_KERNEL_TIMEOUT", "10s"), ("CANNA_SIM_KERNEL_TIMEOUT", "-1"),
+                     ("CANNA_SIM_KERNEL_TIMEOUT", "nan")):
         out = py("""
             import acl_rt
             try:

@@ -368,7 +368,7 @@ def test_bad_arguments():
         CF.conv2d(r(1, 2, 5, 5), r(3, 4, 3, 3))
     with pytest.raises(NotImplementedError, match="weight"):
         CF.cross_entropy(x, torch.tensor([0, 1, 2]), weight=r(4))
-    with pytest.raises(TypeError, match="target"):
+    with pytest.raises(TypeError, match="target|expected a torch.Tensor"):
         CF.nll_loss(x, [0, 1, 2])
     with pytest.raises(NotImplementedError):
         CF.cross_entropy(x, torch.rand(3, 4, dtype=D))

@@ -403,6 +403,15 @@ aclError sim_config_ensure(const char *api)
         }
         c.spin_ns = u * 1000;
     }
+    if ((v = env_get("CANNA_SIM_KERNEL_TIMEOUT"))) {   /* read again by sim_kernel.c at the first launch */
+        char *end = NULL;
+        double secs = strtod(v, &end);
+        if (!end || *end != '\0' || end == v || !(secs >= 0 && secs < 1e9)) {
+            rc = sim_err(ACL_ERROR_INVALID_PARAM,
+                         "%s: invalid CANNA_SIM_KERNEL_TIMEOUT=%s (expected seconds, 0 <= s < 1e9; 0 = none)", api, v);
+            goto out;
+        }
+    }
     g_cfg = c;
     sim_sched_setup();
     sim_devices_setup();

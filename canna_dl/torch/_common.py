@@ -17,6 +17,8 @@ Routing of one call (docs/DESIGN.md §7; the reasons for two paths: pytorch#1395
 """
 from __future__ import annotations
 
+from numbers import Number as _Number
+
 import torch
 
 from torch._C import _functions as _torch_functions
@@ -42,14 +44,21 @@ def route(api, a=None, b=None, c=None, d=None) -> int:
     """The path of a call with tensor arguments ``a``..``d`` (None or Python numbers are skipped).
 
     Raises:
+        TypeError: an argument that is neither a tensor, a number nor None (as ``torch.*`` does:
+            lists, NumPy arrays and canna arrays are not converted).
         ValueError: tensors on different devices.
     """
     if is_compiling() or functorch_active():
         return CUSTOM
     grad = False
     for t in (a, b, c, d):
-        if t is None or not isinstance(t, Tensor):
+        if t is None:
             continue
+        if not isinstance(t, Tensor):
+            if isinstance(t, _Number):
+                continue
+            raise TypeError(f"{api}: expected a torch.Tensor (or a Python number), got {type(t).__name__}; "
+                            "convert with torch.as_tensor() or canna_dl.to_torch()")
         tt = type(t)
         if tt is not Tensor and tt is not Parameter:
             return CUSTOM

@@ -11,6 +11,8 @@ PyTorch behaviour this works around (shared/reference/dlpack.md §3.1, §4):
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .. import _copy, _interop, _native
@@ -103,6 +105,12 @@ def to_torch(a) -> torch.Tensor:
     if type(a) is not DeviceArray:
         if not isinstance(a, DeviceArray):
             a = asarray(a)
+    if a.readonly:
+        # PyTorch has no read-only tensors and ignores DLPack's READ_ONLY flag (dlpack.md §2.6);
+        # warn as torch.from_numpy does for a non-writable array
+        warnings.warn("canna_dl.to_torch: the array is read-only and PyTorch does not support read-only "
+                      "tensors; writing to the returned tensor writes the read-only memory (undefined "
+                      "behaviour). Pass a.copy() for a writable tensor.", UserWarning, stacklevel=2)
     if _API is not None:
         r = _export_exchange(_API, a, False)
         if r is not NotImplemented:
