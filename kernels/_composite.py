@@ -106,7 +106,7 @@ def sum_backward(grad_out, input_shape, dim=None, keepdim=False, *, stream=None)
     g = C.as_array(api, "grad_out", grad_out)
     gk, _, shape = _expand(api, g, input_shape, dim, keepdim)
     r = contiguous(gk.broadcast_to(shape), stream=stream)
-    if r is gk:   # nothing was reduced: still hand out a new array
+    if r is gk or r.readonly:   # nothing was reduced, or a (read-only) broadcast view of zero size: a new array
         r = astype(r, r.dtype, stream=stream)
     return _convert(kind, r)
 
@@ -119,5 +119,8 @@ def mean_backward(grad_out, input_shape, dim=None, keepdim=False, *, stream=None
     gk, dims, shape = _expand(api, g, input_shape, dim, keepdim)
     n = math.prod(shape[d] for d in dims)
     scaled = mul(gk, 1.0 / n if n else float("nan"), stream=stream)
-    r = contiguous(C.as_array(api, "g", scaled).broadcast_to(shape), stream=stream)
+    sa = C.as_array(api, "g", scaled)
+    r = contiguous(sa.broadcast_to(shape), stream=stream)
+    if r.readonly:   # a broadcast view that needed no copy (zero-size or nothing broadcast): writable
+        r = sa.reshape(shape) if sa.size == math.prod(shape) and not sa.readonly else astype(r, r.dtype, stream=stream)
     return _convert(kind, r)
