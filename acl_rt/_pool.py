@@ -418,9 +418,12 @@ class MemoryPool(MemoryResource):
         if limit is None:
             self._set_limit_bytes(0)
             return
+        if isinstance(limit, str):   # the forms of CANNA_MEMORY_LIMIT: "512M", "2G", "50%", "0.5"
+            limit = _parse_limit(limit, self._total, "limit")
         if isinstance(limit, bool) or not isinstance(limit, (int, float)):
             raise TypeError(f"{api}: limit must be a number of bytes (int), a fraction of the device memory "
-                            f"(float in (0, 1]) or None, not {type(limit).__name__}")
+                            f"(float in (0, 1]), a string such as '512M', '2G' or '50%', or None, not "
+                            f"{type(limit).__name__}")
         if isinstance(limit, float):
             if not (math.isfinite(limit) and 0 < limit <= 1):
                 raise InvalidArgumentError(100000, api, f"a fraction must be in (0, 1], got {limit!r}")
@@ -655,20 +658,21 @@ def empty_cache(device=None) -> int:
     return pool.empty_cache() if pool is not None else 0
 
 
-def set_memory_limit(limit: int | float | None, device=None) -> None:
+def set_memory_limit(limit: int | float | str | None, device=None) -> None:
     """Limit the memory ``device``'s pool may reserve (default: the current device).
 
     Args:
         limit: bytes (int > 0), a fraction of the device's memory (float in (0, 1], like
-            ``torch.cuda.set_per_process_memory_fraction``), or ``None`` for no limit. The
+            ``torch.cuda.set_per_process_memory_fraction``), a string of the environment
+            variable's forms (``"512M"``, ``"2G"``, ``"50%"``), or ``None`` for no limit. The
             ``CANNA_MEMORY_LIMIT`` environment variable sets the initial limit of every pool
             (bytes, ``512M``, ``2G``, ``50%`` or ``0.5``). An allocation that would take the pool's
             reserved bytes past the limit goes through the out-of-memory ladder (cached memory is
             released first) and then raises :class:`OutOfMemoryError`.
 
     Raises:
-        TypeError: not a number or None.
-        InvalidArgumentError: a limit <= 0, a fraction outside (0, 1], or a limit below the bytes
+        TypeError: not a number, a string or None.
+        InvalidArgumentError: a string of none of those forms, a limit <= 0, a fraction outside (0, 1], or a limit below the bytes
             allocated now (the old limit stays).
     """
     pool = _pool(device, "acl_rt.set_memory_limit")

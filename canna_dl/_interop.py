@@ -311,8 +311,9 @@ def _from_python(obj, dt, device, copy):
             arr = np.asarray(obj, dtype=None if dt is None or dt.name == "bfloat16" else dt.numpy)
         except (TypeError, ValueError) as e:
             raise TypeError(f"asarray: cannot convert {type(obj).__name__} to an array: {e}") from None
-        if arr.dtype == object:
-            raise TypeError(f"asarray: cannot convert {type(obj).__name__} to an array of numbers")
+        if arr.dtype == object or arr.dtype.kind in "USV":   # objects, strings, raw records
+            raise TypeError(f"asarray: cannot convert {type(obj).__name__} to an array of numbers"
+                            + (f" (NumPy makes it {arr.dtype})" if arr.dtype != object else ""))
         arr = np.ascontiguousarray(arr) if arr.ndim else arr.reshape(())
         if arr.dtype.byteorder not in ("=", "|"):
             arr = arr.astype(arr.dtype.newbyteorder("="))

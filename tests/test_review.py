@@ -139,3 +139,36 @@ def test_canna_torch_ops_take_tensors_not_lists():
     x = torch.rand(5, dtype=torch.float64) - 0.5
     assert torch.equal(ct.add(x, 2), x + 2) and torch.equal(ct.mul(np.float64(3), x), 3 * x)
     assert torch.equal(ct.relu(x), torch.relu(x))
+
+
+def test_set_memory_limit_takes_the_environment_variables_forms():
+    import acl_rt
+    try:
+        acl_rt.set_memory_limit("1G")
+        assert acl_rt.get_memory_limit() == 1 << 30
+        acl_rt.set_memory_limit("512M")
+        assert acl_rt.get_memory_limit() == 512 << 20
+        total = acl_rt.Device(0).mem_info().total
+        acl_rt.set_memory_limit("50%")
+        assert acl_rt.get_memory_limit() == total // 2
+        for bad in ("abc", "-1G", "0%", "1.5"):
+            with pytest.raises(acl_rt.InvalidArgumentError, match="expected bytes"):
+                acl_rt.set_memory_limit(bad)
+            assert acl_rt.get_memory_limit() == total // 2     # unchanged
+        with pytest.raises(TypeError, match="string such as"):
+            acl_rt.set_memory_limit([1])
+    finally:
+        acl_rt.set_memory_limit(None)
+    acl_rt.alloc(1 << 20).close()
+
+
+def test_asarray_of_strings_is_a_type_error():
+    import canna_dl as cd
+    for obj in ("abc", ["a", "b"], [b"x"]):
+        with pytest.raises(TypeError, match="cannot convert .* to an array of numbers"):
+            cd.asarray(obj)
+    a = cd.zeros(3, cd.float32)
+    with pytest.raises(TypeError, match="array of numbers"):
+        a[0] = "x"
+    a[1] = 2.5
+    assert a.numpy().tolist() == [0.0, 2.5, 0.0]
