@@ -12,6 +12,7 @@ import ctypes
 import gc
 import os
 import threading
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -80,7 +81,18 @@ def ptr_of(kind, obj):
 def consume(kind, obj):
     if kind == "canna":
         return cd.asarray(obj)
-    return {"torch": cd.to_torch, "tf": cd.to_tf, "numpy": cd.to_numpy, "jax": cd.to_jax}[kind](obj)
+    if kind == "torch":
+        # read-only producers (TF, JAX: legacy capsules) make to_torch warn: PyTorch cannot say
+        # read-only (test_torch_readonly_flag_is_ignored_by_torch checks the warning)
+        src = cd.asarray(obj)
+        ro = src.readonly and src.size > 0 and cd.memory_model() == "unified" and min(src.strides, default=0) >= 0
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            t = cd.to_torch(obj)
+        assert [str(x.message) for x in w if "read-only" in str(x.message)] == (
+            [str(w[0].message)] if ro else []), [str(x.message) for x in w]
+        return t
+    return {"tf": cd.to_tf, "numpy": cd.to_numpy, "jax": cd.to_jax}[kind](obj)
 
 
 def values(kind, obj):
@@ -257,7 +269,8 @@ def test_torch_readonly_flag_is_ignored_by_torch():  # dlpack.md P6, a documente
     a = cd.asarray(n)
     assert a.readonly
     if UNIFIED:
-        t = cd.to_torch(a)
+        with pytest.warns(UserWarning, match="read-only"):   # as torch.from_numpy warns
+            t = cd.to_torch(a)
         assert t.data_ptr() == n.ctypes.data  # torch takes it, and would let you write (do not)
 
 

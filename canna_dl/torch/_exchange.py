@@ -106,11 +106,18 @@ def to_torch(a) -> torch.Tensor:
         if not isinstance(a, DeviceArray):
             a = asarray(a)
     if a.readonly:
-        # PyTorch has no read-only tensors and ignores DLPack's READ_ONLY flag (dlpack.md §2.6);
-        # warn as torch.from_numpy does for a non-writable array
-        warnings.warn("canna_dl.to_torch: the array is read-only and PyTorch does not support read-only "
-                      "tensors; writing to the returned tensor writes the read-only memory (undefined "
-                      "behaviour). Pass a.copy() for a writable tensor.", UserWarning, stacklevel=2)
+        t = _to_torch(a)
+        if a.size and t.data_ptr() == a.ptr:
+            # PyTorch has no read-only tensors and ignores DLPack's READ_ONLY flag (dlpack.md
+            # §2.6): warn, as torch.from_numpy does for a non-writable array
+            warnings.warn("canna_dl.to_torch: the array is read-only and PyTorch does not support read-only "
+                          "tensors; writing to the returned tensor writes the read-only memory (undefined "
+                          "behaviour). Pass a.copy() for a writable tensor.", UserWarning, stacklevel=2)
+        return t
+    return _to_torch(a)
+
+
+def _to_torch(a):
     if _API is not None:
         r = _export_exchange(_API, a, False)
         if r is not NotImplemented:
