@@ -105,7 +105,16 @@ def _generic_import(x, copy):
         dev = x.__dlpack_device__()
     except AttributeError:
         dev = None
-    dev_type = operator.index(dev[0]) if dev is not None else 1
+    if dev is None:
+        dev_type = 1
+    else:
+        try:
+            dev_type, _ = dev
+            dev_type = operator.index(dev_type)
+            operator.index(_)
+        except (TypeError, ValueError):
+            raise TypeError(f"from_dlpack: {type(x).__name__}.__dlpack_device__() must return (device_type, "
+                            f"device_id), two ints (the array API standard), got {dev!r}") from None
     kw = {"max_version": (_native.DLPACK_MAJOR, _native.DLPACK_MINOR)}
     if copy is not None:
         kw["copy"] = copy

@@ -172,3 +172,24 @@ def test_asarray_of_strings_is_a_type_error():
         a[0] = "x"
     a[1] = 2.5
     assert a.numpy().tolist() == [0.0, 2.5, 0.0]
+
+
+def test_bad_dlpack_device_is_named():
+    import numpy as np
+
+    import canna_dl as cd
+
+    class Bad:
+        def __init__(self, dev):
+            self.dev, self.a = dev, np.ones(3, np.float32)
+
+        def __dlpack_device__(self):
+            return self.dev
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+    for dev in (("cpu", "x"), (1,), 5, (1.5, 0)):
+        with pytest.raises(TypeError, match=r"__dlpack_device__\(\) must return"):
+            cd.from_dlpack(Bad(dev))
+    assert cd.from_dlpack(Bad((1, 0))).numpy().tolist() == [1.0, 1.0, 1.0]
