@@ -558,6 +558,22 @@ typedef struct mp_job {
     bool backward;
 } mp_job_t;
 
+/* the max-pool update rule without branches: take v (index i) when v > m or v is NaN, unless m is
+ * already NaN (the first NaN of a window wins) */
+static inline void mp_take(double *m, int64_t *mi, double v, int64_t i)
+{
+    uint64_t k = -(uint64_t)(!(v <= *m) & (*m == *m)), mb, vb;
+    memcpy(&mb, m, 8);
+    memcpy(&vb, &v, 8);
+    mb = (mb & ~k) | (vb & k);
+    memcpy(m, &mb, 8);
+    *mi = (int64_t)(((uint64_t)*mi & ~k) | ((uint64_t)i & k));
+}
+
+/* Each block takes whole planes. Forward: the plane is loaded once into a double buffer (exact for
+ * every float dtype), each output row is computed into row buffers and stored with one conversion
+ * call per row. Backward: per output row, the indices and gradients are loaded as rows, scattered
+ * (summed) into a zeroed double plane, which is stored row by row. */
 static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
 {
     (void)nb;
@@ -569,55 +585,83 @@ static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
         q1 = p->planes;
     if (q0 >= q1)
         return ACL_SUCCESS;
-    double *plane = malloc((size_t)((p->H * p->W) > 0 ? p->H * p->W : 1) * sizeof(double));
+    int64_t HW = p->H * p->W, OW = p->OW;
+    /* plane [H*W] double, output row [OW] double, index row [OW] int64 */
+    double *plane = malloc((size_t)(HW > 0 ? HW : 1) * sizeof(double) + (size_t)(OW > 0 ? OW : 1) * 16);
     if (!plane)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
-    int32_t vin = j->backward ? p->vgi : p->vx;
+    double *vrow = plane + (HW > 0 ? HW : 1);
+    int64_t *irow = (int64_t *)(vrow + (OW > 0 ? OW : 1));
     const nn_view_t *x = &ex->v[p->vx], *ix = &ex->v[p->vi];
+    int64_t ixs = ix->stride[ix->ndim - 1];
     for (int64_t q = q0; q < q1; q++) {
         if (!j->backward) {
             for (int64_t h = 0; h < p->H; h++)
                 nn_load(CT_F64, plane + h * p->W, plane_at(x, p->batched, p->C, q, h, 0),
                         x->stride[x->ndim - 1], x->dtype, p->W);
             const nn_view_t *y = &ex->v[p->vy];
-            for (int64_t oh = 0; oh < p->OH; oh++)
-                for (int64_t ow = 0; ow < p->OW; ow++) {
-                    double m = -INFINITY;
-                    int64_t mi = -1;
-                    for (int64_t a = 0; a < p->kh; a++) {
-                        int64_t ih = oh * p->sh - p->ph + a * p->dh;
-                        if (ih < 0 || ih >= p->H)
-                            continue;
-                        for (int64_t b = 0; b < p->kw; b++) {
-                            int64_t iw = ow * p->sw - p->pw + b * p->dw;
-                            if (iw < 0 || iw >= p->W)
+            for (int64_t oh = 0; oh < p->OH; oh++) {
+                int64_t ih0 = oh * p->sh - p->ph;
+                if (p->kh == 2 && p->kw == 2 && p->sw == 2 && p->dh == 1 && p->dw == 1 && p->pw == 0 && ih0 >= 0 &&
+                    ih0 + 1 < p->H && 2 * OW <= p->W) {
+                    /* the common 2x2 / stride-2 window fully inside: same comparisons, unrolled */
+                    const double *r0 = plane + ih0 * p->W, *r1 = r0 + p->W;
+                    int64_t base = ih0 * p->W;
+                    /* branch-free: random data defeats branch prediction */
+                    for (int64_t ow = 0; ow < OW; ow++) {
+                        double m = r0[2 * ow];
+                        int64_t mi = base + 2 * ow;
+                        mp_take(&m, &mi, r0[2 * ow + 1], base + 2 * ow + 1);
+                        mp_take(&m, &mi, r1[2 * ow], base + p->W + 2 * ow);
+                        mp_take(&m, &mi, r1[2 * ow + 1], base + p->W + 2 * ow + 1);
+                        vrow[ow] = m;
+                        irow[ow] = mi;
+                    }
+                } else {
+                    for (int64_t ow = 0; ow < OW; ow++) {
+                        double m = -INFINITY;
+                        int64_t mi = -1;
+                        for (int64_t a = 0; a < p->kh; a++) {
+                            int64_t ih = ih0 + a * p->dh;
+                            if (ih < 0 || ih >= p->H)
                                 continue;
-                            double v = plane[ih * p->W + iw];
-                            if (mi < 0 || v > m || v != v) {
-                                if (!(m != m)) {   /* keep the first NaN */
-                                    m = v;
-                                    mi = ih * p->W + iw;
+                            for (int64_t b = 0; b < p->kw; b++) {
+                                int64_t iw = ow * p->sw - p->pw + b * p->dw;
+                                if (iw < 0 || iw >= p->W)
+                                    continue;
+                                double v = plane[ih * p->W + iw];
+                                if (mi < 0 || v > m || v != v) {
+                                    if (!(m != m)) {   /* keep the first NaN */
+                                        m = v;
+                                        mi = ih * p->W + iw;
+                                    }
                                 }
                             }
                         }
+                        vrow[ow] = m;
+                        irow[ow] = mi;
                     }
-                    nn_store(CT_F64, plane_at(y, p->batched, p->C, q, oh, ow), 1, y->dtype, &m, 1);
-                    nn_store(CT_I64, plane_at(ix, p->batched, p->C, q, oh, ow), 1, ix->dtype, &mi, 1);
                 }
+                nn_store(CT_F64, plane_at(y, p->batched, p->C, q, oh, 0), y->stride[y->ndim - 1], y->dtype, vrow, OW);
+                nn_store(CT_I64, plane_at(ix, p->batched, p->C, q, oh, 0), ixs, ix->dtype, irow, OW);
+            }
         } else {
-            const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[vin];
-            memset(plane, 0, (size_t)(p->H * p->W) * sizeof(double));
-            for (int64_t oh = 0; oh < p->OH; oh++)
-                for (int64_t ow = 0; ow < p->OW; ow++) {
-                    int64_t k = nn_get_i64(plane_at(ix, p->batched, p->C, q, oh, ow), ix->dtype);
-                    if (k < 0 || k >= p->H * p->W) {
+            const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[p->vgi];
+            memset(plane, 0, (size_t)HW * sizeof(double));
+            for (int64_t oh = 0; oh < p->OH; oh++) {
+                nn_load(CT_I64, irow, plane_at(ix, p->batched, p->C, q, oh, 0), ixs, ix->dtype, OW);
+                nn_load(CT_F64, vrow, plane_at(g, p->batched, p->C, q, oh, 0), g->stride[g->ndim - 1], g->dtype, OW);
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    int64_t k = irow[ow];
+                    if (k < 0 || k >= HW) {
                         free(plane);
                         return nn_err(ACLNN_ERR_PARAM_INVALID, "%s: index %lld at output (%lld, %lld) of plane %lld is "
                                       "outside the %lld x %lld input", ex->api, (long long)k, (long long)oh,
                                       (long long)ow, (long long)q, (long long)p->H, (long long)p->W);
                     }
-                    plane[k] += nn_get_f64(plane_at(g, p->batched, p->C, q, oh, ow), g->dtype);
+                    plane[k] += vrow[ow];
                 }
+            }
             for (int64_t h = 0; h < p->H; h++)
                 nn_store(CT_F64, plane_at(gi, p->batched, p->C, q, h, 0), gi->stride[gi->ndim - 1], gi->dtype,
                          plane + h * p->W, p->W);
