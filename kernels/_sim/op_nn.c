@@ -53,7 +53,23 @@ typedef struct cv_params {
     int64_t tile, ntiles;          /* column tiles (forward) */
 } cv_params_t;
 
-/* im2col of image n, group g, columns [c0, c0+nc) of the OH*OW output positions into col[Kg][nc] */
+/* the output columns ow in [*lo, *hi) whose input column ow*sw - pw + kw*dw lies inside [0, W) */
+static inline void cv_valid_ow(const cv_params_t *p, int64_t kw, int64_t *lo, int64_t *hi)
+{
+    int64_t off = kw * p->dw - p->pw;   /* iw = ow*sw + off */
+    int64_t a = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;
+    int64_t b = p->W - 1 - off < 0 ? 0 : (p->W - 1 - off) / p->sw + 1;
+    if (b > p->OW)
+        b = p->OW;
+    if (a > b)
+        a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* im2col of image n, group g, columns [c0, c0+nc) of the OH*OW output positions into col[Kg][nc];
+ * walks output rows, so each (kh, kw) row is a zero run, a (strided) copy and a zero run per output
+ * row */
 #define IM2COL(T)                                                                                   \
     static void im2col_##T(const cv_params_t *p, const T *x, int64_t n, int64_t g, int64_t c0, int64_t nc, T *col) \
     {                                                                                              \
@@ -62,10 +78,33 @@ typedef struct cv_params {
             for (int64_t kh = 0; kh < p->KH; kh++)                                                 \
                 for (int64_t kw = 0; kw < p->KW; kw++) {                                           \
                     T *row = col + ((ci * p->KH + kh) * p->KW + kw) * nc;                          \
-                    for (int64_t j = 0; j < nc; j++) {                                             \
-                        int64_t pos = c0 + j, oh = pos / p->OW, ow = pos % p->OW;                  \
-                        int64_t ih = oh * p->sh - p->ph + kh * p->dh, iw = ow * p->sw - p->pw + kw * p->dw; \
-                        row[j] = (ih >= 0 && ih < p->H && iw >= 0 && iw < p->W) ? plane[ih * p->W + iw] : (T)0; \
+                    int64_t lo, hi, off = kw * p->dw - p->pw;                                      \
+                    cv_valid_ow(p, kw, &lo, &hi);                                                  \
+                    for (int64_t pos = c0; pos < c0 + nc;) {                                       \
+                        int64_t oh = pos / p->OW, ow0 = pos % p->OW;                               \
+                        int64_t ow1 = p->OW < ow0 + (c0 + nc - pos) ? p->OW : ow0 + (c0 + nc - pos); \
+                        T *r = row + (pos - c0);   /* r[ow - ow0] for ow in [ow0, ow1) */          \
+                        int64_t ih = oh * p->sh - p->ph + kh * p->dh;                              \
+                        if (ih < 0 || ih >= p->H) {                                                \
+                            for (int64_t ow = ow0; ow < ow1; ow++)                                 \
+                                r[ow - ow0] = (T)0;                                                \
+                        } else {                                                                   \
+                            const T *src = plane + ih * p->W;   /* src[ow*sw + off] */            \
+                            int64_t a = lo > ow0 ? lo : ow0, b = hi < ow1 ? hi : ow1;              \
+                            if (a > b)                                                             \
+                                a = b;                                                             \
+                            for (int64_t ow = ow0; ow < a; ow++)                                   \
+                                r[ow - ow0] = (T)0;                                                \
+                            if (p->sw == 1)                                                        \
+                                for (int64_t ow = a; ow < b; ow++)                                 \
+                                    r[ow - ow0] = src[ow + off];                                   \
+                            else                                                                   \
+                                for (int64_t ow = a; ow < b; ow++)                                 \
+                                    r[ow - ow0] = src[ow * p->sw + off];                           \
+                            for (int64_t ow = b; ow < ow1; ow++)                                   \
+                                r[ow - ow0] = (T)0;                                                \
+                        }                                                                          \
+                        pos += ow1 - ow0;                                                          \
                     }                                                                              \
                 }                                                                                  \
         }                                                                                          \
@@ -77,11 +116,17 @@ typedef struct cv_params {
                 for (int64_t kw = 0; kw < p->KW; kw++) {                                           \
                     const T *row = col + ((ci * p->KH + kh) * p->KW + kw) * nc;                    \
                     T *plane = dx + ci * p->H * p->W;                                              \
-                    for (int64_t pos = 0; pos < nc; pos++) {                                       \
-                        int64_t oh = pos / p->OW, ow = pos % p->OW;                                \
-                        int64_t ih = oh * p->sh - p->ph + kh * p->dh, iw = ow * p->sw - p->pw + kw * p->dw; \
-                        if (ih >= 0 && ih < p->H && iw >= 0 && iw < p->W)                          \
-                            plane[ih * p->W + iw] += row[pos];                                     \
+                    int64_t lo, hi, off = kw * p->dw - p->pw;                                      \
+                    cv_valid_ow(p, kw, &lo, &hi);                                                  \
+                    for (int64_t oh = 0; oh * p->OW < nc; oh++) {                                  \
+                        int64_t ih = oh * p->sh - p->ph + kh * p->dh;                              \
+                        if (ih < 0 || ih >= p->H)                                                  \
+                            continue;                                                              \
+                        const T *r = row + oh * p->OW;                                             \
+                        T *dst = plane + ih * p->W;   /* dst[ow*sw + off] */                      \
+                        int64_t b = hi < nc - oh * p->OW ? hi : nc - oh * p->OW;                   \
+                        for (int64_t ow = lo; ow < b; ow++)                                        \
+                            dst[ow * p->sw + off] += r[ow];                                        \
                     }                                                                              \
                 }                                                                                  \
     }
@@ -97,12 +142,41 @@ static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
         nn_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* a view that already is a contiguous array of the compute type (C order) can be used in place of
+ * its packed copy */
+static bool cv_dense(const nn_view_t *v, int ct)
+{
+    if (v->dtype != (ct == CT_F32 ? ACL_FLOAT : ACL_DOUBLE))
+        return false;
+    int64_t expect = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->stride[d] != expect)
+            return false;
+        expect *= v->shape[d];
+    }
+    return true;
+}
+
+/* the operand as a contiguous compute-type array: the view itself when dense, else packed into buf */
+static aclError cv_operand(nn_exec_t *ex, int ct, char *buf, int32_t vi, const char **out)
+{
+    const nn_view_t *v = &ex->v[vi];
+    if (cv_dense(v, ct)) {
+        *out = v->data;
+        return ACL_SUCCESS;
+    }
+    *out = buf;
+    return nn_pack(ex, ct, buf, v);
+}
+
 typedef struct cv_job {
     nn_exec_t *ex;
     const cv_params_t *p;
     const char *X, *Wt, *GO;       /* packed input / weight / gradOutput (compute type) */
     double *bias;                  /* forward bias as double[O] */
+    bool direct;                   /* forward: the output is dense in the compute type; GEMM into it */
     char *gw_partial;              /* backward: [nb][O*Kg] compute type */
+    double *gb_partial;            /* backward: [nb][O] */
     int64_t items, per;
 } cv_job_t;
 
@@ -118,17 +192,36 @@ static aclError cv_fwd_block(uint32_t bi, uint32_t nb, void *arg)
         t1 = j->items;
     if (t0 >= t1)
         return ACL_SUCCESS;
-    char *col = malloc((size_t)(p->Kg * p->tile + p->Og * p->tile) * csz + 64);
+    char *col = malloc((size_t)(p->Kg * p->tile + (j->direct ? 0 : p->Og * p->tile)) * csz + 64);
     if (!col)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", j->ex->api);
     char *res = col + (size_t)(p->Kg * p->tile) * csz;
+    int64_t L = p->OH * p->OW;
     for (int64_t t = t0; t < t1; t++) {
         int64_t tile = t % p->ntiles, ng = t / p->ntiles, g = ng % p->G, n = ng / p->G;
-        int64_t c0 = tile * p->tile, nc = p->OH * p->OW - c0 < p->tile ? p->OH * p->OW - c0 : p->tile;
+        int64_t c0 = tile * p->tile, nc = L - c0 < p->tile ? L - c0 : p->tile;
         if (p->ct == CT_F32)
             im2col_float(p, (const float *)j->X, n, g, c0, nc, (float *)col);
         else
             im2col_double(p, (const double *)j->X, n, g, c0, nc, (double *)col);
+        if (j->direct) {   /* y[n, g*Og + o, c0 + i] = bias + W_g x col, straight into the output */
+            char *c = y->data + (size_t)((n * p->O + g * p->Og) * L + c0) * csz;
+            for (int64_t o = 0; o < p->Og && j->bias; o++) {
+                double b = j->bias[g * p->Og + o];
+                if (p->ct == CT_F32) {
+                    float *rr = (float *)c + o * L;
+                    for (int64_t i = 0; i < nc; i++)
+                        rr[i] = (float)b;
+                } else {
+                    double *rr = (double *)c + o * L;
+                    for (int64_t i = 0; i < nc; i++)
+                        rr[i] = b;
+                }
+            }
+            gemm(p->ct, false, false, p->Og, nc, p->Kg, j->bias ? 1 : 0, j->Wt + (size_t)(g * p->Og * p->Kg) * csz,
+                 p->Kg, col, nc, c, L);
+            continue;
+        }
         /* res[Og][nc] = W_g[Og][Kg] x col[Kg][nc] */
         gemm(p->ct, false, false, p->Og, nc, p->Kg, 0, j->Wt + (size_t)(g * p->Og * p->Kg) * csz, p->Kg, col, nc, res,
              nc);
@@ -175,11 +268,10 @@ static aclError cv_fwd_run(nn_exec_t *ex)
     j.ex = ex;
     j.p = p;
     aclError rc;
-    char *X = ex->ws + p->off_x, *Wt = ex->ws + p->off_w;
-    if ((rc = nn_pack(ex, p->ct, X, &ex->v[p->vx])) || (rc = nn_pack(ex, p->ct, Wt, &ex->v[p->vw])))
+    if ((rc = cv_operand(ex, p->ct, ex->ws + p->off_x, p->vx, &j.X)) ||
+        (rc = cv_operand(ex, p->ct, ex->ws + p->off_w, p->vw, &j.Wt)))
         return rc;
-    j.X = X;
-    j.Wt = Wt;
+    j.direct = cv_dense(&ex->v[p->vy], p->ct);
     if (p->vb >= 0) {
         j.bias = malloc((size_t)p->O * sizeof(double));
         if (!j.bias)
@@ -336,6 +428,22 @@ static aclError cv_bwd_block(uint32_t bi, uint32_t nb, void *arg)
     for (int64_t t = t0; t < t1; t++) {   /* items: (n, g) */
         int64_t g = t % p->G, n = t / p->G;
         const char *go = j->GO + (size_t)((n * p->O + g * p->Og) * L) * csz;   /* [Og][L] */
+        if (j->gb_partial) {
+            double *gb = j->gb_partial + (size_t)bi * (size_t)p->O + (size_t)(g * p->Og);
+            for (int64_t o = 0; o < p->Og; o++) {
+                double s = 0;
+                if (p->ct == CT_F32) {
+                    const float *r = (const float *)go + o * L;
+                    for (int64_t i = 0; i < L; i++)
+                        s += r[i];
+                } else {
+                    const double *r = (const double *)go + o * L;
+                    for (int64_t i = 0; i < L; i++)
+                        s += r[i];
+                }
+                gb[o] += s;
+            }
+        }
         if (p->mask[1]) {   /* gw_g[Og][Kg] += go[Og][L] x col[Kg][L]^T */
             if (p->ct == CT_F32)
                 im2col_float(p, (const float *)j->X, n, g, 0, L, (float *)col);
@@ -375,13 +483,10 @@ static aclError cv_bwd_run(nn_exec_t *ex)
     j.ex = ex;
     j.p = p;
     aclError rc;
-    char *X = ex->ws + p->off_x, *Wt = ex->ws + p->off_w, *GO = ex->ws + p->off_go;
-    if ((rc = nn_pack(ex, p->ct, X, &ex->v[p->vx])) || (rc = nn_pack(ex, p->ct, Wt, &ex->v[p->vw])) ||
-        (rc = nn_pack(ex, p->ct, GO, &ex->v[p->vgo])))
+    if ((rc = cv_operand(ex, p->ct, ex->ws + p->off_x, p->vx, &j.X)) ||
+        (rc = cv_operand(ex, p->ct, ex->ws + p->off_w, p->vw, &j.Wt)) ||
+        (rc = cv_operand(ex, p->ct, ex->ws + p->off_go, p->vgo, &j.GO)))
         return rc;
-    j.X = X;
-    j.Wt = Wt;
-    j.GO = GO;
     j.items = p->N * p->G;
     uint32_t nb = j.items ? nn_blocks(ex, j.items, 1) : 1;
     j.per = j.items ? (j.items + nb - 1) / nb : 1;
@@ -391,6 +496,13 @@ static aclError cv_bwd_run(nn_exec_t *ex)
         j.gw_partial = calloc((size_t)nb, wsz ? wsz : 1);
         if (!j.gw_partial)
             return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
+    }
+    if (p->mask[2]) {   /* per-block partial bias sums, reduced below */
+        j.gb_partial = calloc((size_t)nb * (size_t)(p->O ? p->O : 1), sizeof(double));
+        if (!j.gb_partial) {
+            free(j.gw_partial);
+            return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
+        }
     }
     rc = j.items ? nn_parallel(ex, nb, cv_bwd_block, &j) : ACL_SUCCESS;
     if (!rc && p->mask[1]) {
@@ -407,31 +519,14 @@ static aclError cv_bwd_run(nn_exec_t *ex)
         }
         nn_unpack_rows(p->ct, &ex->v[p->vgw], j.gw_partial, 0, nn_rows(&ex->v[p->vgw]));
     }
-    if (!rc && p->mask[2]) {   /* gradBias[o] = sum over n, positions */
-        int64_t L = p->OH * p->OW;
-        double *gb = calloc((size_t)(p->O ? p->O : 1), sizeof(double));
-        if (!gb) {
-            rc = nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
-        } else {
-            for (int64_t n = 0; n < p->N; n++)
-                for (int64_t o = 0; o < p->O; o++) {
-                    double s = 0;
-                    if (p->ct == CT_F32) {
-                        const float *r = (const float *)GO + (n * p->O + o) * L;
-                        for (int64_t i = 0; i < L; i++)
-                            s += r[i];
-                    } else {
-                        const double *r = (const double *)GO + (n * p->O + o) * L;
-                        for (int64_t i = 0; i < L; i++)
-                            s += r[i];
-                    }
-                    gb[o] += s;
-                }
-            nn_unpack_rows(CT_F64, &ex->v[p->vgb], gb, 0, nn_rows(&ex->v[p->vgb]));
-            free(gb);
-        }
+    if (!rc && p->mask[2]) {   /* gradBias[o] = sum over n, positions (the blocks' partial sums) */
+        for (uint32_t b = 1; b < nb; b++)
+            for (int64_t o = 0; o < p->O; o++)
+                j.gb_partial[o] += j.gb_partial[(size_t)b * (size_t)p->O + (size_t)o];
+        nn_unpack_rows(CT_F64, &ex->v[p->vgb], j.gb_partial, 0, nn_rows(&ex->v[p->vgb]));
     }
     free(j.gw_partial);
+    free(j.gb_partial);
     return rc;
 }
 
