@@ -653,16 +653,55 @@ typedef struct mp_job {
     bool backward;
 } mp_job_t;
 
-/* the max-pool update rule without branches: take v (index i) when v > m or v is NaN, unless m is
- * already NaN (the first NaN of a window wins) */
-static inline void mp_take(double *m, int64_t *mi, double v, int64_t i)
+/* One output row of a 2x2 / stride-2 window fully inside the input (rows r0, r1; base = the flat
+ * index of r0[0]). The update rule of the generic loop -- take v when v > m or v is NaN, unless m
+ * is already NaN (the first NaN of a window wins) -- written with masks instead of branches (random
+ * data defeats branch prediction), four windows at a time with GCC/Clang vector extensions. */
+typedef double mp_v4d __attribute__((vector_size(32)));
+typedef int64_t mp_v4l __attribute__((vector_size(32)));
+
+static inline void mp_take4(mp_v4d *m, mp_v4l *k, mp_v4d v, int64_t kv)
 {
-    uint64_t k = -(uint64_t)(!(v <= *m) & (*m == *m)), mb, vb;
+    mp_v4l u = ~(v <= *m) & (*m == *m);
+    *m = (mp_v4d)(((mp_v4l)*m & ~u) | ((mp_v4l)v & u));
+    *k = (*k & ~u) | ((mp_v4l){kv, kv, kv, kv} & u);
+}
+
+static inline void mp_take1(double *m, int64_t *k, double v, int64_t kv)
+{
+    uint64_t u = -(uint64_t)(!(v <= *m) & (*m == *m)), mb, vb;
     memcpy(&mb, m, 8);
     memcpy(&vb, &v, 8);
-    mb = (mb & ~k) | (vb & k);
+    mb = (mb & ~u) | (vb & u);
     memcpy(m, &mb, 8);
-    *mi = (int64_t)(((uint64_t)*mi & ~k) | ((uint64_t)i & k));
+    *k = (int64_t)(((uint64_t)*k & ~u) | ((uint64_t)kv & u));
+}
+
+static __attribute__((target_clones("avx512f", "avx2", "default"))) void
+mp_row_2x2(const double *restrict r0, const double *restrict r1, int64_t OW, int64_t base, int64_t W,
+           double *restrict vrow, int64_t *restrict irow)
+{
+    int64_t ow = 0;
+    for (; ow + 4 <= OW; ow += 4) {
+        const double *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
+        mp_v4d m = {p0[0], p0[2], p0[4], p0[6]};
+        mp_v4l k = {0, 0, 0, 0};
+        mp_take4(&m, &k, (mp_v4d){p0[1], p0[3], p0[5], p0[7]}, 1);
+        mp_take4(&m, &k, (mp_v4d){p1[0], p1[2], p1[4], p1[6]}, W);
+        mp_take4(&m, &k, (mp_v4d){p1[1], p1[3], p1[5], p1[7]}, W + 1);
+        k += (mp_v4l){base + 2 * ow, base + 2 * ow + 2, base + 2 * ow + 4, base + 2 * ow + 6};
+        memcpy(vrow + ow, &m, sizeof m);
+        memcpy(irow + ow, &k, sizeof k);
+    }
+    for (; ow < OW; ow++) {
+        double m = r0[2 * ow];
+        int64_t k = 0;
+        mp_take1(&m, &k, r0[2 * ow + 1], 1);
+        mp_take1(&m, &k, r1[2 * ow], W);
+        mp_take1(&m, &k, r1[2 * ow + 1], W + 1);
+        vrow[ow] = m;
+        irow[ow] = base + 2 * ow + k;
+    }
 }
 
 /* Each block takes whole planes. Forward: the plane is loaded once into a double buffer (exact for
@@ -700,18 +739,7 @@ static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
                 if (p->kh == 2 && p->kw == 2 && p->sw == 2 && p->dh == 1 && p->dw == 1 && p->pw == 0 && ih0 >= 0 &&
                     ih0 + 1 < p->H && 2 * OW <= p->W) {
                     /* the common 2x2 / stride-2 window fully inside: same comparisons, unrolled */
-                    const double *r0 = plane + ih0 * p->W, *r1 = r0 + p->W;
-                    int64_t base = ih0 * p->W;
-                    /* branch-free: random data defeats branch prediction */
-                    for (int64_t ow = 0; ow < OW; ow++) {
-                        double m = r0[2 * ow];
-                        int64_t mi = base + 2 * ow;
-                        mp_take(&m, &mi, r0[2 * ow + 1], base + 2 * ow + 1);
-                        mp_take(&m, &mi, r1[2 * ow], base + p->W + 2 * ow);
-                        mp_take(&m, &mi, r1[2 * ow + 1], base + p->W + 2 * ow + 1);
-                        vrow[ow] = m;
-                        irow[ow] = mi;
-                    }
+                    mp_row_2x2(plane + ih0 * p->W, plane + (ih0 + 1) * p->W, OW, ih0 * p->W, p->W, vrow, irow);
                 } else {
                     for (int64_t ow = 0; ow < OW; ow++) {
                         double m = -INFINITY;

@@ -1,0 +1,172 @@
+"""The simulator's fast paths for the shapes of a small CNN training step, checked against PyTorch
+in float64 on random data, with the boundaries of each path:
+
+- max_pool2d: the vectorized 2x2 / stride-2 window (4 windows at a time, a scalar tail; rows
+  where the window leaves the input -- padding, ceil_mode, odd sizes -- take the generic loop),
+  with NaN, ties and -inf in the windows;
+- conv2d: im2col by output rows (padding / stride / dilation cut each row into a zero run, a copy
+  and a zero run), column tiles of 4096 positions that start in the middle of an output row, the
+  forward GEMM straight into a dense output or through a buffer into a strided one, operands used
+  in place when dense or packed when strided, gradBias summed per block.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import kernels  # noqa: E402
+from conftest import assert_usable  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("acl")
+
+FLOATS = [torch.float32, torch.float64, torch.float16]
+TOL = {torch.float32: 2e-5, torch.float64: 1e-10, torch.float16: 1e-2}
+
+
+@pytest.fixture
+def gen():
+    seed = int(os.environ.get("CANNA_TEST_SEED", 0)) or int.from_bytes(os.urandom(4), "little")
+    return torch.Generator().manual_seed(seed)
+
+
+def rnd(shape, dtype, gen, lo=-2.0, hi=2.0):
+    return (torch.rand(shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+
+
+def leaf(t):
+    """A float64 copy of ``t`` that requires grad (never ``t`` itself)."""
+    return t.detach().to(torch.float64, copy=True).requires_grad_()
+
+
+def close(got, ref, dtype, gen, tol=None):
+    t = tol if tol is not None else TOL[dtype]
+    assert got.dtype == dtype and got.shape == ref.shape, (got.dtype, got.shape, ref.shape)
+    torch.testing.assert_close(got.double(), ref.double(), rtol=t, atol=t,
+                               msg=lambda m: f"{m} (seed {gen.initial_seed()})")
+
+
+# ------------------------------------------------------------------ max_pool2d
+
+# (input H, W, kwargs): the 2x2/2 path at widths around the 4-wide vector step, odd sizes (the last
+# input row/column unused), ceil_mode (the last window leaves the input: generic loop), row stride 1,
+# padding (every window touching it takes the generic loop), and non-2x2 windows (never the path)
+POOL_CASES = [
+    (8, 8, dict(kernel_size=2)), (6, 6, dict(kernel_size=2)), (4, 2, dict(kernel_size=2)),
+    (9, 17, dict(kernel_size=2)), (10, 18, dict(kernel_size=2)), (7, 9, dict(kernel_size=2, ceil_mode=True)),
+    (28, 28, dict(kernel_size=2)), (9, 10, dict(kernel_size=2, stride=(1, 2))),
+    (8, 10, dict(kernel_size=2, stride=2, padding=1)), (8, 10, dict(kernel_size=2, stride=(2, 2), padding=(1, 0))),
+    (8, 10, dict(kernel_size=2, stride=(2, 2), padding=(0, 1))), (9, 11, dict(kernel_size=2, stride=3)),
+    (9, 11, dict(kernel_size=(2, 3), stride=2)), (9, 11, dict(kernel_size=2, stride=2, dilation=2)),
+]
+
+
+def _special(x, gen):
+    """Ties inside a window, a whole -inf window (both in the top-left 4x4 corner) and one NaN per
+    plane outside that corner (so no window holds two NaNs: the simulator keeps the first NaN of a
+    window, PyTorch's CPU kernel the last)."""
+    x = x.clone()
+    flat = x.view(-1, x.shape[-2], x.shape[-1])
+    H, W = flat.shape[-2:]
+    corner = H >= 4 and W >= 4
+    for p in range(flat.shape[0]):
+        if corner:
+            flat[p, 2:4, 0:2] = -float("inf")
+            flat[p, 0, 2:4] = flat[p, 1, 2]
+            flat[p, 1, 3] = flat[p, 1, 2]
+        while True:
+            i = int(torch.randint(0, H, (), generator=gen))
+            j = int(torch.randint(0, W, (), generator=gen))
+            if not corner or i >= 4 or j >= 4:
+                break
+        flat[p, i, j] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("special", [False, True], ids=["random", "nan-ties-inf"])
+@pytest.mark.parametrize("case", POOL_CASES, ids=[f"{h}x{w}-{kw}" for h, w, kw in POOL_CASES])
+def test_max_pool2d_paths(case, special, dtype, gen):
+    H, W, kw = case
+    x = rnd((3, 5, H, W), dtype, gen)
+    if special:
+        x = _special(x, gen)
+    y, idx = kernels.max_pool2d(x, return_indices=True, **kw)
+    ry, ridx = F.max_pool2d(x.double(), return_indices=True, **kw)
+    torch.testing.assert_close(y.double(), ry, rtol=0, atol=0, equal_nan=True,
+                               msg=lambda m: f"{m} (seed {gen.initial_seed()})")
+    assert idx.dtype == torch.int64 and torch.equal(idx, ridx), f"seed {gen.initial_seed()}"
+    # backward through the indices (overlapping windows sum)
+    g = rnd(tuple(ry.shape), dtype, gen)
+    xr = leaf(x)
+    F.max_pool2d(xr, **kw).backward(g.double())
+    close(kernels.backward.max_pool2d(g, x, idx, **kw), xr.grad, dtype, gen, tol=TOL[dtype] * 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_max_pool2d_strided_input_and_batchless(dtype, gen):
+    base = rnd((2, 4, 12, 2 * 16 + 1), dtype, gen)
+    x = base[..., 1::2]   # inner stride 2, offset 1
+    y, idx = kernels.max_pool2d(x, 2, return_indices=True)
+    ry, ridx = F.max_pool2d(x.double(), 2, return_indices=True)
+    assert torch.equal(y.double(), ry) and torch.equal(idx, ridx), f"seed {gen.initial_seed()}"
+    y3, idx3 = kernels.max_pool2d(x[0], 2, return_indices=True)
+    assert torch.equal(y3.double(), ry[0]) and torch.equal(idx3, ridx[0])
+
+
+# ------------------------------------------------------------------ conv2d
+
+CONV_CASES = [
+    ((4, 1, 28, 28), (16, 1, 3, 3), dict(padding=1)),                 # the SimpleCNN layer
+    ((2, 3, 9, 11), (5, 3, 3, 3), dict(padding=2)),                   # zero runs at both ends of rows
+    ((2, 3, 9, 11), (5, 3, 3, 3), dict(stride=(2, 3), padding=(1, 2))),
+    ((2, 4, 10, 13), (6, 2, 3, 2), dict(dilation=(2, 3), padding=(2, 3), groups=2)),
+    ((2, 2, 6, 5), (3, 2, 1, 1), dict(stride=2)),
+    ((1, 2, 4, 4), (3, 2, 3, 3), dict(padding=4)),                    # output rows entirely in the padding
+    ((1, 1, 70, 70), (2, 1, 3, 3), dict()),                           # 4624 positions: 2 tiles, the 2nd mid-row
+    ((2, 1, 65, 67), (3, 1, 2, 2), dict(padding=1)),                  # 4488 positions, 2 tiles
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("case", CONV_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CONV_CASES])
+def test_conv2d_paths(case, dtype, gen):
+    xs, ws, kw = case
+    x, w, b = rnd(xs, dtype, gen), rnd(ws, dtype, gen), rnd((ws[0],), dtype, gen)
+    tol = TOL[dtype] * (4 if dtype == torch.float16 else 1)
+    xd, wd, bd = leaf(x), leaf(w), leaf(b)
+    ref = F.conv2d(xd, wd, bd, **kw)
+    close(kernels.conv2d(x, w, b, **kw), ref, dtype, gen, tol)
+    close(kernels.conv2d(x, w, **kw), F.conv2d(x.double(), w.double(), **kw), dtype, gen, tol)
+    g = rnd(tuple(ref.shape), dtype, gen)
+    ref.backward(g.double())
+    gx, gw, gb = kernels.backward.conv2d(g, x, w, **kw)
+    close(gx, xd.grad, dtype, gen, tol * 4)
+    close(gw, wd.grad, dtype, gen, tol * 4)
+    close(gb, bd.grad, dtype, gen, tol * 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_conv2d_strided_operands_and_output(dtype, gen):
+    """Strided input / weight / gradOutput are packed; a strided output takes the buffered path."""
+    x = rnd((3, 2, 9, 2 * 10 + 1), dtype, gen)[..., 1::2]
+    w = rnd((4, 2, 3, 3), dtype, gen).transpose(2, 3)
+    b = rnd((8,), dtype, gen)[::2]
+    ref = F.conv2d(x.double(), w.double(), b.double(), padding=1)
+    out = torch.full((3, 4, 9, 2 * 10), float("nan"), dtype=dtype)
+    view = out[..., ::2]
+    got = kernels.conv2d(x, w, b, padding=1, out=view)
+    close(view, ref, dtype, gen)
+    assert got.data_ptr() == view.data_ptr()
+    assert out[..., 1::2].isnan().all()   # the gaps untouched
+    g = rnd((3, 4, 9, 2 * 10 + 1), dtype, gen)[..., 1::2]
+    xd, wd, bd = leaf(x), leaf(w), leaf(b)
+    F.conv2d(xd, wd, bd, padding=1).backward(g.double())
+    gx, gw, gb = kernels.backward.conv2d(g, x, w, padding=1)
+    close(gx, xd.grad, dtype, gen, TOL[dtype] * 4)
+    close(gw, wd.grad, dtype, gen, TOL[dtype] * 4)
+    close(gb, bd.grad, dtype, gen, TOL[dtype] * 4)
+    assert_usable()
