@@ -169,6 +169,23 @@ static aclError cv_operand(nn_exec_t *ex, int ct, char *buf, int32_t vi, const c
     return nn_pack(ex, ct, buf, v);
 }
 
+/* sum of n values in double with 8 independent partial sums (one chain of dependent additions
+ * would leave the adder waiting on its own latency) */
+#define CV_SUM(T)                                                                                   \
+    static double cv_sum_##T(const T *r, int64_t n)                                                \
+    {                                                                                              \
+        double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                    \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int k = 0; k < 8; k++)                                                            \
+                a[k] += (double)r[i + k];                                                          \
+        for (; i < n; i++)                                                                         \
+            a[0] += (double)r[i];                                                                  \
+        return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));                  \
+    }
+CV_SUM(float)
+CV_SUM(double)
+
 typedef struct cv_job {
     nn_exec_t *ex;
     const cv_params_t *p;
@@ -431,17 +448,8 @@ static aclError cv_bwd_block(uint32_t bi, uint32_t nb, void *arg)
         if (j->gb_partial) {
             double *gb = j->gb_partial + (size_t)bi * (size_t)p->O + (size_t)(g * p->Og);
             for (int64_t o = 0; o < p->Og; o++) {
-                double s = 0;
-                if (p->ct == CT_F32) {
-                    const float *r = (const float *)go + o * L;
-                    for (int64_t i = 0; i < L; i++)
-                        s += r[i];
-                } else {
-                    const double *r = (const double *)go + o * L;
-                    for (int64_t i = 0; i < L; i++)
-                        s += r[i];
-                }
-                gb[o] += s;
+                gb[o] += p->ct == CT_F32 ? cv_sum_float((const float *)go + o * L, L)
+                                         : cv_sum_double((const double *)go + o * L, L);
             }
         }
         if (p->mask[1]) {   /* gw_g[Og][Kg] += go[Og][L] x col[Kg][L]^T */
