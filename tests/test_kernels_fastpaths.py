@@ -1,4 +1,4 @@
-"""The simulator's fast paths for the shapes of a small CNN training step, checked against PyTorch
+"""The fast paths for the shapes of a small CNN training step, checked against PyTorch
 in float64 on random data, with the boundaries of each path:
 
 - max_pool2d: the vectorized 2x2 / stride-2 window (4 windows at a time, a scalar tail; rows
@@ -7,7 +7,9 @@ in float64 on random data, with the boundaries of each path:
 - conv2d: im2col by output rows (padding / stride / dilation cut each row into a zero run, a copy
   and a zero run), column tiles of 4096 positions that start in the middle of an output row, the
   forward GEMM straight into a dense output or through a buffer into a strided one, operands used
-  in place when dense or packed when strided, gradBias summed per block.
+  in place when dense or packed when strided, gradBias summed per block;
+- the C fast path of in-place elementwise calls (``kernels.add(x, y, alpha=a, out=x)``, an
+  optimizer's update): x returned, the overlap check kept.
 """
 from __future__ import annotations
 
@@ -170,3 +172,81 @@ def test_conv2d_strided_operands_and_output(dtype, gen):
     close(gw, wd.grad, dtype, gen, TOL[dtype] * 4)
     close(gb, bd.grad, dtype, gen, TOL[dtype] * 4)
     assert_usable()
+
+
+# ------------------------------------------------------------------ in-place elementwise fast path
+
+def _inplace_entries():
+    from kernels import _core
+    return [v for v in _core.fast_cache.values() if v[1] is None]
+
+
+INPLACE = [("add", lambda x, y: x + (-0.25) * y, dict(alpha=-0.25)), ("sub", lambda x, y: x - 3 * y, dict(alpha=3)),
+           ("mul", lambda x, y: x * y, {}), ("div", lambda x, y: x / y, {})]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("op", INPLACE, ids=[o[0] for o in INPLACE])
+def test_inplace_fast_path(op, dtype, gen):
+    """``kernels.<op>(x, y, out=x)`` (an optimizer's ``p.add_(g, alpha=-lr)``): the first call
+    registers the plan, later calls take the C fast path; every call writes x in place and returns
+    x itself, with the values of PyTorch's float64 result."""
+    name, ref_fn, kw = op
+    fn = getattr(kernels, name)
+    x = rnd((6, 40), dtype, gen, 0.5, 2.0)
+    ref = x.to(torch.float64, copy=True)
+    ptr = x.data_ptr()
+    for i in range(4):
+        y = rnd((6, 40), dtype, gen, 0.5, 2.0)
+        got = fn(x, y, out=x, **kw)
+        ref = ref_fn(ref, y.double())
+        assert got is x and x.data_ptr() == ptr
+        close(x, ref.to(dtype).double(), dtype, gen, TOL[dtype] * (1 + i))
+    # registered by an early call (the first calls of a process set the fast path up), then hit
+    assert _inplace_entries(), "the in-place call was not registered for the fast path"
+    # y a scalar, y exactly x (an allowed alias), y a broadcast row
+    x2 = x.clone()
+    for _ in range(2):
+        fn(x, 1.5, out=x, **kw)
+        x2 = ref_fn(x2.double(), torch.tensor(1.5, dtype=torch.float64)).to(dtype)
+    close(x, x2.double(), dtype, gen, TOL[dtype] * 4)
+    for _ in range(2):
+        x2 = ref_fn(x.double(), x.double()).to(dtype)
+        fn(x, x, out=x, **kw)
+        close(x, x2.double(), dtype, gen, TOL[dtype] * 4)
+    row = rnd((40,), dtype, gen, 0.5, 2.0)
+    for _ in range(2):
+        x2 = ref_fn(x.double(), row.double()).to(dtype)
+        fn(x, row, out=x, **kw)
+        close(x, x2.double(), dtype, gen, TOL[dtype] * 4)
+
+
+def test_inplace_fast_path_partial_overlap_still_raises(gen):
+    """The fast path's key holds shapes and strides, not addresses: a call whose ``y`` partially
+    overlaps ``x`` -- with the same signature as a registered, valid call -- must still take the
+    general path and raise, leaving x unchanged."""
+    base = rnd((40,), torch.float32, gen)
+    x, other = base[:20], rnd((20,), torch.float32, gen)
+    for _ in range(3):   # register, then hit
+        kernels.add(x, other, alpha=0.5, out=x)
+    before = base.clone()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="overlaps"):
+            kernels.add(x, base[10:30], alpha=0.5, out=x)
+    assert torch.equal(base, before)
+    kernels.add(x, other, alpha=0.5, out=x)   # still usable
+    close(x, before[:20].double() + 0.5 * other.double(), torch.float32, gen)
+    assert_usable()
+
+
+def test_inplace_fast_path_refuses_grad_and_non_tensors(gen):
+    """The in-place fast path never serves tensors that require grad (the general path refuses
+    them) or a non-torch ``out``."""
+    x = rnd((5,), torch.float32, gen).requires_grad_()
+    with pytest.raises(BufferError):
+        kernels.add(x, x.detach(), out=x)
+    import numpy as np
+    a = np.ones(5, np.float32)
+    for _ in range(2):
+        kernels.add(a, a, alpha=2, out=a)
+    assert np.array_equal(a, np.full(5, 9, np.float32))
