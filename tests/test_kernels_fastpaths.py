@@ -119,6 +119,44 @@ def test_max_pool2d_strided_input_and_batchless(dtype, gen):
     assert torch.equal(y3.double(), ry[0]) and torch.equal(idx3, ridx[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", ["dense", "strided-grad", "strided-indices"])
+def test_max_pool2d_backward_direct_and_general(layout, dtype, gen):
+    """Backward in the tensors' memory (dense float32/float64 gradients, dense int64 indices,
+    windows that do not overlap) and through row buffers otherwise (float16, strided operands,
+    overlapping windows)."""
+    x = rnd((3, 4, 10, 9), dtype, gen)
+    for kw in (dict(kernel_size=2), dict(kernel_size=3, stride=2), dict(kernel_size=2, stride=(2, 3))):
+        y, idx = kernels.max_pool2d(x, return_indices=True, **kw)
+        g = rnd(tuple(y.shape), dtype, gen)
+        if layout == "strided-grad":
+            g = rnd(tuple(y.shape[:-1]) + (2 * y.shape[-1],), dtype, gen)[..., ::2]
+        if layout == "strided-indices":
+            wide = torch.zeros(tuple(y.shape[:-1]) + (2 * y.shape[-1],), dtype=torch.int64)
+            wide[..., ::2] = idx
+            idx = wide[..., ::2]
+        xr = leaf(x)
+        F.max_pool2d(xr, **kw).backward(g.double())
+        close(kernels.backward.max_pool2d(g, x, idx, **kw), xr.grad, dtype, gen, TOL[dtype] * 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_max_pool2d_backward_bad_index(dtype, gen):
+    import acl_rt
+    x = rnd((2, 3, 8, 8), dtype, gen)
+    y, idx = kernels.max_pool2d(x, 2, return_indices=True)
+    g = rnd(tuple(y.shape), dtype, gen)
+    for v in (64, -1):
+        bad = idx.clone()
+        bad[1, 2, 3, 1] = v
+        with pytest.raises(acl_rt.AclError, match=f"index {v} at output \\(3, 1\\) of plane 5 is outside the 8 x 8"):
+            kernels.backward.max_pool2d(g, x, bad, 2)
+    xr = leaf(x)   # still usable
+    F.max_pool2d(xr, 2).backward(g.double())
+    close(kernels.backward.max_pool2d(g, x, idx, 2), xr.grad, dtype, gen)
+    assert_usable()
+
+
 # ------------------------------------------------------------------ conv2d
 
 CONV_CASES = [

@@ -144,10 +144,8 @@ static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
 
 /* a view that already is a contiguous array of the compute type (C order) can be used in place of
  * its packed copy */
-static bool cv_dense(const nn_view_t *v, int ct)
+static bool view_contiguous(const nn_view_t *v)
 {
-    if (v->dtype != (ct == CT_F32 ? ACL_FLOAT : ACL_DOUBLE))
-        return false;
     int64_t expect = 1;
     for (int32_t d = v->ndim - 1; d >= 0; d--) {
         if (v->shape[d] != 1 && v->stride[d] != expect)
@@ -155,6 +153,11 @@ static bool cv_dense(const nn_view_t *v, int ct)
         expect *= v->shape[d];
     }
     return true;
+}
+
+static bool cv_dense(const nn_view_t *v, int ct)
+{
+    return v->dtype == (ct == CT_F32 ? ACL_FLOAT : ACL_DOUBLE) && view_contiguous(v);
 }
 
 /* the operand as a contiguous compute-type array: the view itself when dense, else packed into buf */
@@ -659,7 +662,43 @@ typedef struct mp_job {
     const mp_params_t *p;
     int64_t per;
     bool backward;
+    bool direct;   /* backward: see mp_bwd_direct */
 } mp_job_t;
+
+/* Backward straight in the tensors' memory: gradOutput and gradInput contiguous float32 (or both
+ * float64), indices contiguous int64, and windows that do not overlap (stride >= dilated kernel),
+ * so each input element receives at most one gradient (the sum in the tensors' dtype is exact). */
+static bool mp_bwd_direct(const nn_exec_t *ex, const mp_params_t *p)
+{
+    const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[p->vgi], *ix = &ex->v[p->vi];
+    if (g->dtype != gi->dtype || (g->dtype != ACL_FLOAT && g->dtype != ACL_DOUBLE) || ix->dtype != ACL_INT64)
+        return false;
+    if (p->sh < (p->kh - 1) * p->dh + 1 || p->sw < (p->kw - 1) * p->dw + 1)
+        return false;
+    return view_contiguous(g) && view_contiguous(gi) && view_contiguous(ix);
+}
+
+#define MP_BWD_PLANE(T)                                                                             \
+    static bool mp_bwd_plane_##T(const mp_params_t *p, int64_t q, const T *g, const int64_t *ix, T *gi, \
+                                 int64_t *bad)                                                     \
+    {                                                                                              \
+        int64_t HW = p->H * p->W, M = p->OH * p->OW;                                               \
+        g += q * M;                                                                                \
+        ix += q * M;                                                                               \
+        gi += q * HW;                                                                              \
+        memset(gi, 0, (size_t)HW * sizeof(T));                                                     \
+        for (int64_t k = 0; k < M; k++) {                                                          \
+            int64_t i = ix[k];                                                                     \
+            if (i < 0 || i >= HW) {                                                                \
+                *bad = k;                                                                          \
+                return false;                                                                      \
+            }                                                                                      \
+            gi[i] += g[k];                                                                         \
+        }                                                                                          \
+        return true;                                                                               \
+    }
+MP_BWD_PLANE(float)
+MP_BWD_PLANE(double)
 
 /* One output row of a 2x2 / stride-2 window fully inside the input (rows r0, r1; base = the flat
  * index of r0[0]). The update rule of the generic loop -- take v when v > m or v is NaN, unless m
@@ -776,6 +815,21 @@ static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
                 nn_store(CT_F64, plane_at(y, p->batched, p->C, q, oh, 0), y->stride[y->ndim - 1], y->dtype, vrow, OW);
                 nn_store(CT_I64, plane_at(ix, p->batched, p->C, q, oh, 0), ixs, ix->dtype, irow, OW);
             }
+        } else if (j->direct) {
+            const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[p->vgi];
+            int64_t bad = -1;
+            bool ok = g->dtype == ACL_FLOAT
+                          ? mp_bwd_plane_float(p, q, (const float *)g->data, (const int64_t *)ix->data,
+                                               (float *)gi->data, &bad)
+                          : mp_bwd_plane_double(p, q, (const double *)g->data, (const int64_t *)ix->data,
+                                                (double *)gi->data, &bad);
+            if (!ok) {
+                int64_t k = ((const int64_t *)ix->data)[q * p->OH * OW + bad];
+                free(plane);
+                return nn_err(ACLNN_ERR_PARAM_INVALID, "%s: index %lld at output (%lld, %lld) of plane %lld is "
+                              "outside the %lld x %lld input", ex->api, (long long)k, (long long)(bad / OW),
+                              (long long)(bad % OW), (long long)q, (long long)p->H, (long long)p->W);
+            }
         } else {
             const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[p->vgi];
             memset(plane, 0, (size_t)HW * sizeof(double));
@@ -807,7 +861,7 @@ static aclError mp_run_common(nn_exec_t *ex, bool backward)
     mp_params_t *p = (mp_params_t *)ex->params;
     if (!p->planes)
         return ACL_SUCCESS;
-    mp_job_t j = {ex, p, 0, backward};
+    mp_job_t j = {ex, p, 0, backward, backward && mp_bwd_direct(ex, p)};
     uint32_t nb = nn_blocks(ex, p->planes * p->H * p->W, 64 * 1024);
     if ((int64_t)nb > p->planes)
         nb = (uint32_t)p->planes;
