@@ -172,19 +172,22 @@ static aclError cv_operand(nn_exec_t *ex, int ct, char *buf, int32_t vi, const c
     return nn_pack(ex, ct, buf, v);
 }
 
-/* sum of n values in double with 8 independent partial sums (one chain of dependent additions
+/* sum of n values in double with 16 independent partial sums (one chain of dependent additions
  * would leave the adder waiting on its own latency) */
 #define CV_SUM(T)                                                                                   \
-    static double cv_sum_##T(const T *r, int64_t n)                                                \
+    static __attribute__((target_clones("avx512f", "avx2", "default"))) double cv_sum_##T(const T *r, int64_t n) \
     {                                                                                              \
-        double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                    \
+        double a[16] = {0};                                                                        \
         int64_t i = 0;                                                                             \
-        for (; i + 8 <= n; i += 8)                                                                 \
-            for (int k = 0; k < 8; k++)                                                            \
+        for (; i + 16 <= n; i += 16)                                                               \
+            for (int k = 0; k < 16; k++)                                                           \
                 a[k] += (double)r[i + k];                                                          \
         for (; i < n; i++)                                                                         \
             a[0] += (double)r[i];                                                                  \
-        return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));                  \
+        for (int w = 8; w >= 1; w /= 2)                                                            \
+            for (int k = 0; k < w; k++)                                                            \
+                a[k] += a[k + w];                                                                  \
+        return a[0];                                                                               \
     }
 CV_SUM(float)
 CV_SUM(double)
