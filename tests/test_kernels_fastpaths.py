@@ -53,13 +53,16 @@ def close(got, ref, dtype, gen, tol=None):
 
 # ------------------------------------------------------------------ max_pool2d
 
-# (input H, W, kwargs): the 2x2/2 path at widths around the 4-wide vector step, odd sizes (the last
-# input row/column unused), ceil_mode (the last window leaves the input: generic loop), row stride 1,
-# padding (every window touching it takes the generic loop), and non-2x2 windows (never the path)
+# (input H, W, kwargs): the 2x2/2 path at output widths around the vector steps (4 doubles; 8 float32
+# windows straight in the tensors' memory; a last group overlapping the one before), odd sizes (the
+# last input row/column unused), ceil_mode (the last window leaves the input: generic loop), row
+# stride 1, padding (every window touching it takes the generic loop), and non-2x2 windows (never
+# the path)
 POOL_CASES = [
     (8, 8, dict(kernel_size=2)), (6, 6, dict(kernel_size=2)), (4, 2, dict(kernel_size=2)),
     (9, 17, dict(kernel_size=2)), (10, 18, dict(kernel_size=2)), (7, 9, dict(kernel_size=2, ceil_mode=True)),
-    (28, 28, dict(kernel_size=2)), (9, 10, dict(kernel_size=2, stride=(1, 2))),
+    (28, 28, dict(kernel_size=2)), (6, 34, dict(kernel_size=2)), (4, 48, dict(kernel_size=2)),
+    (5, 31, dict(kernel_size=2)), (9, 10, dict(kernel_size=2, stride=(1, 2))),
     (8, 10, dict(kernel_size=2, stride=2, padding=1)), (8, 10, dict(kernel_size=2, stride=(2, 2), padding=(1, 0))),
     (8, 10, dict(kernel_size=2, stride=(2, 2), padding=(0, 1))), (9, 11, dict(kernel_size=2, stride=3)),
     (9, 11, dict(kernel_size=(2, 3), stride=2)), (9, 11, dict(kernel_size=2, stride=2, dilation=2)),

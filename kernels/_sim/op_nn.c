@@ -665,7 +665,7 @@ typedef struct mp_job {
     const mp_params_t *p;
     int64_t per;
     bool backward;
-    bool direct;   /* backward: see mp_bwd_direct */
+    bool direct;   /* in the tensors' memory: see mp_fwd_direct / mp_bwd_direct */
 } mp_job_t;
 
 /* Backward straight in the tensors' memory: gradOutput and gradInput contiguous float32 (or both
@@ -732,7 +732,8 @@ mp_row_2x2(const double *restrict r0, const double *restrict r1, int64_t OW, int
            double *restrict vrow, int64_t *restrict irow)
 {
     int64_t ow = 0;
-    for (; ow + 4 <= OW; ow += 4) {
+    for (; ow + 4 <= OW; ow = (ow + 8 <= OW || ow + 4 == OW) ? ow + 4 : OW - 4) {
+        /* the last group of 4 may overlap the previous one (recomputing identical windows) */
         const double *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
         mp_v4d m = {p0[0], p0[2], p0[4], p0[6]};
         mp_v4l k = {0, 0, 0, 0};
@@ -752,6 +753,64 @@ mp_row_2x2(const double *restrict r0, const double *restrict r1, int64_t OW, int
         vrow[ow] = m;
         irow[ow] = base + 2 * ow + k;
     }
+}
+
+/* The same row for float32 straight from the input's memory, eight windows at a time; writes the
+ * output row and the index row in place. Comparisons in float32 equal those in double (the
+ * conversion is exact). */
+typedef float mp_v8f __attribute__((vector_size(32)));
+typedef int32_t mp_v8i __attribute__((vector_size(32)));
+typedef int64_t mp_v8l __attribute__((vector_size(64)));
+
+static inline void mp_take8(mp_v8f *m, mp_v8i *k, mp_v8f v, int32_t kv)
+{
+    mp_v8i u = ~(v <= *m) & (*m == *m);
+    *m = (mp_v8f)(((mp_v8i)*m & ~u) | ((mp_v8i)v & u));
+    *k = (*k & ~u) | ((mp_v8i){kv, kv, kv, kv, kv, kv, kv, kv} & u);
+}
+
+static __attribute__((target_clones("avx512f", "avx2", "default"))) void
+mp_row_2x2_f32(const float *restrict r0, const float *restrict r1, int64_t OW, int64_t base, int64_t W,
+               float *restrict yrow, int64_t *restrict irow)
+{
+    int64_t ow = 0;
+    for (; ow + 8 <= OW; ow = (ow + 16 <= OW || ow + 8 == OW) ? ow + 8 : OW - 8) {
+        /* the last group of 8 may overlap the previous one (recomputing identical windows) */
+        const float *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
+        mp_v8f m = {p0[0], p0[2], p0[4], p0[6], p0[8], p0[10], p0[12], p0[14]};
+        mp_v8i k = {0, 0, 0, 0, 0, 0, 0, 0};
+        mp_take8(&m, &k, (mp_v8f){p0[1], p0[3], p0[5], p0[7], p0[9], p0[11], p0[13], p0[15]}, 1);
+        mp_take8(&m, &k, (mp_v8f){p1[0], p1[2], p1[4], p1[6], p1[8], p1[10], p1[12], p1[14]}, (int32_t)W);
+        mp_take8(&m, &k, (mp_v8f){p1[1], p1[3], p1[5], p1[7], p1[9], p1[11], p1[13], p1[15]}, (int32_t)W + 1);
+        mp_v8l kl = __builtin_convertvector(k, mp_v8l);
+        int64_t b = base + 2 * ow;
+        kl += (mp_v8l){b, b + 2, b + 4, b + 6, b + 8, b + 10, b + 12, b + 14};
+        memcpy(yrow + ow, &m, sizeof m);
+        memcpy(irow + ow, &kl, sizeof kl);
+    }
+    for (; ow < OW; ow++) {
+        double m = r0[2 * ow];
+        int64_t k = 0;
+        mp_take1(&m, &k, r0[2 * ow + 1], 1);
+        mp_take1(&m, &k, r1[2 * ow], W);
+        mp_take1(&m, &k, r1[2 * ow + 1], W + 1);
+        yrow[ow] = (float)m;
+        irow[ow] = base + 2 * ow + k;
+    }
+}
+
+/* forward straight in the tensors' memory: float32 input and output and int64 indices, all
+ * contiguous, and every window a 2x2 / stride-2 one inside the input (no padding, no dilation) */
+static bool mp_fwd_direct(const nn_exec_t *ex, const mp_params_t *p)
+{
+    const nn_view_t *x = &ex->v[p->vx], *y = &ex->v[p->vy], *ix = &ex->v[p->vi];
+    if (x->dtype != ACL_FLOAT || y->dtype != ACL_FLOAT || ix->dtype != ACL_INT64)
+        return false;
+    if (p->kh != 2 || p->kw != 2 || p->sw != 2 || p->dh != 1 || p->dw != 1 || p->ph != 0 || p->pw != 0)
+        return false;
+    if (2 * p->OW > p->W || (p->OH - 1) * p->sh + 1 >= p->H || p->H * p->W > INT32_MAX)
+        return false;
+    return view_contiguous(x) && view_contiguous(y) && view_contiguous(ix);
 }
 
 /* Each block takes whole planes. Forward: the plane is loaded once into a double buffer (exact for
@@ -779,7 +838,16 @@ static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
     const nn_view_t *x = &ex->v[p->vx], *ix = &ex->v[p->vi];
     int64_t ixs = ix->stride[ix->ndim - 1];
     for (int64_t q = q0; q < q1; q++) {
-        if (!j->backward) {
+        if (!j->backward && j->direct) {
+            const float *xp = (const float *)x->data + q * HW;
+            float *yp = (float *)ex->v[p->vy].data + q * p->OH * OW;
+            int64_t *ip = (int64_t *)ix->data + q * p->OH * OW;
+            for (int64_t oh = 0; oh < p->OH; oh++) {
+                int64_t ih0 = oh * p->sh;
+                mp_row_2x2_f32(xp + ih0 * p->W, xp + (ih0 + 1) * p->W, OW, ih0 * p->W, p->W, yp + oh * OW,
+                               ip + oh * OW);
+            }
+        } else if (!j->backward) {
             for (int64_t h = 0; h < p->H; h++)
                 nn_load(CT_F64, plane + h * p->W, plane_at(x, p->batched, p->C, q, h, 0),
                         x->stride[x->ndim - 1], x->dtype, p->W);
@@ -864,7 +932,7 @@ static aclError mp_run_common(nn_exec_t *ex, bool backward)
     mp_params_t *p = (mp_params_t *)ex->params;
     if (!p->planes)
         return ACL_SUCCESS;
-    mp_job_t j = {ex, p, 0, backward, backward && mp_bwd_direct(ex, p)};
+    mp_job_t j = {ex, p, 0, backward, backward ? mp_bwd_direct(ex, p) : mp_fwd_direct(ex, p)};
     uint32_t nb = nn_blocks(ex, p->planes * p->H * p->W, 64 * 1024);
     if ((int64_t)nb > p->planes)
         nb = (uint32_t)p->planes;
