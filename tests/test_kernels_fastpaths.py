@@ -291,3 +291,25 @@ def test_inplace_fast_path_refuses_grad_and_non_tensors(gen):
     for _ in range(2):
         kernels.add(a, a, alpha=2, out=a)
     assert np.array_equal(a, np.full(5, 9, np.float32))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=3)], ids=["2x2", "3x3"])
+def test_max_pool2d_first_nan_of_a_window(kw, dtype):
+    """A window with several NaNs gives its first one (value NaN, index of the first NaN in row-major
+    window order), in every path (the simulator's documented rule; PyTorch's CPU kernel takes the
+    last)."""
+    k = kw["kernel_size"]
+    x = torch.arange(2 * 3 * 6 * 36, dtype=torch.float64).reshape(2, 3, 6, 36).to(dtype)
+    x[..., 0, 1] = float("nan")          # window (0, 0): NaNs at (0, 1) and (1, 0)
+    x[..., 1, 0] = float("nan")
+    x[..., 0, k + 1] = float("nan")      # window (0, 1): NaNs at (0, k+1) and (k-1, k)
+    x[..., k - 1, k] = float("nan")
+    y, idx = kernels.max_pool2d(x, return_indices=True, **kw)
+    assert y[..., 0, 0].isnan().all() and y[..., 0, 1].isnan().all()
+    assert (idx[..., 0, 0] == 1).all(), idx[..., 0, 0]
+    assert (idx[..., 0, 1] == k + 1).all(), idx[..., 0, 1]
+    ry, ridx = F.max_pool2d(x.double(), return_indices=True, **kw)
+    keep = torch.ones_like(ridx, dtype=torch.bool)
+    keep[..., 0, :2] = False
+    assert torch.equal(idx[keep], ridx[keep]) and torch.equal(y.double()[keep], ry[keep])
