@@ -822,12 +822,15 @@ def fast_setup() -> bool:
     return on
 
 
-def fast_register(key, plan, x, out_arr, torch_out):
-    """Remember a general-path call (torch in, torch out, a fresh output) for the fast path."""
+def fast_register(key, plan, x, out_arr, torch_out, inplace=False):
+    """Remember a general-path call (torch in, torch out, a fresh output -- or, ``inplace``, the
+    output being x itself) for the fast path."""
     if type(key) is not bytes or not plan.repeatable or plan.ws_size or not _fast_state["on"]:
         return
     shape = tuple(out_arr.shape)
-    if out_arr.nbytes >= POOL_MIN_BYTES:   # from the pool, handed to torch zero-copy (see new_out)
+    if inplace:
+        mode = None
+    elif out_arr.nbytes >= POOL_MIN_BYTES:   # from the pool, handed to torch zero-copy (see new_out)
         mode = functools.partial(_pool_torch, shape, out_arr.dtype)
     else:   # torch.empty_like(x) (cheapest) when it gives the right array, else torch.empty
         mode = not (x.shape == shape and x.dtype is out_arr.dtype and x.strides == contiguous_strides(shape))

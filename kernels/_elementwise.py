@@ -23,6 +23,7 @@ _S = C._state
 _ADD, _SUB, _MUL, _DIV = 1, 2, 3, 4
 _NEG, _EXP, _LOG, _SQRT, _RELU, _SIGMOID, _TANH, _SILU, _GELU, _POW = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
 _RELU_BW, _GELU_BW, _SILU_BW, _SIGMOID_BW, _TANH_BW = 30, 31, 32, 33, 34
+_INPLACE = 0x10000   # flag: the output is x itself (x op= y, e.g. an optimizer's p.add_(g, alpha=-lr))
 
 __all__ = ["add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "pow", "relu", "gelu", "silu", "sigmoid",
            "tanh", "astype", "cast", "contiguous", "copy_"]
@@ -109,11 +110,14 @@ def _binary(api, op, x, y, alpha, out, stream, fkey=None):
         b = None
     elif xs:
         a = _scalar_array(x, _opmath(dtype), s)
-    if kind != TORCH or xs:
+    inplace = out is not None and out is x and C._kind_of_type(type(out)) == TORCH
+    if inplace and _FS["on"] is None:   # a torch in-place call can be the first one seen
+        C.fast_setup()
+    if (kind != TORCH and not inplace) or xs:
         fkey = None
     if scalar is not None:
-        return _run_scalar(api, op, a, scalar, alpha, o, s, fkey)
-    return _run_tensor(api, op, a, b, alpha, o, s, fkey)
+        return _run_scalar(api, op, a, scalar, alpha, o, s, fkey, inplace)
+    return _run_tensor(api, op, a, b, alpha, o, s, fkey, inplace)
 
 
 def _alpha_param(lib, alpha, dtype):
@@ -122,7 +126,7 @@ def _alpha_param(lib, alpha, dtype):
     return C.Param.scalar(lib, alpha)
 
 
-def _run_tensor(api, op, a, b, alpha, o, s, fkey=None):
+def _run_tensor(api, op, a, b, alpha, o, s, fkey=None, inplace=False):
     r = o.arr
     key = (op, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, r.dtype, r.shape, r.strides,
            None if alpha is None else _scalar_key(alpha))
@@ -140,11 +144,11 @@ def _run_tensor(api, op, a, b, alpha, o, s, fkey=None):
         C.put_plan(key, plan)
     C.launch(plan, s, (a.ptr, b.ptr, r.ptr), (o,), (a, b, r))
     if fkey is not None:
-        C.fast_register(fkey, plan, a, r, o.obj)
+        C.fast_register(fkey, plan, a, r, o.obj, inplace)
     return o.obj
 
 
-def _run_scalar(api, op, a, v, alpha, o, s, fkey=None):
+def _run_scalar(api, op, a, v, alpha, o, s, fkey=None, inplace=False):
     r = o.arr
     name = op + "s"
     key = (name, a.dtype, a.shape, a.strides, _scalar_key(v), r.dtype, r.shape, r.strides,
@@ -163,7 +167,7 @@ def _run_scalar(api, op, a, v, alpha, o, s, fkey=None):
         C.put_plan(key, plan)
     C.launch(plan, s, (a.ptr, r.ptr), (o,), (a, r))
     if fkey is not None:
-        C.fast_register(fkey, plan, a, r, o.obj)
+        C.fast_register(fkey, plan, a, r, o.obj, inplace)
     return o.obj
 
 
@@ -190,8 +194,8 @@ def add(x, y, *, alpha=1, out=None, stream=None):
             read-only or overlapping ``out``, operands on another device than the stream.
     """
     k = None
-    if out is None and stream is None and _FS["on"] and _L.gen == _S.generation:
-        k = _fast(_ADD, _fast_stream("kernels.add"), x, y, alpha)
+    if stream is None and _FS["on"] and _L.gen == _S.generation and (out is None or out is x):
+        k = _fast(_ADD if out is None else _ADD | _INPLACE, _fast_stream("kernels.add"), x, y, alpha)
         if k is not None and type(k) is not bytes:
             return k
     return _binary("kernels.add", "Add", x, y, alpha, out, stream, k)
@@ -200,8 +204,8 @@ def add(x, y, *, alpha=1, out=None, stream=None):
 def sub(x, y, *, alpha=1, out=None, stream=None):
     """``x - alpha * y`` with broadcasting (``torch.sub``; ``aclnnSub`` / ``aclnnSubs``). See :func:`add`."""
     k = None
-    if out is None and stream is None and _FS["on"] and _L.gen == _S.generation:
-        k = _fast(_SUB, _fast_stream("kernels.sub"), x, y, alpha)
+    if stream is None and _FS["on"] and _L.gen == _S.generation and (out is None or out is x):
+        k = _fast(_SUB if out is None else _SUB | _INPLACE, _fast_stream("kernels.sub"), x, y, alpha)
         if k is not None and type(k) is not bytes:
             return k
     return _binary("kernels.sub", "Sub", x, y, alpha, out, stream, k)
@@ -210,8 +214,8 @@ def sub(x, y, *, alpha=1, out=None, stream=None):
 def mul(x, y, *, out=None, stream=None):
     """``x * y`` with broadcasting (``torch.mul``; ``aclnnMul`` / ``aclnnMuls``). See :func:`add`."""
     k = None
-    if out is None and stream is None and _FS["on"] and _L.gen == _S.generation:
-        k = _fast(_MUL, _fast_stream("kernels.mul"), x, y, None)
+    if stream is None and _FS["on"] and _L.gen == _S.generation and (out is None or out is x):
+        k = _fast(_MUL if out is None else _MUL | _INPLACE, _fast_stream("kernels.mul"), x, y, None)
         if k is not None and type(k) is not bytes:
             return k
     return _binary("kernels.mul", "Mul", x, y, None, out, stream, k)
@@ -222,8 +226,8 @@ def div(x, y, *, out=None, stream=None):
     integer inputs give a float32 result; division by zero gives inf / NaN as IEEE 754 says.
     See :func:`add`."""
     k = None
-    if out is None and stream is None and _FS["on"] and _L.gen == _S.generation:
-        k = _fast(_DIV, _fast_stream("kernels.div"), x, y, None)
+    if stream is None and _FS["on"] and _L.gen == _S.generation and (out is None or out is x):
+        k = _fast(_DIV if out is None else _DIV | _INPLACE, _fast_stream("kernels.div"), x, y, None)
         if k is not None and type(k) is not bytes:
             return k
     return _binary("kernels.div", "Div", x, y, None, out, stream, k)

@@ -20,7 +20,7 @@ RT_SOURCES = sorted(glob.glob(os.path.join(ROOT, "acl_rt", "_sim", "*.c")))
 OP_SOURCES = sorted(glob.glob(os.path.join(ROOT, "kernels", "_sim", "*.c")))
 FLAGS = ["-O1", "-g", "-fPIC", "-pthread", "-std=gnu11", "-fvisibility=hidden", "-fno-omit-frame-pointer",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-shared"]
-SUITE = ["tests/test_ops_meta.py", "tests/test_ops_numeric.py"]
+SUITE = ["tests/test_ops_meta.py", "tests/test_ops_numeric.py", "tests/test_kernels_fastpaths.py"]
 
 
 def _libasan():
@@ -47,10 +47,12 @@ def test_op_library_is_clean_under_asan_and_ubsan(tmp_path):
                ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:exitcode=86",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     env.pop("ASCEND_TOOLKIT_HOME", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *SUITE,
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-rs", "-p", "no:cacheprovider", *SUITE,
                            "-k", "not backend_info_reports and not without_op_library"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert "AddressSanitizer" not in out and "runtime error:" not in out, out[-6000:]
     assert proc.returncode == 0, out[-6000:]
     assert " passed" in out
+    skipped = [ln for ln in out.splitlines() if ln.startswith("SKIPPED") and "test_kernels_fastpaths" in ln]
+    assert not skipped, skipped   # the torch-level fast-path checks ran under the sanitizers too

@@ -22,6 +22,7 @@
 
 #define KEY_MAX 1024
 #define FAST_MAX_NDIM 8
+#define FAST_INPLACE 0x10000   /* op flag: the output is x itself (x op= y); the cache entry's mode is None */
 
 static PyTypeObject *g_tensor_type;   /* torch.Tensor (exact type only) */
 static DLPackExchangeAPI *g_api;
@@ -116,6 +117,42 @@ static int key_scalar(key_t_ *k, PyObject *o)
 
 static void *data_of(const DLTensor *t) { return (char *)t->data + t->byte_offset; }
 
+/* the bytes [lo, hi) a tensor's elements touch (strides >= 0: torch has no negative strides);
+ * 0 when it has no elements */
+static int byte_span(const DLTensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    uint64_t last = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0)
+            return 0;
+        if (t->strides[d] < 0)
+            return -1;
+        last += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->strides[d];
+    }
+    size_t isz = ((size_t)t->dtype.bits + 7) / 8;
+    *lo = (uintptr_t)data_of(t);
+    *hi = *lo + (uintptr_t)((last + 1) * isz);
+    return 1;
+}
+
+/* an in-place call may go fast only when y is exactly x's view or does not touch x's memory (the
+ * general path raises on a partial overlap) */
+static int inplace_ok(const DLTensor *x, const DLTensor *y)
+{
+    uintptr_t x0, x1, y0, y1;
+    int rx = byte_span(x, &x0, &x1), ry = byte_span(y, &y0, &y1);
+    if (rx < 0 || ry < 0)
+        return 0;
+    if (!rx || !ry || y1 <= x0 || x1 <= y0)
+        return 1;
+    if (data_of(x) != data_of(y) || x->ndim != y->ndim || x->dtype.bits != y->dtype.bits)
+        return 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (x->shape[d] != y->shape[d] || x->strides[d] != y->strides[d])
+            return 0;
+    return 1;
+}
+
 /* fast_configure(tensor_type, exchange_api_capsule, empty_like, empty, cache); tensor_type None
  * turns the fast path off */
 PyObject *py_fast_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -162,7 +199,8 @@ PyObject *py_fast_configure(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_RETURN_NONE;
 }
 
-/* fast(op, stream, x, y, p) -> torch.Tensor (done), None (not applicable) or bytes (a miss) */
+/* fast(op, stream, x, y, p) -> torch.Tensor (done), None (not applicable) or bytes (a miss);
+ * op | FAST_INPLACE: the output is x itself (returned on a hit) */
 PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -197,6 +235,9 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (!key_scalar(&k, args[4]))
         Py_RETURN_NONE;
+    int inplace = (op & FAST_INPLACE) != 0;
+    if (inplace && ny && !inplace_ok(&tx, &ty))
+        Py_RETURN_NONE;
     PyObject *key = PyBytes_FromStringAndSize((const char *)k.b, (Py_ssize_t)k.n);
     if (!key)
         return NULL;
@@ -224,7 +265,10 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_DECREF(key);
     PyObject *out, *mode = PyTuple_GET_ITEM(entry, 1);
-    if (mode == Py_False) {          /* torch.empty_like(x) */
+    if (inplace) {                   /* x op= y: x is the output */
+        out = args[2];
+        Py_INCREF(out);
+    } else if (mode == Py_False) {   /* torch.empty_like(x) */
         out = PyObject_CallOneArg(g_empty_like, args[2]);
     } else if (mode == Py_True) {    /* torch.empty(shape, dtype=dtype) */
         PyObject *cargs[2] = {PyTuple_GET_ITEM(entry, 3), PyTuple_GET_ITEM(entry, 2)};

@@ -53,7 +53,23 @@ typedef struct cv_params {
     int64_t tile, ntiles;          /* column tiles (forward) */
 } cv_params_t;
 
-/* im2col of image n, group g, columns [c0, c0+nc) of the OH*OW output positions into col[Kg][nc] */
+/* the output columns ow in [*lo, *hi) whose input column ow*sw - pw + kw*dw lies inside [0, W) */
+static inline void cv_valid_ow(const cv_params_t *p, int64_t kw, int64_t *lo, int64_t *hi)
+{
+    int64_t off = kw * p->dw - p->pw;   /* iw = ow*sw + off */
+    int64_t a = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;
+    int64_t b = p->W - 1 - off < 0 ? 0 : (p->W - 1 - off) / p->sw + 1;
+    if (b > p->OW)
+        b = p->OW;
+    if (a > b)
+        a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* im2col of image n, group g, columns [c0, c0+nc) of the OH*OW output positions into col[Kg][nc];
+ * walks output rows, so each (kh, kw) row is a zero run, a (strided) copy and a zero run per output
+ * row */
 #define IM2COL(T)                                                                                   \
     static void im2col_##T(const cv_params_t *p, const T *x, int64_t n, int64_t g, int64_t c0, int64_t nc, T *col) \
     {                                                                                              \
@@ -62,10 +78,33 @@ typedef struct cv_params {
             for (int64_t kh = 0; kh < p->KH; kh++)                                                 \
                 for (int64_t kw = 0; kw < p->KW; kw++) {                                           \
                     T *row = col + ((ci * p->KH + kh) * p->KW + kw) * nc;                          \
-                    for (int64_t j = 0; j < nc; j++) {                                             \
-                        int64_t pos = c0 + j, oh = pos / p->OW, ow = pos % p->OW;                  \
-                        int64_t ih = oh * p->sh - p->ph + kh * p->dh, iw = ow * p->sw - p->pw + kw * p->dw; \
-                        row[j] = (ih >= 0 && ih < p->H && iw >= 0 && iw < p->W) ? plane[ih * p->W + iw] : (T)0; \
+                    int64_t lo, hi, off = kw * p->dw - p->pw;                                      \
+                    cv_valid_ow(p, kw, &lo, &hi);                                                  \
+                    for (int64_t pos = c0; pos < c0 + nc;) {                                       \
+                        int64_t oh = pos / p->OW, ow0 = pos % p->OW;                               \
+                        int64_t ow1 = p->OW < ow0 + (c0 + nc - pos) ? p->OW : ow0 + (c0 + nc - pos); \
+                        T *r = row + (pos - c0);   /* r[ow - ow0] for ow in [ow0, ow1) */          \
+                        int64_t ih = oh * p->sh - p->ph + kh * p->dh;                              \
+                        if (ih < 0 || ih >= p->H) {                                                \
+                            for (int64_t ow = ow0; ow < ow1; ow++)                                 \
+                                r[ow - ow0] = (T)0;                                                \
+                        } else {                                                                   \
+                            const T *src = plane + ih * p->W;   /* src[ow*sw + off] */            \
+                            int64_t a = lo > ow0 ? lo : ow0, b = hi < ow1 ? hi : ow1;              \
+                            if (a > b)                                                             \
+                                a = b;                                                             \
+                            for (int64_t ow = ow0; ow < a; ow++)                                   \
+                                r[ow - ow0] = (T)0;                                                \
+                            if (p->sw == 1)                                                        \
+                                for (int64_t ow = a; ow < b; ow++)                                 \
+                                    r[ow - ow0] = src[ow + off];                                   \
+                            else                                                                   \
+                                for (int64_t ow = a; ow < b; ow++)                                 \
+                                    r[ow - ow0] = src[ow * p->sw + off];                           \
+                            for (int64_t ow = b; ow < ow1; ow++)                                   \
+                                r[ow - ow0] = (T)0;                                                \
+                        }                                                                          \
+                        pos += ow1 - ow0;                                                          \
                     }                                                                              \
                 }                                                                                  \
         }                                                                                          \
@@ -77,11 +116,17 @@ typedef struct cv_params {
                 for (int64_t kw = 0; kw < p->KW; kw++) {                                           \
                     const T *row = col + ((ci * p->KH + kh) * p->KW + kw) * nc;                    \
                     T *plane = dx + ci * p->H * p->W;                                              \
-                    for (int64_t pos = 0; pos < nc; pos++) {                                       \
-                        int64_t oh = pos / p->OW, ow = pos % p->OW;                                \
-                        int64_t ih = oh * p->sh - p->ph + kh * p->dh, iw = ow * p->sw - p->pw + kw * p->dw; \
-                        if (ih >= 0 && ih < p->H && iw >= 0 && iw < p->W)                          \
-                            plane[ih * p->W + iw] += row[pos];                                     \
+                    int64_t lo, hi, off = kw * p->dw - p->pw;                                      \
+                    cv_valid_ow(p, kw, &lo, &hi);                                                  \
+                    for (int64_t oh = 0; oh * p->OW < nc; oh++) {                                  \
+                        int64_t ih = oh * p->sh - p->ph + kh * p->dh;                              \
+                        if (ih < 0 || ih >= p->H)                                                  \
+                            continue;                                                              \
+                        const T *r = row + oh * p->OW;                                             \
+                        T *dst = plane + ih * p->W;   /* dst[ow*sw + off] */                      \
+                        int64_t b = hi < nc - oh * p->OW ? hi : nc - oh * p->OW;                   \
+                        for (int64_t ow = lo; ow < b; ow++)                                        \
+                            dst[ow * p->sw + off] += r[ow];                                        \
                     }                                                                              \
                 }                                                                                  \
     }
@@ -97,12 +142,64 @@ static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
         nn_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* a view that already is a contiguous array of the compute type (C order) can be used in place of
+ * its packed copy */
+static bool view_contiguous(const nn_view_t *v)
+{
+    int64_t expect = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->stride[d] != expect)
+            return false;
+        expect *= v->shape[d];
+    }
+    return true;
+}
+
+static bool cv_dense(const nn_view_t *v, int ct)
+{
+    return v->dtype == (ct == CT_F32 ? ACL_FLOAT : ACL_DOUBLE) && view_contiguous(v);
+}
+
+/* the operand as a contiguous compute-type array: the view itself when dense, else packed into buf */
+static aclError cv_operand(nn_exec_t *ex, int ct, char *buf, int32_t vi, const char **out)
+{
+    const nn_view_t *v = &ex->v[vi];
+    if (cv_dense(v, ct)) {
+        *out = v->data;
+        return ACL_SUCCESS;
+    }
+    *out = buf;
+    return nn_pack(ex, ct, buf, v);
+}
+
+/* sum of n values in double with 16 independent partial sums (one chain of dependent additions
+ * would leave the adder waiting on its own latency) */
+#define CV_SUM(T)                                                                                   \
+    static __attribute__((target_clones("avx512f", "avx2", "default"))) double cv_sum_##T(const T *r, int64_t n) \
+    {                                                                                              \
+        double a[16] = {0};                                                                        \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= n; i += 16)                                                               \
+            for (int k = 0; k < 16; k++)                                                           \
+                a[k] += (double)r[i + k];                                                          \
+        for (; i < n; i++)                                                                         \
+            a[0] += (double)r[i];                                                                  \
+        for (int w = 8; w >= 1; w /= 2)                                                            \
+            for (int k = 0; k < w; k++)                                                            \
+                a[k] += a[k + w];                                                                  \
+        return a[0];                                                                               \
+    }
+CV_SUM(float)
+CV_SUM(double)
+
 typedef struct cv_job {
     nn_exec_t *ex;
     const cv_params_t *p;
     const char *X, *Wt, *GO;       /* packed input / weight / gradOutput (compute type) */
     double *bias;                  /* forward bias as double[O] */
+    bool direct;                   /* forward: the output is dense in the compute type; GEMM into it */
     char *gw_partial;              /* backward: [nb][O*Kg] compute type */
+    double *gb_partial;            /* backward: [nb][O] */
     int64_t items, per;
 } cv_job_t;
 
@@ -118,17 +215,36 @@ static aclError cv_fwd_block(uint32_t bi, uint32_t nb, void *arg)
         t1 = j->items;
     if (t0 >= t1)
         return ACL_SUCCESS;
-    char *col = malloc((size_t)(p->Kg * p->tile + p->Og * p->tile) * csz + 64);
+    char *col = malloc((size_t)(p->Kg * p->tile + (j->direct ? 0 : p->Og * p->tile)) * csz + 64);
     if (!col)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", j->ex->api);
     char *res = col + (size_t)(p->Kg * p->tile) * csz;
+    int64_t L = p->OH * p->OW;
     for (int64_t t = t0; t < t1; t++) {
         int64_t tile = t % p->ntiles, ng = t / p->ntiles, g = ng % p->G, n = ng / p->G;
-        int64_t c0 = tile * p->tile, nc = p->OH * p->OW - c0 < p->tile ? p->OH * p->OW - c0 : p->tile;
+        int64_t c0 = tile * p->tile, nc = L - c0 < p->tile ? L - c0 : p->tile;
         if (p->ct == CT_F32)
             im2col_float(p, (const float *)j->X, n, g, c0, nc, (float *)col);
         else
             im2col_double(p, (const double *)j->X, n, g, c0, nc, (double *)col);
+        if (j->direct) {   /* y[n, g*Og + o, c0 + i] = bias + W_g x col, straight into the output */
+            char *c = y->data + (size_t)((n * p->O + g * p->Og) * L + c0) * csz;
+            for (int64_t o = 0; o < p->Og && j->bias; o++) {
+                double b = j->bias[g * p->Og + o];
+                if (p->ct == CT_F32) {
+                    float *rr = (float *)c + o * L;
+                    for (int64_t i = 0; i < nc; i++)
+                        rr[i] = (float)b;
+                } else {
+                    double *rr = (double *)c + o * L;
+                    for (int64_t i = 0; i < nc; i++)
+                        rr[i] = b;
+                }
+            }
+            gemm(p->ct, false, false, p->Og, nc, p->Kg, j->bias ? 1 : 0, j->Wt + (size_t)(g * p->Og * p->Kg) * csz,
+                 p->Kg, col, nc, c, L);
+            continue;
+        }
         /* res[Og][nc] = W_g[Og][Kg] x col[Kg][nc] */
         gemm(p->ct, false, false, p->Og, nc, p->Kg, 0, j->Wt + (size_t)(g * p->Og * p->Kg) * csz, p->Kg, col, nc, res,
              nc);
@@ -175,11 +291,10 @@ static aclError cv_fwd_run(nn_exec_t *ex)
     j.ex = ex;
     j.p = p;
     aclError rc;
-    char *X = ex->ws + p->off_x, *Wt = ex->ws + p->off_w;
-    if ((rc = nn_pack(ex, p->ct, X, &ex->v[p->vx])) || (rc = nn_pack(ex, p->ct, Wt, &ex->v[p->vw])))
+    if ((rc = cv_operand(ex, p->ct, ex->ws + p->off_x, p->vx, &j.X)) ||
+        (rc = cv_operand(ex, p->ct, ex->ws + p->off_w, p->vw, &j.Wt)))
         return rc;
-    j.X = X;
-    j.Wt = Wt;
+    j.direct = cv_dense(&ex->v[p->vy], p->ct);
     if (p->vb >= 0) {
         j.bias = malloc((size_t)p->O * sizeof(double));
         if (!j.bias)
@@ -336,6 +451,13 @@ static aclError cv_bwd_block(uint32_t bi, uint32_t nb, void *arg)
     for (int64_t t = t0; t < t1; t++) {   /* items: (n, g) */
         int64_t g = t % p->G, n = t / p->G;
         const char *go = j->GO + (size_t)((n * p->O + g * p->Og) * L) * csz;   /* [Og][L] */
+        if (j->gb_partial) {
+            double *gb = j->gb_partial + (size_t)bi * (size_t)p->O + (size_t)(g * p->Og);
+            for (int64_t o = 0; o < p->Og; o++) {
+                gb[o] += p->ct == CT_F32 ? cv_sum_float((const float *)go + o * L, L)
+                                         : cv_sum_double((const double *)go + o * L, L);
+            }
+        }
         if (p->mask[1]) {   /* gw_g[Og][Kg] += go[Og][L] x col[Kg][L]^T */
             if (p->ct == CT_F32)
                 im2col_float(p, (const float *)j->X, n, g, 0, L, (float *)col);
@@ -375,13 +497,10 @@ static aclError cv_bwd_run(nn_exec_t *ex)
     j.ex = ex;
     j.p = p;
     aclError rc;
-    char *X = ex->ws + p->off_x, *Wt = ex->ws + p->off_w, *GO = ex->ws + p->off_go;
-    if ((rc = nn_pack(ex, p->ct, X, &ex->v[p->vx])) || (rc = nn_pack(ex, p->ct, Wt, &ex->v[p->vw])) ||
-        (rc = nn_pack(ex, p->ct, GO, &ex->v[p->vgo])))
+    if ((rc = cv_operand(ex, p->ct, ex->ws + p->off_x, p->vx, &j.X)) ||
+        (rc = cv_operand(ex, p->ct, ex->ws + p->off_w, p->vw, &j.Wt)) ||
+        (rc = cv_operand(ex, p->ct, ex->ws + p->off_go, p->vgo, &j.GO)))
         return rc;
-    j.X = X;
-    j.Wt = Wt;
-    j.GO = GO;
     j.items = p->N * p->G;
     uint32_t nb = j.items ? nn_blocks(ex, j.items, 1) : 1;
     j.per = j.items ? (j.items + nb - 1) / nb : 1;
@@ -391,6 +510,13 @@ static aclError cv_bwd_run(nn_exec_t *ex)
         j.gw_partial = calloc((size_t)nb, wsz ? wsz : 1);
         if (!j.gw_partial)
             return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
+    }
+    if (p->mask[2]) {   /* per-block partial bias sums, reduced below */
+        j.gb_partial = calloc((size_t)nb * (size_t)(p->O ? p->O : 1), sizeof(double));
+        if (!j.gb_partial) {
+            free(j.gw_partial);
+            return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
+        }
     }
     rc = j.items ? nn_parallel(ex, nb, cv_bwd_block, &j) : ACL_SUCCESS;
     if (!rc && p->mask[1]) {
@@ -407,31 +533,14 @@ static aclError cv_bwd_run(nn_exec_t *ex)
         }
         nn_unpack_rows(p->ct, &ex->v[p->vgw], j.gw_partial, 0, nn_rows(&ex->v[p->vgw]));
     }
-    if (!rc && p->mask[2]) {   /* gradBias[o] = sum over n, positions */
-        int64_t L = p->OH * p->OW;
-        double *gb = calloc((size_t)(p->O ? p->O : 1), sizeof(double));
-        if (!gb) {
-            rc = nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
-        } else {
-            for (int64_t n = 0; n < p->N; n++)
-                for (int64_t o = 0; o < p->O; o++) {
-                    double s = 0;
-                    if (p->ct == CT_F32) {
-                        const float *r = (const float *)GO + (n * p->O + o) * L;
-                        for (int64_t i = 0; i < L; i++)
-                            s += r[i];
-                    } else {
-                        const double *r = (const double *)GO + (n * p->O + o) * L;
-                        for (int64_t i = 0; i < L; i++)
-                            s += r[i];
-                    }
-                    gb[o] += s;
-                }
-            nn_unpack_rows(CT_F64, &ex->v[p->vgb], gb, 0, nn_rows(&ex->v[p->vgb]));
-            free(gb);
-        }
+    if (!rc && p->mask[2]) {   /* gradBias[o] = sum over n, positions (the blocks' partial sums) */
+        for (uint32_t b = 1; b < nb; b++)
+            for (int64_t o = 0; o < p->O; o++)
+                j.gb_partial[o] += j.gb_partial[(size_t)b * (size_t)p->O + (size_t)o];
+        nn_unpack_rows(CT_F64, &ex->v[p->vgb], j.gb_partial, 0, nn_rows(&ex->v[p->vgb]));
     }
     free(j.gw_partial);
+    free(j.gb_partial);
     return rc;
 }
 
@@ -556,8 +665,158 @@ typedef struct mp_job {
     const mp_params_t *p;
     int64_t per;
     bool backward;
+    bool direct;   /* in the tensors' memory: see mp_fwd_direct / mp_bwd_direct */
 } mp_job_t;
 
+/* Backward straight in the tensors' memory: gradOutput and gradInput contiguous float32 (or both
+ * float64), indices contiguous int64, and windows that do not overlap (stride >= dilated kernel),
+ * so each input element receives at most one gradient (the sum in the tensors' dtype is exact). */
+static bool mp_bwd_direct(const nn_exec_t *ex, const mp_params_t *p)
+{
+    const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[p->vgi], *ix = &ex->v[p->vi];
+    if (g->dtype != gi->dtype || (g->dtype != ACL_FLOAT && g->dtype != ACL_DOUBLE) || ix->dtype != ACL_INT64)
+        return false;
+    if (p->sh < (p->kh - 1) * p->dh + 1 || p->sw < (p->kw - 1) * p->dw + 1)
+        return false;
+    return view_contiguous(g) && view_contiguous(gi) && view_contiguous(ix);
+}
+
+#define MP_BWD_PLANE(T)                                                                             \
+    static bool mp_bwd_plane_##T(const mp_params_t *p, int64_t q, const T *g, const int64_t *ix, T *gi, \
+                                 int64_t *bad)                                                     \
+    {                                                                                              \
+        int64_t HW = p->H * p->W, M = p->OH * p->OW;                                               \
+        g += q * M;                                                                                \
+        ix += q * M;                                                                               \
+        gi += q * HW;                                                                              \
+        memset(gi, 0, (size_t)HW * sizeof(T));                                                     \
+        for (int64_t k = 0; k < M; k++) {                                                          \
+            int64_t i = ix[k];                                                                     \
+            if (i < 0 || i >= HW) {                                                                \
+                *bad = k;                                                                          \
+                return false;                                                                      \
+            }                                                                                      \
+            gi[i] += g[k];                                                                         \
+        }                                                                                          \
+        return true;                                                                               \
+    }
+MP_BWD_PLANE(float)
+MP_BWD_PLANE(double)
+
+/* One output row of a 2x2 / stride-2 window fully inside the input (rows r0, r1; base = the flat
+ * index of r0[0]). The update rule of the generic loop -- take v when v > m or v is NaN, unless m
+ * is already NaN (the first NaN of a window wins) -- written with masks instead of branches (random
+ * data defeats branch prediction), four windows at a time with GCC/Clang vector extensions. */
+typedef double mp_v4d __attribute__((vector_size(32)));
+typedef int64_t mp_v4l __attribute__((vector_size(32)));
+
+static inline void mp_take4(mp_v4d *m, mp_v4l *k, mp_v4d v, int64_t kv)
+{
+    mp_v4l u = ~(v <= *m) & (*m == *m);
+    *m = (mp_v4d)(((mp_v4l)*m & ~u) | ((mp_v4l)v & u));
+    *k = (*k & ~u) | ((mp_v4l){kv, kv, kv, kv} & u);
+}
+
+static inline void mp_take1(double *m, int64_t *k, double v, int64_t kv)
+{
+    uint64_t u = -(uint64_t)(!(v <= *m) & (*m == *m)), mb, vb;
+    memcpy(&mb, m, 8);
+    memcpy(&vb, &v, 8);
+    mb = (mb & ~u) | (vb & u);
+    memcpy(m, &mb, 8);
+    *k = (int64_t)(((uint64_t)*k & ~u) | ((uint64_t)kv & u));
+}
+
+static __attribute__((target_clones("avx512f", "avx2", "default"))) void
+mp_row_2x2(const double *restrict r0, const double *restrict r1, int64_t OW, int64_t base, int64_t W,
+           double *restrict vrow, int64_t *restrict irow)
+{
+    int64_t ow = 0;
+    for (; ow + 4 <= OW; ow = (ow + 8 <= OW || ow + 4 == OW) ? ow + 4 : OW - 4) {
+        /* the last group of 4 may overlap the previous one (recomputing identical windows) */
+        const double *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
+        mp_v4d m = {p0[0], p0[2], p0[4], p0[6]};
+        mp_v4l k = {0, 0, 0, 0};
+        mp_take4(&m, &k, (mp_v4d){p0[1], p0[3], p0[5], p0[7]}, 1);
+        mp_take4(&m, &k, (mp_v4d){p1[0], p1[2], p1[4], p1[6]}, W);
+        mp_take4(&m, &k, (mp_v4d){p1[1], p1[3], p1[5], p1[7]}, W + 1);
+        k += (mp_v4l){base + 2 * ow, base + 2 * ow + 2, base + 2 * ow + 4, base + 2 * ow + 6};
+        memcpy(vrow + ow, &m, sizeof m);
+        memcpy(irow + ow, &k, sizeof k);
+    }
+    for (; ow < OW; ow++) {
+        double m = r0[2 * ow];
+        int64_t k = 0;
+        mp_take1(&m, &k, r0[2 * ow + 1], 1);
+        mp_take1(&m, &k, r1[2 * ow], W);
+        mp_take1(&m, &k, r1[2 * ow + 1], W + 1);
+        vrow[ow] = m;
+        irow[ow] = base + 2 * ow + k;
+    }
+}
+
+/* The same row for float32 straight from the input's memory, eight windows at a time; writes the
+ * output row and the index row in place. Comparisons in float32 equal those in double (the
+ * conversion is exact). */
+typedef float mp_v8f __attribute__((vector_size(32)));
+typedef int32_t mp_v8i __attribute__((vector_size(32)));
+typedef int64_t mp_v8l __attribute__((vector_size(64)));
+
+static inline void mp_take8(mp_v8f *m, mp_v8i *k, mp_v8f v, int32_t kv)
+{
+    mp_v8i u = ~(v <= *m) & (*m == *m);
+    *m = (mp_v8f)(((mp_v8i)*m & ~u) | ((mp_v8i)v & u));
+    *k = (*k & ~u) | ((mp_v8i){kv, kv, kv, kv, kv, kv, kv, kv} & u);
+}
+
+static __attribute__((target_clones("avx512f", "avx2", "default"))) void
+mp_row_2x2_f32(const float *restrict r0, const float *restrict r1, int64_t OW, int64_t base, int64_t W,
+               float *restrict yrow, int64_t *restrict irow)
+{
+    int64_t ow = 0;
+    for (; ow + 8 <= OW; ow = (ow + 16 <= OW || ow + 8 == OW) ? ow + 8 : OW - 8) {
+        /* the last group of 8 may overlap the previous one (recomputing identical windows) */
+        const float *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
+        mp_v8f m = {p0[0], p0[2], p0[4], p0[6], p0[8], p0[10], p0[12], p0[14]};
+        mp_v8i k = {0, 0, 0, 0, 0, 0, 0, 0};
+        mp_take8(&m, &k, (mp_v8f){p0[1], p0[3], p0[5], p0[7], p0[9], p0[11], p0[13], p0[15]}, 1);
+        mp_take8(&m, &k, (mp_v8f){p1[0], p1[2], p1[4], p1[6], p1[8], p1[10], p1[12], p1[14]}, (int32_t)W);
+        mp_take8(&m, &k, (mp_v8f){p1[1], p1[3], p1[5], p1[7], p1[9], p1[11], p1[13], p1[15]}, (int32_t)W + 1);
+        mp_v8l kl = __builtin_convertvector(k, mp_v8l);
+        int64_t b = base + 2 * ow;
+        kl += (mp_v8l){b, b + 2, b + 4, b + 6, b + 8, b + 10, b + 12, b + 14};
+        memcpy(yrow + ow, &m, sizeof m);
+        memcpy(irow + ow, &kl, sizeof kl);
+    }
+    for (; ow < OW; ow++) {
+        double m = r0[2 * ow];
+        int64_t k = 0;
+        mp_take1(&m, &k, r0[2 * ow + 1], 1);
+        mp_take1(&m, &k, r1[2 * ow], W);
+        mp_take1(&m, &k, r1[2 * ow + 1], W + 1);
+        yrow[ow] = (float)m;
+        irow[ow] = base + 2 * ow + k;
+    }
+}
+
+/* forward straight in the tensors' memory: float32 input and output and int64 indices, all
+ * contiguous, and every window a 2x2 / stride-2 one inside the input (no padding, no dilation) */
+static bool mp_fwd_direct(const nn_exec_t *ex, const mp_params_t *p)
+{
+    const nn_view_t *x = &ex->v[p->vx], *y = &ex->v[p->vy], *ix = &ex->v[p->vi];
+    if (x->dtype != ACL_FLOAT || y->dtype != ACL_FLOAT || ix->dtype != ACL_INT64)
+        return false;
+    if (p->kh != 2 || p->kw != 2 || p->sw != 2 || p->dh != 1 || p->dw != 1 || p->ph != 0 || p->pw != 0)
+        return false;
+    if (2 * p->OW > p->W || (p->OH - 1) * p->sh + 1 >= p->H || p->H * p->W > INT32_MAX)
+        return false;
+    return view_contiguous(x) && view_contiguous(y) && view_contiguous(ix);
+}
+
+/* Each block takes whole planes. Forward: the plane is loaded once into a double buffer (exact for
+ * every float dtype), each output row is computed into row buffers and stored with one conversion
+ * call per row. Backward: per output row, the indices and gradients are loaded as rows, scattered
+ * (summed) into a zeroed double plane, which is stored row by row. */
 static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
 {
     (void)nb;
@@ -569,55 +828,96 @@ static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
         q1 = p->planes;
     if (q0 >= q1)
         return ACL_SUCCESS;
-    double *plane = malloc((size_t)((p->H * p->W) > 0 ? p->H * p->W : 1) * sizeof(double));
+    int64_t HW = p->H * p->W, OW = p->OW;
+    /* plane [H*W] double, output row [OW] double, index row [OW] int64 */
+    double *plane = malloc((size_t)(HW > 0 ? HW : 1) * sizeof(double) + (size_t)(OW > 0 ? OW : 1) * 16);
     if (!plane)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
-    int32_t vin = j->backward ? p->vgi : p->vx;
+    double *vrow = plane + (HW > 0 ? HW : 1);
+    int64_t *irow = (int64_t *)(vrow + (OW > 0 ? OW : 1));
     const nn_view_t *x = &ex->v[p->vx], *ix = &ex->v[p->vi];
+    int64_t ixs = ix->stride[ix->ndim - 1];
     for (int64_t q = q0; q < q1; q++) {
-        if (!j->backward) {
+        if (!j->backward && j->direct) {
+            const float *xp = (const float *)x->data + q * HW;
+            float *yp = (float *)ex->v[p->vy].data + q * p->OH * OW;
+            int64_t *ip = (int64_t *)ix->data + q * p->OH * OW;
+            for (int64_t oh = 0; oh < p->OH; oh++) {
+                int64_t ih0 = oh * p->sh;
+                mp_row_2x2_f32(xp + ih0 * p->W, xp + (ih0 + 1) * p->W, OW, ih0 * p->W, p->W, yp + oh * OW,
+                               ip + oh * OW);
+            }
+        } else if (!j->backward) {
             for (int64_t h = 0; h < p->H; h++)
                 nn_load(CT_F64, plane + h * p->W, plane_at(x, p->batched, p->C, q, h, 0),
                         x->stride[x->ndim - 1], x->dtype, p->W);
             const nn_view_t *y = &ex->v[p->vy];
-            for (int64_t oh = 0; oh < p->OH; oh++)
-                for (int64_t ow = 0; ow < p->OW; ow++) {
-                    double m = -INFINITY;
-                    int64_t mi = -1;
-                    for (int64_t a = 0; a < p->kh; a++) {
-                        int64_t ih = oh * p->sh - p->ph + a * p->dh;
-                        if (ih < 0 || ih >= p->H)
-                            continue;
-                        for (int64_t b = 0; b < p->kw; b++) {
-                            int64_t iw = ow * p->sw - p->pw + b * p->dw;
-                            if (iw < 0 || iw >= p->W)
+            for (int64_t oh = 0; oh < p->OH; oh++) {
+                int64_t ih0 = oh * p->sh - p->ph;
+                if (p->kh == 2 && p->kw == 2 && p->sw == 2 && p->dh == 1 && p->dw == 1 && p->pw == 0 && ih0 >= 0 &&
+                    ih0 + 1 < p->H && 2 * OW <= p->W) {
+                    /* the common 2x2 / stride-2 window fully inside: same comparisons, unrolled */
+                    mp_row_2x2(plane + ih0 * p->W, plane + (ih0 + 1) * p->W, OW, ih0 * p->W, p->W, vrow, irow);
+                } else {
+                    for (int64_t ow = 0; ow < OW; ow++) {
+                        double m = -INFINITY;
+                        int64_t mi = -1;
+                        for (int64_t a = 0; a < p->kh; a++) {
+                            int64_t ih = ih0 + a * p->dh;
+                            if (ih < 0 || ih >= p->H)
                                 continue;
-                            double v = plane[ih * p->W + iw];
-                            if (mi < 0 || v > m || v != v) {
-                                if (!(m != m)) {   /* keep the first NaN */
-                                    m = v;
-                                    mi = ih * p->W + iw;
+                            for (int64_t b = 0; b < p->kw; b++) {
+                                int64_t iw = ow * p->sw - p->pw + b * p->dw;
+                                if (iw < 0 || iw >= p->W)
+                                    continue;
+                                double v = plane[ih * p->W + iw];
+                                if (mi < 0 || v > m || v != v) {
+                                    if (!(m != m)) {   /* keep the first NaN */
+                                        m = v;
+                                        mi = ih * p->W + iw;
+                                    }
                                 }
                             }
                         }
+                        vrow[ow] = m;
+                        irow[ow] = mi;
                     }
-                    nn_store(CT_F64, plane_at(y, p->batched, p->C, q, oh, ow), 1, y->dtype, &m, 1);
-                    nn_store(CT_I64, plane_at(ix, p->batched, p->C, q, oh, ow), 1, ix->dtype, &mi, 1);
                 }
+                nn_store(CT_F64, plane_at(y, p->batched, p->C, q, oh, 0), y->stride[y->ndim - 1], y->dtype, vrow, OW);
+                nn_store(CT_I64, plane_at(ix, p->batched, p->C, q, oh, 0), ixs, ix->dtype, irow, OW);
+            }
+        } else if (j->direct) {
+            const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[p->vgi];
+            int64_t bad = -1;
+            bool ok = g->dtype == ACL_FLOAT
+                          ? mp_bwd_plane_float(p, q, (const float *)g->data, (const int64_t *)ix->data,
+                                               (float *)gi->data, &bad)
+                          : mp_bwd_plane_double(p, q, (const double *)g->data, (const int64_t *)ix->data,
+                                                (double *)gi->data, &bad);
+            if (!ok) {
+                int64_t k = ((const int64_t *)ix->data)[q * p->OH * OW + bad];
+                free(plane);
+                return nn_err(ACLNN_ERR_PARAM_INVALID, "%s: index %lld at output (%lld, %lld) of plane %lld is "
+                              "outside the %lld x %lld input", ex->api, (long long)k, (long long)(bad / OW),
+                              (long long)(bad % OW), (long long)q, (long long)p->H, (long long)p->W);
+            }
         } else {
-            const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[vin];
-            memset(plane, 0, (size_t)(p->H * p->W) * sizeof(double));
-            for (int64_t oh = 0; oh < p->OH; oh++)
-                for (int64_t ow = 0; ow < p->OW; ow++) {
-                    int64_t k = nn_get_i64(plane_at(ix, p->batched, p->C, q, oh, ow), ix->dtype);
-                    if (k < 0 || k >= p->H * p->W) {
+            const nn_view_t *g = &ex->v[p->vg], *gi = &ex->v[p->vgi];
+            memset(plane, 0, (size_t)HW * sizeof(double));
+            for (int64_t oh = 0; oh < p->OH; oh++) {
+                nn_load(CT_I64, irow, plane_at(ix, p->batched, p->C, q, oh, 0), ixs, ix->dtype, OW);
+                nn_load(CT_F64, vrow, plane_at(g, p->batched, p->C, q, oh, 0), g->stride[g->ndim - 1], g->dtype, OW);
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    int64_t k = irow[ow];
+                    if (k < 0 || k >= HW) {
                         free(plane);
                         return nn_err(ACLNN_ERR_PARAM_INVALID, "%s: index %lld at output (%lld, %lld) of plane %lld is "
                                       "outside the %lld x %lld input", ex->api, (long long)k, (long long)oh,
                                       (long long)ow, (long long)q, (long long)p->H, (long long)p->W);
                     }
-                    plane[k] += nn_get_f64(plane_at(g, p->batched, p->C, q, oh, ow), g->dtype);
+                    plane[k] += vrow[ow];
                 }
+            }
             for (int64_t h = 0; h < p->H; h++)
                 nn_store(CT_F64, plane_at(gi, p->batched, p->C, q, h, 0), gi->stride[gi->ndim - 1], gi->dtype,
                          plane + h * p->W, p->W);
@@ -632,7 +932,7 @@ static aclError mp_run_common(nn_exec_t *ex, bool backward)
     mp_params_t *p = (mp_params_t *)ex->params;
     if (!p->planes)
         return ACL_SUCCESS;
-    mp_job_t j = {ex, p, 0, backward};
+    mp_job_t j = {ex, p, 0, backward, backward ? mp_bwd_direct(ex, p) : mp_fwd_direct(ex, p)};
     uint32_t nb = nn_blocks(ex, p->planes * p->H * p->W, 64 * 1024);
     if ((int64_t)nb > p->planes)
         nb = (uint32_t)p->planes;
