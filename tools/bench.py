@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.dirname(_TOOLS))
 sys.path.insert(0, _TOOLS)
 
 from _benchutil import fmt, machine_info  # noqa: E402
+from _common import unwritable  # noqa: E402
 
 SECTIONS = ("seeds", "overhead", "pool", "dlpack", "matmul", "softmax", "train")
 SCHEMA = "canna-bench/1"
@@ -315,23 +316,6 @@ def write_plot(run, path):
     plt.close(fig)
 
 
-def _unwritable(path: str):
-    """Why a file cannot be written at ``path`` (None when it can): tried by opening it for appending
-    (a file that did not exist is removed again)."""
-    existed = os.path.exists(path)
-    try:
-        with open(path, "a"):
-            pass
-    except OSError as e:
-        return e.strerror or str(e)
-    if not existed:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
-    return None
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short measurements (about a minute; for tests)")
@@ -355,7 +339,7 @@ def main(argv=None):
     for opt, path in (("--plot", args.plot), ("--json", args.json)):
         # checked before measuring, so that a typo does not throw away a finished run
         if path is not None:
-            problem = _unwritable(path)
+            problem = unwritable(path)
             if problem:
                 ap.error(f"{opt} {path}: {problem}")
 

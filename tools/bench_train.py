@@ -26,26 +26,11 @@ import argparse
 import copy
 import os
 import statistics
+import sys
 import time
 
-
-def build(torch):
-    nn, F = torch.nn, torch.nn.functional
-
-    class SimpleCNN(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = nn.Conv2d(1, 16, 3, padding=1)
-            self.relu = nn.ReLU()
-            self.pool = nn.MaxPool2d(2)
-            self.fc = nn.Linear(16 * 14 * 14, 10)
-
-        def forward(self, x):
-            x = self.pool(self.relu(self.conv(x)))
-            x = torch.flatten(x, 1)
-            return F.softmax(self.fc(x), dim=1)
-
-    return SimpleCNN
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import simple_cnn  # noqa: E402
 
 
 def measure(*, steps: int = 30, warmup: int = 5, block: int = 5, batch: int = 64, profile=None) -> dict:
@@ -60,8 +45,7 @@ def measure(*, steps: int = 30, warmup: int = 5, block: int = 5, batch: int = 64
     import canna_dl.torch as ct
 
     torch.manual_seed(0)
-    SimpleCNN = build(torch)
-    ref = SimpleCNN()
+    ref = simple_cnn(torch, size=28)
     models = {"pytorch": ref, "canna": copy.deepcopy(ref)}
     opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
     x = torch.randn(batch, 1, 28, 28)

@@ -47,6 +47,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import simple_cnn, unwritable  # noqa: E402
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 #: a canna run may be at most this many points of test accuracy below its plain-framework twin
@@ -151,30 +154,13 @@ def torch_runs(data, order, args, progress):
 
     import canna_dl.torch as ct
 
-    nn = torch.nn
-
-    class SimpleCNN(nn.Module):
-        """shared/SEEDS.md, document 002, on 1x8x8 images: conv 3x3 -> relu -> max-pool 2 -> linear -> softmax."""
-
-        def __init__(self, classes=10, size=8):
-            super().__init__()
-            self.conv = nn.Conv2d(1, 16, 3, padding=1)
-            self.relu = nn.ReLU()
-            self.pool = nn.MaxPool2d(2)
-            self.fc = nn.Linear(16 * (size // 2) ** 2, classes)
-
-        def forward(self, x):
-            x = self.pool(self.relu(self.conv(x)))
-            x = torch.flatten(x, 1)
-            return F.softmax(self.fc(x), dim=1)
-
     if args.threads:
         torch.set_num_threads(args.threads)
     xtr, xte, ytr, yte = data
     xtr, xte = torch.from_numpy(xtr[:, None]), torch.from_numpy(xte[:, None])
     ytr, yte = torch.from_numpy(ytr), torch.from_numpy(yte)
     torch.manual_seed(args.seed)
-    init = SimpleCNN()
+    init = simple_cnn(torch, size=8)
     # warm-up outside the timings (PyTorch's and canna's first calls set up thread pools, kernel
     # plans and caches): one forward and backward of a throwaway copy, plain and on canna
     for on_canna in (False, True):
@@ -435,21 +421,6 @@ def runtime_line():
             f"{p.ai_core_num} AI cores, {(p.total_memory or 0) / 2**30:.0f} GiB")
 
 
-def _unwritable(path: str) -> str | None:
-    """Why a file cannot be written at ``path`` (None when it can): tried by opening it for appending
-    (a file that did not exist is removed again)."""
-    existed = os.path.exists(path)
-    try:
-        with open(path, "a"):
-            pass
-    except OSError as e:
-        return e.strerror or str(e)
-    if not existed:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-    return None
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="Exit status: 0 ok; 1 a canna run's accuracy is more than "
@@ -475,7 +446,7 @@ def main(argv=None) -> int:
     for opt, path in (("--plot", args.plot), ("--json", args.json)):
         # checked before training, so that a typo does not throw away a finished run
         if path is not None:
-            problem = _unwritable(path)
+            problem = unwritable(path)
             if problem:
                 ap.error(f"{opt} {path}: {problem}")
 
