@@ -536,7 +536,8 @@ def test_bad_frees_and_streams(acl, streams):
     (1.5, acl_rt.InvalidArgumentError, r"fraction must be in \(0, 1\]"),
     (0.0, acl_rt.InvalidArgumentError, "fraction"),
     (float("nan"), acl_rt.InvalidArgumentError, "fraction"),
-    ("1G", TypeError, "limit must be"),
+    ("1 gigabyte", acl_rt.InvalidArgumentError, "expected bytes"),   # strings: CANNA_MEMORY_LIMIT's forms
+    ([1 << 30], TypeError, "limit must be"),
     (True, TypeError, "limit must be"),
 ])
 def test_bad_limits(acl, limit, exc, pattern):

@@ -35,15 +35,15 @@ def test_tools_refuse_unwritable_outputs_before_running(script, opt, path, messa
 
 def test_tools_check_a_writable_output_without_leaving_a_file(tmp_path):
     from importlib import util
-    for script in ("demo.py", "bench.py"):
-        spec = util.spec_from_file_location(script[:-3] + "_under_test", ROOT / "tools" / script)
-        mod = util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        assert mod._unwritable(str(tmp_path / "new.json")) is None
-        assert not (tmp_path / "new.json").exists()
-        (tmp_path / "old.json").write_text("keep")
-        assert mod._unwritable(str(tmp_path / "old.json")) is None
-        assert (tmp_path / "old.json").read_text() == "keep"
+    spec = util.spec_from_file_location("tools_common_under_test", ROOT / "tools" / "_common.py")
+    mod = util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.unwritable(str(tmp_path / "new.json")) is None
+    assert not (tmp_path / "new.json").exists()
+    (tmp_path / "old.json").write_text("keep")
+    assert mod.unwritable(str(tmp_path / "old.json")) is None
+    assert (tmp_path / "old.json").read_text() == "keep"
+    assert mod.unwritable(str(tmp_path / "no" / "such.json")) == "No such file or directory"
 
 
 @pytest.mark.parametrize("lr", ["inf", "nan", "0", "-1"])
