@@ -376,3 +376,71 @@ def test_bad_arguments():
     y = ct.add(x, 1)
     y.sum().backward()
     assert x.grad.tolist() == [[1.0] * 4] * 3
+
+
+# ---------------------------------------------------------------------------------------------
+# log / exp
+
+def test_gradcheck_log_exp():
+    x = pos(2, 3, 4)                        # log: positive inputs
+    assert gradcheck(ct.log, (x,))
+    assert canna_node(ct.log(x))
+    e = r(2, 3, 4)
+    assert gradcheck(ct.exp, (e,))
+    assert canna_node(ct.exp(e))
+    # the gradients against PyTorch's own ops, through a chain (softmax -> log -> nll as in the demo)
+    p = r(5, 4)
+    out = ct.mul(ct.log(ct.softmax(p, 1)), ct.exp(ct.mul(p, 0.5)))
+    out.sum().backward()
+    q = p.detach().clone().requires_grad_(True)
+    (torch.log(torch.softmax(q, 1)) * torch.exp(q * 0.5)).sum().backward()
+    torch.testing.assert_close(p.grad, q.grad)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float16, 1e-3), (torch.bfloat16, 8e-3)],
+                         ids=str)
+def test_log_exp_values_match_pytorch(dtype, tol):
+    x = torch.rand(64, 33, dtype=dtype) * 4 + 0.01
+    e = torch.randn(64, 33, dtype=dtype) * 3
+    for mine, ref, a in ((ct.log, torch.log, x), (ct.exp, torch.exp, e)):
+        y = mine(a)
+        assert y.dtype == dtype and y.shape == a.shape
+        torch.testing.assert_close(y, ref(a), rtol=tol, atol=tol)
+        # the gradient in the input dtype
+        t = a.clone().requires_grad_(True)
+        mine(t).sum().backward()
+        u = a.clone().requires_grad_(True)
+        ref(u).sum().backward()
+        assert t.grad.dtype == dtype
+        torch.testing.assert_close(t.grad, u.grad, rtol=tol, atol=tol)
+
+
+def test_log_exp_special_values_and_errors():
+    x = torch.tensor([0.0, -1.0, 1.0, float("inf"), float("nan")])
+    torch.testing.assert_close(ct.log(x), torch.log(x), equal_nan=True)
+    torch.testing.assert_close(ct.exp(torch.tensor([1000.0, -1000.0, 0.0])), torch.tensor([float("inf"), 0.0, 1.0]))
+    for bad in (torch.tensor([1, 2, 3]), torch.tensor([1, 2], dtype=torch.int32), torch.tensor([True])):
+        for fn in (ct.log, ct.exp):
+            with pytest.raises(TypeError, match="floating"):
+                fn(bad)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        ct.log([1.0, 2.0])
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        ct.exp(2.0)
+    # double backward: a clear error, not a silently wrong value
+    p = pos(3)
+    (g,) = torch.autograd.grad(ct.log(p).sum(), p, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward of canna::log"):
+        g.sum().backward()
+    # the state stays usable
+    torch.testing.assert_close(ct.exp(torch.zeros(2)), torch.ones(2))
+
+
+def test_log_exp_custom_ops_opcheck():
+    from torch.library import opcheck
+    for name, args in (("log", (pos(3, 4),)), ("exp", (r(3, 4),))):
+        res = opcheck(getattr(torch.ops.canna, name).default, args)
+        assert all(v == "SUCCESS" for v in res.values()), (name, res)
+    assert gradcheck(torch.ops.canna.log, (pos(2, 3),))
+    assert gradcheck(torch.ops.canna.exp, (r(2, 3),))
+    assert ct.log(torch.empty(2, 3, device="meta")).shape == (2, 3)

@@ -166,3 +166,71 @@ def test_torch_export(strict):
     assert targets == ["canna.linear.default", "canna.gelu.default", "canna.linear.default",
                        "canna.log_softmax.default"], targets
     torch.testing.assert_close(ep.module()(x), model(x))
+
+
+class LogExpNet(torch.nn.Module):
+    """Softmax written with exp, and nll of its log (the demo's loss): log and exp in both graphs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = cnn.Linear(6, 4)
+
+    def forward(self, x, y):
+        e = ct.exp(self.fc(x))
+        p = ct.div(e, ct.sum(e, 1, keepdim=True))
+        return CF.nll_loss(ct.log(p), y)
+
+
+@pytest.mark.timeout(600)
+def test_compile_fullgraph_log_exp_matches_eager():
+    torch.manual_seed(0)
+    model = LogExpNet()
+    twin = copy.deepcopy(model)
+    backend, graphs = _recorder()
+    compiled = torch.compile(twin, fullgraph=True, backend=backend)
+    x, y = torch.randn(5, 6), torch.tensor([0, 3, 1, 2, 3])
+    loss_c = compiled(x, y)
+    loss_c.backward()
+    loss_e = model(x, y)
+    loss_e.backward()
+    torch.testing.assert_close(loss_c, loss_e)
+    for (n, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=n)
+    # and PyTorch's own ops agree
+    ref = torch.nn.functional.nll_loss(torch.log_softmax(torch.nn.functional.linear(x, model.fc.weight,
+                                                                                    model.fc.bias), 1), y)
+    torch.testing.assert_close(loss_e, ref)
+    assert len(graphs["dynamo"]) == 1
+    fw = _targets(graphs["forward"][0])
+    bw = _targets(graphs["backward"][0])
+    assert "canna.exp.default" in fw and "canna.log.default" in fw, fw
+    assert "canna.div.default" in bw and "canna.mul.default" in bw, bw   # log's and exp's gradients
+    glue = ("view", "reshape", "expand", "t.default", "detach", "alias", "_unsafe_view")
+    aten = [t for t in fw + bw if t.startswith("aten.") and not any(v in t for v in glue)]
+    assert set(aten) <= {"aten.add.Tensor"}, aten
+
+
+@pytest.mark.timeout(600)
+def test_offload_under_compile_routes_log_exp():
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(6, 3), nn.Softmax(1))
+    twin = copy.deepcopy(model)
+    backend, graphs = _recorder()
+    compiled = torch.compile(twin, fullgraph=True, backend=backend)
+    x, y = torch.randn(5, 6), torch.tensor([0, 2, 1, 1, 0])
+
+    def loss_of(m):
+        return nn.functional.nll_loss(torch.log(m(x)), y) + torch.exp(m(x)).mean()
+
+    with ct.offload() as rep:
+        loss = torch.compile(lambda: loss_of(compiled), fullgraph=True, backend=backend)()
+        loss.backward()
+    ref = loss_of(model)
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+    fw = " ".join(" ".join(_targets(g)) for g in graphs["forward"])
+    assert "canna.log.default" in fw and "canna.exp.default" in fw, fw
+    assert rep.ops["log"].canna >= 1 and rep.ops["exp"].canna >= 1

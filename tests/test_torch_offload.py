@@ -50,7 +50,7 @@ def test_simple_cnn_trains_the_same_on_canna(loss_name):
     mine = copy.deepcopy(ref)
     x = torch.randn(8, 1, 28, 28)
     y = torch.randint(0, 10, (8,))
-    # nll of the log of the softmax output (torch.log has no canna op: a mixed graph) or cross entropy
+    # nll of the log of the softmax output (torch.log runs on canna too) or cross entropy
     loss_fn = (lambda p, t: F.nll_loss(torch.log(p), t)) if loss_name == "nll_log" else F.cross_entropy
     l_ref, g_ref = train(ref, x, y, 3, loss_fn, lr=0.1)
     with ct.offload() as rep:
@@ -70,7 +70,8 @@ def test_simple_cnn_trains_the_same_on_canna(loss_name):
     loss_op = "nll_loss" if loss_name == "nll_log" else "cross_entropy"
     assert ops[loss_op] == {"canna": 3, "fallback": 0, "backward": 3, "reasons": {}}
     if loss_name == "nll_log":
-        assert rep.pytorch_calls.get("torch.log") == 3
+        assert ops["log"] == {"canna": 3, "fallback": 0, "backward": 3, "reasons": {}}
+        assert "torch.log" not in rep.pytorch_calls
     text = str(rep)
     assert "conv2d" in text and "max_pool2d" in text and "canna offload report" in text
 
@@ -398,20 +399,22 @@ def test_discrete_memory_model(py):
     assert "ok 1" in out.stdout
 
 
-def test_no_pytorch_compute_in_a_canna_training_step():
+@pytest.mark.parametrize("loss_name", ["cross_entropy", "nll_log"])
+def test_no_pytorch_compute_in_a_canna_training_step(loss_name):
     # every op of the step runs on canna: PyTorch only allocates, views, and seeds the backward
     # with ones (loss.backward()); in particular no zero-filled gradient is materialized for
-    # max_pool2d's indices
+    # max_pool2d's indices; nll_loss(log(softmax)) (the demo's loss) included
     torch.manual_seed(0)
     model = SimpleCNN()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,))
+    loss_fn = (lambda p, t: F.nll_loss(torch.log(p), t)) if loss_name == "nll_log" else F.cross_entropy
 
     def step():
         opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        loss_fn(model(x), y).backward()
         opt.step()
-    with ct.offload(strict=True):
+    with ct.offload(strict=True) as rep:
         step()
         with torch.profiler.profile() as prof:
             step()
@@ -422,3 +425,54 @@ def test_no_pytorch_compute_in_a_canna_training_step():
                "aten::ones_like", "aten::fill_"}
     assert set(ops) <= allowed, set(ops) - allowed
     assert ops.get("aten::fill_", 0) <= ops.get("aten::ones_like", 0) == 2
+    assert not rep.pytorch_calls.get("torch.log") and all(st.fallback == 0 for st in rep.ops.values())
+    if loss_name == "nll_log":
+        assert rep.ops["log"].canna == 3 and rep.ops["log"].backward == 3
+
+
+def test_log_exp_on_canna_and_fallbacks():
+    torch.manual_seed(0)
+    x0 = torch.rand(3, 4, dtype=torch.float64) + 0.1
+
+    def program(x):
+        s = torch.log(x).sum() + x.log().mean() + torch.exp(x).sum() + (x * 0.5).exp().mean()
+        s.backward()
+        return s
+
+    a = x0.clone().requires_grad_(True)
+    s_ref = program(a)
+    b = x0.clone().requires_grad_(True)
+    with ct.offload(strict=True) as rep:
+        s = program(b)
+    torch.testing.assert_close(s, s_ref)
+    torch.testing.assert_close(b.grad, a.grad)
+    assert rep.ops["log"].as_dict() == {"canna": 2, "fallback": 0, "backward": 2, "reasons": {}}
+    assert rep.ops["exp"].as_dict() == {"canna": 2, "fallback": 0, "backward": 2, "reasons": {}}
+    assert "torch.log" not in rep.pytorch_calls and "torch.exp" not in rep.pytorch_calls
+    # integer input (torch.log gives float32), out=, in-place forms: PyTorch's, with a reason
+    i = torch.tensor([1, 2, 3])
+    f = torch.rand(3) + 0.5
+    with ct.offload() as rep:
+        li, ei = torch.log(i), i.exp()
+        o = torch.empty(3)
+        torch.log(f, out=o)
+        g = f.clone()
+        g.log_()
+        h = f.clone()
+        torch.exp_(h)
+    torch.testing.assert_close(li, torch.log(i))
+    torch.testing.assert_close(ei, torch.exp(i))
+    assert li.dtype == torch.float32
+    torch.testing.assert_close(o, torch.log(f))
+    torch.testing.assert_close(g, torch.log(f))
+    torch.testing.assert_close(h, torch.exp(f))
+    fb = rep.fell_back()
+    assert any("int64" in r and "floating" in r for r in fb["log"]), fb
+    assert any("int64" in r for r in fb["exp"]), fb
+    assert any("out=" in r for r in fb["log"]), fb
+    assert any("in-place" in r for r in fb["log"]) and any("in-place" in r for r in fb["exp"]), fb
+    assert rep.ops["log"].canna == 0 and rep.ops["log"].fallback == 3
+    with ct.offload(strict=True):
+        with pytest.raises(RuntimeError, match="would fall back"):
+            torch.log(i)
+        torch.testing.assert_close(torch.exp(f), f.exp())       # still usable

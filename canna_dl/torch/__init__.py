@@ -9,7 +9,7 @@ Training with canna's kernels (docs/DESIGN.md §7):
 - differentiable ops with PyTorch's names and signatures, whose backward runs canna's backward
   kernels (:mod:`kernels.backward`): :func:`add`, :func:`sub`, :func:`mul`, :func:`div`,
   :func:`matmul`, :func:`sum`, :func:`mean`, :func:`relu`, :func:`sigmoid`, :func:`tanh`,
-  :func:`softmax`, :func:`log_softmax` here, the NN ops in :mod:`canna_dl.torch.nn.functional`
+  :func:`log`, :func:`exp`, :func:`softmax`, :func:`log_softmax` here, the NN ops in :mod:`canna_dl.torch.nn.functional`
   (linear, conv2d, max_pool2d, relu, gelu, silu, sigmoid, tanh, softmax, log_softmax,
   layer_norm, rms_norm, cross_entropy, nll_loss) and modules in :mod:`canna_dl.torch.nn`
   (``Linear``, ``Conv2d``, ...: subclasses of PyTorch's);
@@ -24,7 +24,8 @@ from . import _library  # noqa: F401  (registers the torch.ops.canna custom ops)
 from . import nn
 from ._exchange import from_torch, to_torch
 from ._offload import OFFLOAD_OPS, Offload, OffloadReport, OpStats, offload
-from ._public import add, div, log_softmax, matmul, mean, mul, relu, relu_, sigmoid, softmax, sub, sum, tanh
+from ._public import (add, div, exp, log, log_softmax, matmul, mean, mul, relu, relu_, sigmoid, softmax, sub, sum,
+                      tanh)
 
 #: the ``torch.ops.canna`` namespace (the custom ops; see :mod:`canna_dl.torch._library`)
 import torch as _torch
@@ -32,5 +33,5 @@ ops = _torch.ops.canna
 del _torch
 
 __all__ = ["to_torch", "from_torch", "add", "sub", "mul", "div", "matmul", "sum", "mean", "relu", "relu_", "sigmoid",
-           "tanh", "softmax", "log_softmax", "nn", "offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS",
+           "tanh", "log", "exp", "softmax", "log_softmax", "nn", "offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS",
            "ops"]

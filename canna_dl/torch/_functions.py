@@ -554,6 +554,10 @@ _Gelu = _activation("gelu", kernels.gelu, kbw.gelu, False)
 _Silu = _activation("silu", kernels.silu, kbw.silu, False)
 _Sigmoid = _activation("sigmoid", kernels.sigmoid, kbw.sigmoid, True)
 _Tanh = _activation("tanh", kernels.tanh, kbw.tanh, True)
+# d(log x)/dx = 1/x from the input, d(exp x)/dx = exp x from the output
+# (tools/autograd/derivatives.yaml: log "grad.div(self.conj())", exp "grad * result.conj()")
+_Log = _activation("log", kernels.log, lambda g, x: kernels.div(g, x), False)
+_Exp = _activation("exp", kernels.exp, lambda g, y: kernels.mul(g, y), True)
 
 
 def _unary(api, fn, custom, kernel, x, *args):
@@ -586,6 +590,24 @@ def _sigmoid(x):
 
 def _tanh(x):
     return _unary("canna_dl.torch.tanh", _Tanh, _ops.tanh, kernels.tanh, x)
+
+
+def _float_unary(api, fn, custom, kernel, x):
+    """An elementwise op of floating tensors only (``torch.log`` of an integer tensor is float32,
+    which canna does not differentiate: the caller converts, or ``offload()`` falls back)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{api}: expected a torch.Tensor, got {type(x).__name__}; "
+                        "convert with torch.as_tensor() or canna_dl.to_torch()")
+    C.check_float(api, "input", x)
+    return _unary(api, fn, custom, kernel, x)
+
+
+def _log(x):
+    return _float_unary("canna_dl.torch.log", _Log, _ops.log, kernels.log, x)
+
+
+def _exp(x):
+    return _float_unary("canna_dl.torch.exp", _Exp, _ops.exp, kernels.exp, x)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Forward ops (the differentiable ones; ``canna_dl.torch`` routes to them when com
     add(Tensor self, Tensor other, Scalar alpha=1)      add_scalar / sub_scalar / rsub_scalar(self, Scalar other, Scalar alpha=1)
     sub, mul, div(Tensor self, Tensor other)            mul_scalar / div_scalar / rdiv_scalar(self, Scalar other)
     matmul(self, other)        linear(input, weight, bias?)
-    relu, silu, sigmoid, tanh(self)       gelu(self, str approximate='none')
+    relu, silu, sigmoid, tanh, log, exp(self)       gelu(self, str approximate='none')
     softmax / log_softmax(self, int dim, ScalarType? dtype=None)
     layer_norm(input, int[] normalized_shape, weight?, bias?, float eps) -> (out, mean, rstd)
     rms_norm(input, int[] normalized_shape, weight?, float? eps) -> (out, rstd)
@@ -304,6 +304,16 @@ def _bw_tanh(ctx, g):
     return torch.ops.canna.tanh_backward(g, y)
 
 
+def _bw_exp(ctx, g):               # d(exp x) = exp x: from the output
+    (y,) = ctx.saved_tensors
+    return torch.ops.canna.mul(g, y)
+
+
+def _bw_log(ctx, g):               # d(log x) = 1 / x: from the input
+    (x,) = ctx.saved_tensors
+    return torch.ops.canna.div(g, x)
+
+
 def _setup_input(ctx, inputs, output):
     ctx.save_for_backward(inputs[0])
     ctx.args = tuple(inputs[1:])
@@ -500,6 +510,8 @@ def _register():
     _op("sigmoid", f"({T} self) -> {T}", lambda x: kernels.sigmoid(P(x)), _fake_float_unary, _bw_sigmoid,
         _setup_output)
     _op("tanh", f"({T} self) -> {T}", lambda x: kernels.tanh(P(x)), _fake_float_unary, _bw_tanh, _setup_output)
+    _op("log", f"({T} self) -> {T}", lambda x: kernels.log(P(x)), _fake_float_unary, _bw_log, _setup_input)
+    _op("exp", f"({T} self) -> {T}", lambda x: kernels.exp(P(x)), _fake_float_unary, _bw_exp, _setup_output)
     _op("gelu", f"({T} self, str approximate='none') -> {T}", lambda x, a="none": kernels.gelu(P(x), a),
         _fake_float_unary, _bw_gelu, _setup_input)
     _op("silu", f"({T} self) -> {T}", lambda x: kernels.silu(P(x)), _fake_float_unary, _bw_silu, _setup_input)

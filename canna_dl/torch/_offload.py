@@ -251,6 +251,20 @@ def _h_tanh(v):
     return F._tanh(v[0])
 
 
+def _h_log(v):
+    _chk(v[0])
+    return F._log(v[0])
+
+
+def _h_exp(v):
+    _chk(v[0])
+    return F._exp(v[0])
+
+
+def _h_unary_inplace(v):   # log_ / exp_: canna has no in-place form of them
+    raise _Fallback("in-place form (canna runs the out-of-place op only)")
+
+
 def _h_softmax(v):         # (input, dim, dtype) or F's (input, dim, _stacklevel, dtype)
     if v[1] is None:
         raise _Fallback("implicit dim (dim=None)")
@@ -372,6 +386,10 @@ def _build_table():
     m((_nnf.silu,), "silu", S(("input", "inplace"), inplace=False), _h_silu)
     m((torch.sigmoid, _T.sigmoid), "sigmoid", S(("input",)), _h_sigmoid)
     m((torch.tanh, _T.tanh), "tanh", S(("input",)), _h_tanh)
+    m((torch.log, _T.log), "log", S(("input",)), _h_log)     # out=: falls back (unknown argument)
+    m((torch.exp, _T.exp), "exp", S(("input",)), _h_exp)
+    m((g(torch, "log_", None), _T.log_), "log", S(("input",)), _h_unary_inplace)
+    m((g(torch, "exp_", None), _T.exp_), "exp", S(("input",)), _h_unary_inplace)
     sm = S(("input", "dim", "dtype"), 2, dtype=None)
     sm_f = S(("input", "dim", "_stacklevel", "dtype"), 3, dim=None, _stacklevel=3, dtype=None)
     m((torch.softmax, _T.softmax), "softmax", sm, _h_softmax)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from . import _functions as _F
 from ._common import NoTorchFunction as _NoTF
 
-__all__ = ["add", "sub", "mul", "div", "matmul", "sum", "mean", "relu", "relu_", "sigmoid", "tanh", "softmax",
-           "log_softmax"]
+__all__ = ["add", "sub", "mul", "div", "matmul", "sum", "mean", "relu", "relu_", "sigmoid", "tanh", "log",
+           "exp", "softmax", "log_softmax"]
 
 
 def add(input, other, *, alpha=1):
@@ -113,6 +113,45 @@ def tanh(input):
     """Hyperbolic tangent (``torch.tanh``); integer inputs give float32."""
     with _NoTF():
         return _F._tanh(input)
+
+
+def log(input):
+    """Natural logarithm, elementwise (``torch.log``; ``kernels.log``, ``aclnnLog``).
+
+    Args:
+        input: a floating tensor (float16, bfloat16, float32, float64) of any shape.
+
+    Returns:
+        A new tensor of ``input``'s shape and dtype: NaN where ``input < 0``, ``-inf`` where it is
+        0 (IEEE 754, as ``torch.log``). The gradient is ``grad / input`` (PyTorch's
+        ``derivatives.yaml``), computed on canna (``kernels.div``); it is differentiable once.
+
+    Raises:
+        TypeError: ``input`` is not a tensor, or has an integer / bool / complex dtype
+            (``torch.log`` gives float32 for integers: convert with ``.float()`` first).
+        RuntimeError (PyTorch's): a second differentiation of the gradient.
+    """
+    with _NoTF():
+        return _F._log(input)
+
+
+def exp(input):
+    """``e ** input``, elementwise (``torch.exp``; ``kernels.exp``, ``aclnnExp``).
+
+    Args:
+        input: a floating tensor (float16, bfloat16, float32, float64) of any shape.
+
+    Returns:
+        A new tensor of ``input``'s shape and dtype (``inf`` on overflow). The gradient is
+        ``grad * exp(input)`` from the saved output (PyTorch's ``derivatives.yaml``), computed on
+        canna (``kernels.mul``); it is differentiable once.
+
+    Raises:
+        TypeError: ``input`` is not a tensor, or has an integer / bool / complex dtype.
+        RuntimeError (PyTorch's): a second differentiation of the gradient.
+    """
+    with _NoTF():
+        return _F._exp(input)
 
 
 def softmax(input, dim, dtype=None):
