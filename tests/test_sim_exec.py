@@ -358,3 +358,32 @@ def test_the_library_stays_mapped_while_its_threads_run(py):
         os._exit(0)
         """, env={"CANNA_SIM_SPIN_US": "200000"}).stdout.split()
     assert out == ["MAPPED", "True", "True"]
+
+
+def test_a_long_job_spreads_while_a_synchronizing_thread_spins(py):
+    """A job's helpers are chosen when it starts: a thread spinning in a synchronize at that moment
+    (idle, it gives its CPU up within CANNA_SIM_SPIN_US) must not make the job run all its blocks
+    on one thread (seen as a matmul taking twice its time, one run in two, on a 2-CPU machine)."""
+    out = py("""
+        import threading, time, acl_rt
+        from acl_rt._lib import backend, ffi
+        acl_rt.init(); dev = acl_rt.Device(0); dev.set_current()
+        lib = backend().lib
+        s = dev.create_stream()
+        seen = []
+        def block(i, nb, arg):
+            time.sleep(0.002)            # the GIL is let go: blocks on two threads overlap
+            seen.append(threading.get_ident())
+            return 0
+        cb = ffi.callback("aclsimBlockFn", block)
+        def job():
+            assert lib.aclsimParallelFor(0, 16, cb, ffi.NULL) == 0
+        spread = []
+        for r in range(8):
+            seen.clear()
+            s.launch_host_func(job)
+            s.synchronize()              # spins (CANNA_SIM_SPIN_US) while the job starts
+            spread.append(len(set(seen)))
+        print("SPREAD", min(spread), max(spread))
+        """, env={"CANNA_SIM_THREADS": "2", "CANNA_SIM_SPIN_US": "20000"}).stdout.split()
+    assert out[0] == "SPREAD" and int(out[1]) >= 2, out

@@ -414,6 +414,7 @@ uint32_t sim_host_cpus(void);        /* CPUs this process may use (affinity, cgr
 uint32_t sim_sched_cpus(void);
 uint32_t sim_sched_threads(void);    /* threads running one launch's blocks, the caller included */
 uint32_t sim_sched_busy(void);       /* the simulator's threads computing or spinning now */
+uint32_t sim_sched_computing(void);  /* of those, the ones computing (not spinning) */
 /* the calling thread computes (a task, blocks): counted in the busy threads (nests) */
 void sim_busy_enter(void);
 void sim_busy_leave(void);

@@ -132,13 +132,16 @@ static void kicks_deliver(sim_stream_t *l)
 
 /* ------------------------------------------------------------------ pool threads */
 
-/* wake up to `want` sleeping pool threads, no more than there are idle CPUs to run them */
+/* wake up to `want` sleeping pool threads, no more than there are CPUs not computing for us to run
+ * them. Spinning threads do not count: a spinner gives its CPU up within CANNA_SIM_SPIN_US, and a
+ * job's threads are chosen once, at its start (counting them made a job that started while a
+ * synchronizing thread spun run all its blocks on one thread) */
 static void wake_sleepers(sim_pool_t *pool, uint32_t want, uint32_t nthreads)
 {
     uint32_t sleepers = atomic_load(&pool->sleepers);
     if (!sleepers)
         return;
-    uint32_t busy = sim_sched_busy(), cpus = sim_sched_cpus();
+    uint32_t busy = sim_sched_computing(), cpus = sim_sched_cpus();
     uint32_t room = busy < cpus ? cpus - busy : 0;
     if (want > nthreads)
         want = nthreads;

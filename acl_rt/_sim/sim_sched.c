@@ -42,6 +42,7 @@ static uint32_t g_cpus = 1;
 static uint32_t g_threads = 1;
 static uint64_t g_spin_ns;
 static _Atomic uint32_t g_busy;
+static _Atomic uint32_t g_spinning;   /* of the busy threads, those spinning (waiting, not computing) */
 static atomic_uint_fast64_t g_quiet_until;
 static __thread uint32_t tls_busy;
 
@@ -98,6 +99,13 @@ uint32_t sim_sched_cpus(void) { return g_cpus; }
 uint32_t sim_sched_threads(void) { return g_threads; }
 uint32_t sim_sched_busy(void) { return atomic_load_explicit(&g_busy, memory_order_relaxed); }
 
+uint32_t sim_sched_computing(void)
+{
+    uint32_t b = atomic_load_explicit(&g_busy, memory_order_relaxed);
+    uint32_t s = atomic_load_explicit(&g_spinning, memory_order_relaxed);
+    return b > s ? b - s : 0;
+}
+
 void sim_busy_enter(void)
 {
     if (tls_busy++ == 0)
@@ -131,6 +139,7 @@ bool sim_spin_start(sim_spin_t *sp)
     }
     sp->t0 = sp->last = now;
     sp->i = 0;
+    atomic_fetch_add_explicit(&g_spinning, 1, memory_order_relaxed);
     return true;
 }
 
@@ -150,6 +159,7 @@ bool sim_spin_more(sim_spin_t *sp)
 
 void sim_spin_stop(sim_spin_t *sp)
 {
+    atomic_fetch_sub_explicit(&g_spinning, 1, memory_order_relaxed);
     if (sp->reserved) {
         sp->reserved = false;
         atomic_fetch_sub(&g_busy, 1);
