@@ -65,6 +65,21 @@ static void job_release(sim_pool_t *pool, sim_pfjob_t *j)
     }
 }
 
+/* run block idx of j: the job keeps the result of its lowest failing block */
+static void run_block(sim_pool_t *pool, sim_pfjob_t *j, uint64_t idx)
+{
+    aclError rc = j->fn((uint32_t)idx, j->n, j->arg);
+    if (SIM_UNLIKELY(rc != ACL_SUCCESS)) {
+        pthread_mutex_lock(&pool->lock);
+        if (j->rc == ACL_SUCCESS || idx < j->rc_idx) {
+            j->rc = rc;
+            j->rc_idx = (uint32_t)idx;
+        }
+        pthread_mutex_unlock(&pool->lock);
+    }
+    job_release(pool, j);
+}
+
 /* claim and run blocks of j until none is left */
 static void run_blocks(sim_pool_t *pool, sim_pfjob_t *j)
 {
@@ -72,16 +87,7 @@ static void run_blocks(sim_pool_t *pool, sim_pfjob_t *j)
         uint64_t idx = atomic_fetch_add_explicit(&j->next_block, 1, memory_order_relaxed);
         if (idx >= j->n)
             break;
-        aclError rc = j->fn((uint32_t)idx, j->n, j->arg);
-        if (SIM_UNLIKELY(rc != ACL_SUCCESS)) {
-            pthread_mutex_lock(&pool->lock);
-            if (j->rc == ACL_SUCCESS || idx < j->rc_idx) {
-                j->rc = rc;
-                j->rc_idx = (uint32_t)idx;
-            }
-            pthread_mutex_unlock(&pool->lock);
-        }
-        job_release(pool, j);
+        run_block(pool, j, idx);
     }
     pthread_mutex_lock(&pool->lock);
     dequeue_locked(pool, j);
@@ -162,16 +168,7 @@ static void run_blocks_timed(sim_pool_t *pool, sim_pfjob_t *j, uint32_t nthreads
         uint64_t idx = atomic_fetch_add_explicit(&j->next_block, 1, memory_order_relaxed);
         if (idx >= j->n)
             return;
-        aclError rc = j->fn((uint32_t)idx, j->n, j->arg);
-        if (SIM_UNLIKELY(rc != ACL_SUCCESS)) {
-            pthread_mutex_lock(&pool->lock);
-            if (j->rc == ACL_SUCCESS || idx < j->rc_idx) {
-                j->rc = rc;
-                j->rc_idx = (uint32_t)idx;
-            }
-            pthread_mutex_unlock(&pool->lock);
-        }
-        job_release(pool, j);
+        run_block(pool, j, idx);
         ran++;
         uint64_t claimed = atomic_load_explicit(&j->next_block, memory_order_relaxed);
         if (claimed >= j->n)
