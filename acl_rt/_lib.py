@@ -46,22 +46,24 @@ def _dlopen(path: str):
 
 
 class _LazyLib:
-    """Attribute access to a dlopen-ed library. A missing symbol raises NotSupportedError naming
-    the library; found symbols are cached as plain attributes (no overhead after the first use)."""
+    """Attribute access to one or more dlopen-ed libraries (the first that exports a symbol wins).
+    A missing symbol raises NotSupportedError saying where it was looked for; found symbols are
+    cached as plain attributes (no overhead after the first use). ``_lib`` is the first library."""
 
-    def __init__(self, lib, path: str):
-        self.__dict__["_lib"] = lib
-        self.__dict__["_path"] = path
+    def __init__(self, libs, where: str):
+        self.__dict__["_libs"] = list(libs)
+        self.__dict__["_lib"] = self._libs[0]
+        self.__dict__["_where"] = where
 
     def __getattr__(self, name: str):
-        try:
-            value = getattr(self._lib, name)
-        except (AttributeError, NotImplementedError):
-            raise NotSupportedError(
-                200001, name, f"{name} is not available in this CANN version ({self._path})"
-            ) from None
-        self.__dict__[name] = value
-        return value
+        for lib in self._libs:
+            try:
+                value = getattr(lib, name)
+            except (AttributeError, NotImplementedError):
+                continue
+            self.__dict__[name] = value
+            return value
+        raise NotSupportedError(200001, name, f"{name} is not available in {self._where}")
 
     def has(self, name: str) -> bool:
         """Whether the library exports ``name``."""
@@ -79,7 +81,7 @@ class Backend:
 
     def __init__(self, name, lib, path, found_via, searched):
         self.name = name
-        self.lib = _LazyLib(lib, path)
+        self.lib = _LazyLib((lib,), f"this CANN version ({path})")
         self.path = path
         self.found_via = found_via
         self.searched = searched
@@ -210,34 +212,6 @@ _OP_SETS = (("libopapi.so",), ("libopapi_math.so", "libopapi_nn.so"))
 _SIM_BLAS_PACKAGES = ("scipy_openblas64", "scipy_openblas32")
 
 
-class _MultiLib:
-    """Attribute access across several dlopen-ed libraries (the first that exports a symbol wins),
-    with the same lazy NotSupportedError as :class:`_LazyLib`."""
-
-    def __init__(self, libs, paths):
-        self.__dict__["_libs"] = list(libs)
-        self.__dict__["_paths"] = list(paths)
-
-    def __getattr__(self, name: str):
-        for lib in self._libs:
-            try:
-                value = getattr(lib, name)
-            except (AttributeError, NotImplementedError):
-                continue
-            self.__dict__[name] = value
-            return value
-        raise NotSupportedError(200001, name, f"{name} is not available in the loaded op libraries "
-                                f"({', '.join(self._paths)})")
-
-    def has(self, name: str) -> bool:
-        """Whether one of the libraries exports ``name``."""
-        try:
-            getattr(self, name)
-        except NotSupportedError:
-            return False
-        return True
-
-
 class OpLibrary:
     """The loaded aclnn op libraries (see :func:`op_library`).
 
@@ -252,7 +226,7 @@ class OpLibrary:
     __slots__ = ("lib", "paths", "found_via", "blas", "_keep")
 
     def __init__(self, libs, paths, found_via, blas=None, keep=()):
-        self.lib = _MultiLib(libs, paths)
+        self.lib = _LazyLib(libs, f"the loaded op libraries ({', '.join(paths)})")
         self.paths = list(paths)
         self.found_via = found_via
         self.blas = blas
