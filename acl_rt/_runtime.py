@@ -168,13 +168,20 @@ def device_count() -> int:
 
 def validate_device_id(device_id, api: str) -> int:
     """An int device id in range, or a clear TypeError / InvalidArgumentError."""
+    return check_device_index(device_id, api, device_count, "this process has")
+
+
+def check_device_index(device_id, api: str, count, owner: str) -> int:
+    """``device_id`` as an int in ``0..count()-1`` (``count`` is called only for an int id), or a
+    TypeError / InvalidArgumentError saying what ``owner`` ("this process has", "the machine
+    has") has."""
     if isinstance(device_id, bool) or not hasattr(device_id, "__index__"):
         raise TypeError(f"{api}: device id must be an int, not {type(device_id).__name__}")
     idx = device_id.__index__()
-    n = device_count()
+    n = count()
     if not 0 <= idx < n:
-        raise InvalidArgumentError(107001, api, f"device id {idx} is out of range: this process "
-                                   f"has {n} device{'s' if n != 1 else ''} (0..{n - 1})")
+        raise InvalidArgumentError(107001, api, f"device id {idx} is out of range: {owner} {n} "
+                                   f"device{'s' if n != 1 else ''} (0..{n - 1})")
     return idx
 
 

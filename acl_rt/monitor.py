@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from . import _publish
 from ._errors import BackendNotFoundError, InvalidArgumentError
 from ._lib import backend, ffi
+from ._runtime import check_device_index
 
 __all__ = ["DeviceStatus", "ProcessInfo", "PoolStats", "DcmiError", "device_count", "device_status", "devices",
            "processes", "pool_stats", "publish_pool_stats", "snapshot", "source"]
@@ -194,14 +195,7 @@ def device_count() -> int:
 
 
 def _check_id(device_id, api: str) -> int:
-    if isinstance(device_id, bool) or not hasattr(device_id, "__index__"):
-        raise TypeError(f"{api}: device id must be an int, not {type(device_id).__name__}")
-    i = device_id.__index__()
-    n = device_count()
-    if not 0 <= i < n:
-        raise InvalidArgumentError(107001, api, f"device id {i} is out of range: the machine has {n} "
-                                   f"device{'s' if n != 1 else ''} (0..{n - 1})")
-    return i
+    return check_device_index(device_id, api, device_count, "the machine has")
 
 
 def device_status(device_id: int) -> DeviceStatus:
