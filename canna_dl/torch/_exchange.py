@@ -105,25 +105,17 @@ def to_torch(a) -> torch.Tensor:
     if type(a) is not DeviceArray:
         if not isinstance(a, DeviceArray):
             a = asarray(a)
-    if a.readonly:
-        t = _to_torch(a)
-        if a.size and t.data_ptr() == a.ptr:
-            # PyTorch has no read-only tensors and ignores DLPack's READ_ONLY flag (dlpack.md
-            # §2.6): warn, as torch.from_numpy does for a non-writable array
-            warnings.warn("canna_dl.to_torch: the array is read-only and PyTorch does not support read-only "
-                          "tensors; writing to the returned tensor writes the read-only memory (undefined "
-                          "behaviour). Pass a.copy() for a writable tensor.", UserWarning, stacklevel=2)
-        return t
-    return _to_torch(a)
-
-
-def _to_torch(a):
     if _API is not None:
-        r = _export_exchange(_API, a, False)
-        if r is not NotImplemented:
-            return r
-        a = host_prepare(a, compact="noneg", align=False, reason="torch_layout")
-        return _export_exchange(_API, a, True)
-    a = host_prepare(a, compact="noneg", align=False, reason="torch_layout")
-    cap = _native.export_capsule(a, True, 1 if a.readonly else 0, 1, 0)
-    return torch.from_dlpack(_Exporter(cap))
+        t = _export_exchange(_API, a, False)
+        if t is NotImplemented:
+            t = _export_exchange(_API, host_prepare(a, compact="noneg", align=False, reason="torch_layout"), True)
+    else:
+        h = host_prepare(a, compact="noneg", align=False, reason="torch_layout")
+        t = torch.from_dlpack(_Exporter(_native.export_capsule(h, True, 1 if h.readonly else 0, 1, 0)))
+    if a.readonly and a.size and t.data_ptr() == a.ptr:
+        # PyTorch has no read-only tensors and ignores DLPack's READ_ONLY flag (dlpack.md §2.6):
+        # warn, as torch.from_numpy does for a non-writable array
+        warnings.warn("canna_dl.to_torch: the array is read-only and PyTorch does not support read-only "
+                      "tensors; writing to the returned tensor writes the read-only memory (undefined "
+                      "behaviour). Pass a.copy() for a writable tensor.", UserWarning, stacklevel=2)
+    return t
