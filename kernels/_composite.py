@@ -98,6 +98,16 @@ def _expand(api, g, input_shape, dim, keepdim):
     return g.reshape(keep_shape), dims, input_shape
 
 
+def _broadcast_new(g, shape, fresh, stream):
+    """``g`` broadcast to ``shape`` as a new writable C-contiguous array. When no copy was needed
+    (nothing broadcast, or zero-size) the result would view ``g`` (read-only, being a broadcast):
+    ``g`` itself, reshaped, if it is ``fresh`` (made for this call), else a copy."""
+    r = contiguous(g.broadcast_to(shape), stream=stream)
+    if r is g or r.readonly:
+        r = g.reshape(shape) if fresh and g.size == math.prod(shape) else astype(r, r.dtype, stream=stream)
+    return r
+
+
 def sum_backward(grad_out, input_shape, dim=None, keepdim=False, *, stream=None):
     """Gradient of :func:`kernels.sum`: ``grad_out`` broadcast back to ``input_shape`` (a new
     C-contiguous array)."""
@@ -105,10 +115,7 @@ def sum_backward(grad_out, input_shape, dim=None, keepdim=False, *, stream=None)
     kind = C.result_kind(grad_out)
     g = C.as_array(api, "grad_out", grad_out)
     gk, _, shape = _expand(api, g, input_shape, dim, keepdim)
-    r = contiguous(gk.broadcast_to(shape), stream=stream)
-    if r is gk or r.readonly:   # nothing was reduced, or a (read-only) broadcast view of zero size: a new array
-        r = astype(r, r.dtype, stream=stream)
-    return _convert(kind, r)
+    return _convert(kind, _broadcast_new(gk, shape, False, stream))
 
 
 def mean_backward(grad_out, input_shape, dim=None, keepdim=False, *, stream=None):
@@ -119,8 +126,4 @@ def mean_backward(grad_out, input_shape, dim=None, keepdim=False, *, stream=None
     gk, dims, shape = _expand(api, g, input_shape, dim, keepdim)
     n = math.prod(shape[d] for d in dims)
     scaled = mul(gk, 1.0 / n if n else float("nan"), stream=stream)
-    sa = C.as_array(api, "g", scaled)
-    r = contiguous(sa.broadcast_to(shape), stream=stream)
-    if r.readonly:   # a broadcast view that needed no copy (zero-size or nothing broadcast): writable
-        r = sa.reshape(shape) if sa.size == math.prod(shape) and not sa.readonly else astype(r, r.dtype, stream=stream)
-    return _convert(kind, r)
+    return _convert(kind, _broadcast_new(C.as_array(api, "g", scaled), shape, True, stream))
