@@ -129,6 +129,7 @@ typedef struct sim_config {
     int32_t check;          /* 1 = memcheck */
     uint32_t threads;       /* CANNA_SIM_THREADS: threads running one launch's blocks (0 = the CPUs) */
     uint64_t spin_ns;       /* CANNA_SIM_SPIN_US: how long an idle thread spins before sleeping */
+    uint64_t kernel_timeout_ns;   /* CANNA_SIM_KERNEL_TIMEOUT: default custom-kernel timeout (0 = none) */
 } sim_config_t;
 
 extern sim_config_t g_cfg;

@@ -403,7 +403,7 @@ aclError sim_config_ensure(const char *api)
         }
         c.spin_ns = u * 1000;
     }
-    if ((v = env_get("CANNA_SIM_KERNEL_TIMEOUT"))) {   /* read again by sim_kernel.c at the first launch */
+    if ((v = env_get("CANNA_SIM_KERNEL_TIMEOUT"))) {
         char *end = NULL;
         double secs = strtod(v, &end);
         if (!end || *end != '\0' || end == v || !(secs >= 0 && secs < 1e9)) {
@@ -411,6 +411,7 @@ aclError sim_config_ensure(const char *api)
                          "%s: invalid CANNA_SIM_KERNEL_TIMEOUT=%s (expected seconds, 0 <= s < 1e9; 0 = none)", api, v);
             goto out;
         }
+        c.kernel_timeout_ns = (uint64_t)(secs * 1e9);
     }
     g_cfg = c;
     sim_sched_setup();

@@ -615,21 +615,6 @@ static void watchdog_remove(klaunch_t *L)
     pthread_mutex_unlock(&g_wd_lock);
 }
 
-/* default timeout from CANNA_SIM_KERNEL_TIMEOUT (seconds; unset or 0: none) */
-static uint64_t g_default_timeout_ns;
-static pthread_once_t g_timeout_once = PTHREAD_ONCE_INIT;
-
-static void timeout_init(void)
-{
-    const char *v = getenv("CANNA_SIM_KERNEL_TIMEOUT");
-    if (!v || !*v)
-        return;
-    char *end = NULL;
-    double s = strtod(v, &end);
-    if (end && *end == '\0' && s > 0 && s < 1e9)
-        g_default_timeout_ns = (uint64_t)(s * 1e9);
-}
-
 /* ------------------------------------------------------------------ running a launch */
 
 static const char *sig_name(int sig)
@@ -1543,9 +1528,8 @@ SIM_API aclError aclrtKernelArgsFinalize(aclrtArgsHandle argsHandle)
 
 static aclError parse_cfg(const char *api, const aclrtLaunchKernelCfg *cfg, int *engine, uint64_t *timeout_ns)
 {
-    pthread_once(&g_timeout_once, timeout_init);
     *engine = KENG_DEFAULT;
-    *timeout_ns = g_default_timeout_ns;
+    *timeout_ns = g_cfg.kernel_timeout_ns;   /* CANNA_SIM_KERNEL_TIMEOUT, read at aclInit */
     if (!cfg)
         return ACL_SUCCESS;
     if (cfg->numAttrs > 0 && !cfg->attrs)
