@@ -99,34 +99,48 @@ def _need(ctx, i):
 # ---------------------------------------------------------------------------------------------
 # binary arithmetic (one operand may be a Python number)
 
-class _Add(Function):
-    @staticmethod
+def _add_other_grad(g, alpha):   # d(x + alpha * y)/dy = alpha
+    return g if alpha == 1 else _mul(g, alpha)
+
+
+def _sub_other_grad(g, alpha):   # d(x - alpha * y)/dy = -alpha
+    return _mul(g, -alpha)
+
+
+def _alpha_functions(name, kernel, other_grad):
+    """The Functions of ``x op alpha * y`` (add, sub) and of its in-place form ``x op= alpha * y``
+    (the result dtype must fit the input's): ``kernel`` is ``kernels.add`` / ``kernels.sub``, y's
+    gradient is ``other_grad(g, alpha)`` reduced to y's shape and dtype."""
+
     def forward(ctx, x, y, alpha):
         ctx.mx, ctx.my, ctx.alpha = meta(x), meta(y), alpha
-        return kernels.add(plain(x), plain(y), alpha=alpha)
+        return kernel(plain(x), plain(y), alpha=alpha)
 
-    @staticmethod
     def backward(ctx, g):
         with NoTorchFunction():
             gx = _reduce(g, ctx.mx) if _need(ctx, 0) else None
-            gy = None
-            if _need(ctx, 1):
-                gy = _reduce(g if ctx.alpha == 1 else _mul(g, ctx.alpha), ctx.my)
+            gy = _reduce(other_grad(g, ctx.alpha), ctx.my) if _need(ctx, 1) else None
             return gx, gy, None
 
+    def forward_(ctx, x, y, alpha):
+        ctx.my, ctx.alpha = meta(y), alpha
+        xd = plain(x)
+        kernel(xd, plain(y), alpha=alpha, out=xd)
+        ctx.mark_dirty(x)
+        return x
 
-class _Sub(Function):
-    @staticmethod
-    def forward(ctx, x, y, alpha):
-        ctx.mx, ctx.my, ctx.alpha = meta(x), meta(y), alpha
-        return kernels.sub(plain(x), plain(y), alpha=alpha)
-
-    @staticmethod
-    def backward(ctx, g):
+    def backward_(ctx, g):
         with NoTorchFunction():
-            gx = _reduce(g, ctx.mx) if _need(ctx, 0) else None
-            gy = _reduce(_mul(g, -ctx.alpha), ctx.my) if _need(ctx, 1) else None
-            return gx, gy, None
+            gy = _reduce(other_grad(g, ctx.alpha), ctx.my) if _need(ctx, 1) else None
+            return (g if _need(ctx, 0) else None), gy, None
+
+    n = name.capitalize()
+    return (type(f"_{n}", (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)}),
+            type(f"_{n}Inplace", (Function,), {"forward": staticmethod(forward_), "backward": staticmethod(backward_)}))
+
+
+_Add, _AddInplace = _alpha_functions("add", kernels.add, _add_other_grad)
+_Sub, _SubInplace = _alpha_functions("sub", kernels.sub, _sub_other_grad)
 
 
 def _save_operands(ctx, x, y):
@@ -252,76 +266,29 @@ def _div(x, y):
 
 # in-place forms (offload routes Tensor.add_ & co. here); the result dtype must fit the input's
 
-class _AddInplace(Function):
-    @staticmethod
-    def forward(ctx, x, y, alpha):
-        ctx.my, ctx.alpha = meta(y), alpha
-        xd = plain(x)
-        kernels.add(xd, plain(y), alpha=alpha, out=xd)
-        ctx.mark_dirty(x)
-        return x
+def _scale_inplace(name, kernel, op):
+    """The Function of ``x op= y`` (mul_, div_) for a ``y`` that needs no gradient (the original x
+    is not kept): x's gradient is ``op(g, y)`` in g's dtype."""
 
-    @staticmethod
-    def backward(ctx, g):
-        with NoTorchFunction():
-            gy = None
-            if _need(ctx, 1):
-                gy = _reduce(g if ctx.alpha == 1 else _mul(g, ctx.alpha), ctx.my)
-            return (g if _need(ctx, 0) else None), gy, None
-
-
-class _SubInplace(Function):
-    @staticmethod
-    def forward(ctx, x, y, alpha):
-        ctx.my, ctx.alpha = meta(y), alpha
-        xd = plain(x)
-        kernels.sub(xd, plain(y), alpha=alpha, out=xd)
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        with NoTorchFunction():
-            gy = _reduce(_mul(g, -ctx.alpha), ctx.my) if _need(ctx, 1) else None
-            return (g if _need(ctx, 0) else None), gy, None
-
-
-class _MulInplace(Function):
-    """``x *= y`` for a ``y`` that needs no gradient (the original x is not kept)."""
-
-    @staticmethod
     def forward(ctx, x, y):
         ctx.sy = None if isinstance(y, Tensor) else y
         ctx.save_for_backward(y if isinstance(y, Tensor) else None)
         xd = plain(x)
-        kernels.mul(xd, plain(y), out=xd)
+        kernel(xd, plain(y), out=xd)
         ctx.mark_dirty(x)
         return x
 
-    @staticmethod
     def backward(ctx, g):
         with NoTorchFunction():
             (y,) = ctx.saved_tensors
-            return _cast(_mul(g, ctx.sy if y is None else y), g.dtype), None
+            return _cast(op(g, ctx.sy if y is None else y), g.dtype), None
+
+    return type(f"_{name.capitalize()}Inplace", (Function,), {"forward": staticmethod(forward),
+                                                               "backward": staticmethod(backward)})
 
 
-class _DivInplace(Function):
-    """``x /= y`` for a ``y`` that needs no gradient."""
-
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.sy = None if isinstance(y, Tensor) else y
-        ctx.save_for_backward(y if isinstance(y, Tensor) else None)
-        xd = plain(x)
-        kernels.div(xd, plain(y), out=xd)
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        with NoTorchFunction():
-            (y,) = ctx.saved_tensors
-            return _cast(_div(g, ctx.sy if y is None else y), g.dtype), None
+_MulInplace = _scale_inplace("mul", kernels.mul, _mul)
+_DivInplace = _scale_inplace("div", kernels.div, _div)
 
 
 _bump = torch._C._increment_version
@@ -351,18 +318,23 @@ def _sub_(x, y, alpha=1):
     return _inplace(kernels.sub, _SubInplace, x, y, alpha)
 
 
-def _mul_(x, y):
-    if isinstance(y, Tensor) and y.requires_grad and grad_enabled():
-        raise NotImplementedError("canna_dl.torch: x.mul_(y) where y requires grad (the original x would have to "
-                                  "be kept); use x = x * y")
-    return _inplace(kernels.mul, _MulInplace, x, y)
+def _scale_(name, symbol, kernel, fn):
+    """``x.mul_(y)`` / ``x.div_(y)``: refused where y requires grad (its gradient needs the
+    original x, which the in-place op overwrites)."""
+    msg = (f"canna_dl.torch: x.{name}_(y) where y requires grad (the original x would have to be kept); "
+           f"use x = x {symbol} y")
+
+    def op_(x, y):
+        if isinstance(y, Tensor) and y.requires_grad and grad_enabled():
+            raise NotImplementedError(msg)
+        return _inplace(kernel, fn, x, y)
+
+    op_.__name__ = op_.__qualname__ = f"_{name}_"
+    return op_
 
 
-def _div_(x, y):
-    if isinstance(y, Tensor) and y.requires_grad and grad_enabled():
-        raise NotImplementedError("canna_dl.torch: x.div_(y) where y requires grad (the original x would have to "
-                                  "be kept); use x = x / y")
-    return _inplace(kernels.div, _DivInplace, x, y)
+_mul_ = _scale_("mul", "*", kernels.mul, _MulInplace)
+_div_ = _scale_("div", "/", kernels.div, _DivInplace)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -241,42 +241,38 @@ def _h_silu(v):
     return F._silu(v[0])
 
 
-def _h_sigmoid(v):
-    _chk(v[0])
-    return F._sigmoid(v[0])
+def _h_unary(fn):
+    """The handler of an op of one tensor and no other argument (sigmoid, tanh, log, exp)."""
+
+    def h(v):
+        _chk(v[0])
+        return fn(v[0])
+
+    h.__name__ = h.__qualname__ = f"_h{fn.__name__}"
+    return h
 
 
-def _h_tanh(v):
-    _chk(v[0])
-    return F._tanh(v[0])
-
-
-def _h_log(v):
-    _chk(v[0])
-    return F._log(v[0])
-
-
-def _h_exp(v):
-    _chk(v[0])
-    return F._exp(v[0])
+_h_sigmoid, _h_tanh, _h_log, _h_exp = (_h_unary(fn) for fn in (F._sigmoid, F._tanh, F._log, F._exp))
 
 
 def _h_unary_inplace(v):   # log_ / exp_: canna has no in-place form of them
     raise _Fallback("in-place form (canna runs the out-of-place op only)")
 
 
-def _h_softmax(v):         # (input, dim, dtype) or F's (input, dim, _stacklevel, dtype)
-    if v[1] is None:
-        raise _Fallback("implicit dim (dim=None)")
-    _chk(v[0])
-    return F._softmax(v[0], v[1], v[-1])
+def _h_softmax_of(fn):
+    """The handler of softmax / log_softmax: (input, dim, dtype) or F's (input, dim, _stacklevel, dtype)."""
+
+    def h(v):
+        if v[1] is None:
+            raise _Fallback("implicit dim (dim=None)")
+        _chk(v[0])
+        return fn(v[0], v[1], v[-1])
+
+    h.__name__ = h.__qualname__ = f"_h{fn.__name__}"
+    return h
 
 
-def _h_log_softmax(v):
-    if v[1] is None:
-        raise _Fallback("implicit dim (dim=None)")
-    _chk(v[0])
-    return F._log_softmax(v[0], v[1], v[-1])
+_h_softmax, _h_log_softmax = _h_softmax_of(F._softmax), _h_softmax_of(F._log_softmax)
 
 
 def _h_layer_norm(v):
