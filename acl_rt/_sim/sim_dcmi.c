@@ -20,14 +20,15 @@ static int dcmi_ready(void)
     return DCMI_OK;
 }
 
-static int dcmi_dev(int card_id, int device_id)
+/* checks the library is ready, the device ids, then that the output pointer `out` is not NULL */
+static int dcmi_dev(int card_id, int device_id, const void *out)
 {
     int rc = dcmi_ready();
     if (rc)
         return rc;
     if (card_id < 0 || card_id >= g_cfg.ndev || device_id != 0)
         return DCMI_ERR_CODE_INVALID_DEVICE_ID;
-    return DCMI_OK;
+    return out ? DCMI_OK : DCMI_ERR_CODE_INVALID_PARAMETER;
 }
 
 SIM_API int dcmi_init(void)
@@ -54,22 +55,18 @@ SIM_API int dcmi_get_card_num_list(int *card_num, int *card_list, int list_len)
 
 SIM_API int dcmi_get_device_num_in_card(int card_id, int *device_num)
 {
-    int rc = dcmi_dev(card_id, 0);
+    int rc = dcmi_dev(card_id, 0, device_num);
     if (rc)
         return rc;
-    if (!device_num)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     *device_num = 1;
     return DCMI_OK;
 }
 
 SIM_API int dcmi_get_device_logic_id(int *device_logic_id, int card_id, int device_id)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, device_logic_id);
     if (rc)
         return rc;
-    if (!device_logic_id)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     *device_logic_id = card_id;
     return DCMI_OK;
 }
@@ -96,11 +93,9 @@ static unsigned mem_percent(int dev)
 
 SIM_API int dcmi_get_device_utilization_rate(int card_id, int device_id, int input_type, unsigned int *utilization_rate)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, utilization_rate);
     if (rc)
         return rc;
-    if (!utilization_rate)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     int32_t v;
     switch (input_type) {
     case DCMI_UTILIZATION_RATE_AICORE:
@@ -134,11 +129,9 @@ SIM_API int dcmi_get_device_utilization_rate(int card_id, int device_id, int inp
 
 SIM_API int dcmi_get_device_memory_info_v3(int card_id, int device_id, struct dcmi_get_memory_info_stru *memory_info)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, memory_info);
     if (rc)
         return rc;
-    if (!memory_info)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     if (sim_profile_has_hbm())
         return DCMI_ERR_CODE_NOT_SUPPORT;   /* the device memory is HBM: see dcmi_get_device_hbm_info */
     uint64_t cap = g_dev[card_id].capacity, used = sim_shm_device_used(card_id);
@@ -151,11 +144,9 @@ SIM_API int dcmi_get_device_memory_info_v3(int card_id, int device_id, struct dc
 
 SIM_API int dcmi_get_device_hbm_info(int card_id, int device_id, struct dcmi_hbm_info *hbm_info)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, hbm_info);
     if (rc)
         return rc;
-    if (!hbm_info)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     if (!sim_profile_has_hbm())
         return DCMI_ERR_CODE_NOT_SUPPORT;
     memset(hbm_info, 0, sizeof *hbm_info);
@@ -166,42 +157,34 @@ SIM_API int dcmi_get_device_hbm_info(int card_id, int device_id, struct dcmi_hbm
 
 SIM_API int dcmi_get_device_temperature(int card_id, int device_id, int *temperature)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, temperature);
     if (rc)
         return rc;
-    if (!temperature)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     return DCMI_ERR_CODE_NOT_SUPPORT;
 }
 
 SIM_API int dcmi_get_device_power_info(int card_id, int device_id, int *power)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, power);
     if (rc)
         return rc;
-    if (!power)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     return DCMI_ERR_CODE_NOT_SUPPORT;
 }
 
 SIM_API int dcmi_get_device_health(int card_id, int device_id, unsigned int *health)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, health);
     if (rc)
         return rc;
-    if (!health)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     *health = 0;   /* OK */
     return DCMI_OK;
 }
 
 SIM_API int dcmi_get_device_chip_info(int card_id, int device_id, struct dcmi_chip_info *chip_info)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, chip_info);
     if (rc)
         return rc;
-    if (!chip_info)
-        return DCMI_ERR_CODE_INVALID_PARAMETER;
     memset(chip_info, 0, sizeof *chip_info);
     const char *name = g_cfg.profile->name;
     if (strncmp(name, "Ascend", 6) == 0)
@@ -216,10 +199,10 @@ SIM_API int dcmi_get_device_chip_info(int card_id, int device_id, struct dcmi_ch
 SIM_API int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_mem_info *proc_info,
                                           int *proc_num)
 {
-    int rc = dcmi_dev(card_id, device_id);
+    int rc = dcmi_dev(card_id, device_id, proc_info);
     if (rc)
         return rc;
-    if (!proc_info || !proc_num)
+    if (!proc_num)
         return DCMI_ERR_CODE_INVALID_PARAMETER;
     uint32_t cap = *proc_num > 0 ? (uint32_t)*proc_num : 32u;
     aclsimProcessInfo buf[64];

@@ -1375,22 +1375,22 @@ static aclError append_slot(sim_kargs_t *a, const char *api, size_t paramSize, b
     return ACL_SUCCESS;
 }
 
-SIM_API aclError aclrtKernelArgsAppend(aclrtArgsHandle argsHandle, void *param, size_t paramSize,
-                                       aclrtParamHandle *paramHandle)
+/* aclrtKernelArgsAppend (param != NULL: copies paramSize bytes) and ..AppendPlaceHolder (param NULL) */
+static aclError args_append(const char *api, aclrtArgsHandle argsHandle, const void *param, size_t paramSize,
+                            aclrtParamHandle *paramHandle)
 {
-    static const char api[] = "aclrtKernelArgsAppend";
-    SIM_ENTER(api);
-    SIM_NULL_CHECK(api, param);
-    SIM_NULL_CHECK(api, paramHandle);
     sim_kargs_t *a;
     aclError rc = get_kargs(argsHandle, api, &a);
     if (rc)
         return rc;
     uint32_t i;
     pthread_mutex_lock(&a->f->bin->lock);
-    rc = append_slot(a, api, paramSize, false, &i);
+    rc = append_slot(a, api, paramSize, !param, &i);
     if (!rc) {
-        memcpy(a->block + a->f->k->params[i].offset, param, paramSize);
+        if (param)
+            memcpy(a->block + a->f->k->params[i].offset, param, paramSize);
+        else
+            a->is_ph[i] = true;
         a->nappended++;
         a->finalized = false;
         *paramHandle = param_handle(a, i);
@@ -1400,27 +1400,22 @@ SIM_API aclError aclrtKernelArgsAppend(aclrtArgsHandle argsHandle, void *param, 
     return rc;
 }
 
+SIM_API aclError aclrtKernelArgsAppend(aclrtArgsHandle argsHandle, void *param, size_t paramSize,
+                                       aclrtParamHandle *paramHandle)
+{
+    static const char api[] = "aclrtKernelArgsAppend";
+    SIM_ENTER(api);
+    SIM_NULL_CHECK(api, param);
+    SIM_NULL_CHECK(api, paramHandle);
+    return args_append(api, argsHandle, param, paramSize, paramHandle);
+}
+
 SIM_API aclError aclrtKernelArgsAppendPlaceHolder(aclrtArgsHandle argsHandle, aclrtParamHandle *paramHandle)
 {
     static const char api[] = "aclrtKernelArgsAppendPlaceHolder";
     SIM_ENTER(api);
     SIM_NULL_CHECK(api, paramHandle);
-    sim_kargs_t *a;
-    aclError rc = get_kargs(argsHandle, api, &a);
-    if (rc)
-        return rc;
-    uint32_t i;
-    pthread_mutex_lock(&a->f->bin->lock);
-    rc = append_slot(a, api, sizeof(void *), true, &i);
-    if (!rc) {
-        a->is_ph[i] = true;
-        a->nappended++;
-        a->finalized = false;
-        *paramHandle = param_handle(a, i);
-    }
-    pthread_mutex_unlock(&a->f->bin->lock);
-    sim_obj_unref(&a->obj);
-    return rc;
+    return args_append(api, argsHandle, NULL, sizeof(void *), paramHandle);
 }
 
 SIM_API aclError aclrtKernelArgsGetPlaceHolderBuffer(aclrtArgsHandle argsHandle, aclrtParamHandle paramHandle,

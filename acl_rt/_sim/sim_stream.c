@@ -219,22 +219,47 @@ static void stream_finish_locked(sim_stream_t *s, uint64_t seq)
         pthread_cond_signal(&s->cv_work);
 }
 
+/* Take the stream's first queued task off the queue (s->lock held, s->head not NULL). */
+static inline sim_task_t *stream_pop_locked(sim_stream_t *s)
+{
+    sim_task_t *t = s->head;
+    s->head = t->next;
+    if (!s->head)
+        s->tail = NULL;
+    return t;
+}
+
+/* Execute task t (off the queue, or never queued) on this thread and finish it; s->lock is held on
+ * entry and on return, released while t runs. */
+static inline void stream_run_locked(sim_stream_t *s, sim_task_t *t)
+{
+    uint64_t seq = t->seq;
+    s->running = true;
+    pthread_mutex_unlock(&s->lock);
+    stream_exec(s, t);
+    pthread_mutex_lock(&s->lock);
+    stream_finish_locked(s, seq);
+}
+
+/* stream_run_locked from a launching or synchronizing thread: releases s->lock, counts the run in
+ * *count (the device's tasks_inline or tasks_at_sync) and unlists a stream destroyed meanwhile. */
+static inline void stream_run_here(sim_stream_t *s, sim_task_t *t, atomic_uint_fast64_t *count)
+{
+    stream_run_locked(s, t);
+    bool dead = s->dead;
+    pthread_mutex_unlock(&s->lock);
+    atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
+    if (dead)
+        stream_maybe_unlist(s);
+}
+
 static void *stream_worker(void *arg)
 {
     sim_stream_t *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
         if (s->head && !s->running) {
-            sim_task_t *t = s->head;
-            s->head = t->next;
-            if (!s->head)
-                s->tail = NULL;
-            s->running = true;
-            uint64_t seq = t->seq;
-            pthread_mutex_unlock(&s->lock);
-            stream_exec(s, t);
-            pthread_mutex_lock(&s->lock);
-            stream_finish_locked(s, seq);
+            stream_run_locked(s, stream_pop_locked(s));
             continue;
         }
         if (s->running) {   /* a task is executing on another thread (inline, or at a synchronize) */
@@ -324,16 +349,7 @@ aclError sim_stream_submit(sim_stream_t *s, sim_task_t *t, bool small, const cha
         uint64_t seq = atomic_load_explicit(&s->enq_seq, memory_order_relaxed) + 1;
         atomic_store_explicit(&s->enq_seq, seq, memory_order_release);
         t->seq = seq;
-        s->running = true;
-        pthread_mutex_unlock(&s->lock);
-        stream_exec(s, t);
-        pthread_mutex_lock(&s->lock);
-        stream_finish_locked(s, seq);
-        bool dead = s->dead;
-        pthread_mutex_unlock(&s->lock);
-        atomic_fetch_add_explicit(&s->dev->tasks_inline, 1, memory_order_relaxed);
-        if (dead)
-            stream_maybe_unlist(s);
+        stream_run_here(s, t, &s->dev->tasks_inline);
         return ACL_SUCCESS;
     }
     if (!s->worker_alive && !stream_spawn_worker_locked(s)) {
@@ -402,20 +418,7 @@ static bool stream_steal(sim_stream_t *s, uint64_t target, const struct timespec
             return false;
         }
     }
-    s->head = t->next;
-    if (!s->head)
-        s->tail = NULL;
-    s->running = true;
-    uint64_t seq = t->seq;
-    pthread_mutex_unlock(&s->lock);
-    stream_exec(s, t);
-    pthread_mutex_lock(&s->lock);
-    stream_finish_locked(s, seq);
-    bool dead = s->dead;
-    pthread_mutex_unlock(&s->lock);
-    atomic_fetch_add_explicit(&s->dev->tasks_at_sync, 1, memory_order_relaxed);
-    if (dead)
-        stream_maybe_unlist(s);
+    stream_run_here(s, stream_pop_locked(s), &s->dev->tasks_at_sync);
     return true;
 }
 
@@ -628,11 +631,21 @@ static void release_user(sim_task_t *t)
         t->u.user.rel(t->u.user.arg);
 }
 
-static aclError check_engine(const char *api, int32_t engine)
+/* The start of an aclsimLaunch* call that runs on an engine: checks engine, resolves stream (*sp holds
+ * a reference) and allocates the task. */
+static aclError new_engine_task(const char *api, aclrtStream stream, int32_t engine, sim_stream_t **sp,
+                                sim_task_t **tp)
 {
     if (engine != ACLSIM_ENGINE_NONE && engine != ACLSIM_ENGINE_VECTOR && engine != ACLSIM_ENGINE_CUBE)
         return sim_err(ACL_ERROR_INVALID_PARAM, "%s: engine must be ACLSIM_ENGINE_NONE, _VECTOR or _CUBE (got %d)", api,
                        engine);
+    aclError rc = sim_stream_resolve(stream, api, sp);
+    if (rc)
+        return rc;
+    if (!(*tp = sim_task_new())) {
+        sim_obj_unref(&(*sp)->obj);
+        return sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
+    }
     return ACL_SUCCESS;
 }
 
@@ -643,18 +656,11 @@ SIM_API aclError aclsimLaunchTask(aclrtStream stream, aclsimTaskFn fn, void *arg
     if (SIM_UNLIKELY(g_forked))
         return sim_forked_err(api);
     SIM_NULL_CHECK(api, fn);
-    aclError rc = check_engine(api, engine);
+    sim_stream_t *s;
+    sim_task_t *t;
+    aclError rc = new_engine_task(api, stream, engine, &s, &t);
     if (rc)
         return rc;
-    sim_stream_t *s = NULL;
-    rc = sim_stream_resolve(stream, api, &s);
-    if (rc)
-        return rc;
-    sim_task_t *t = sim_task_new();
-    if (!t) {
-        sim_obj_unref(&s->obj);
-        return sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
-    }
     t->run = run_user;
     t->release = release_user;
     t->engine = engine;
@@ -691,18 +697,11 @@ SIM_API aclError aclsimLaunchDelay(aclrtStream stream, uint64_t microseconds, in
     static const char api[] = "aclsimLaunchDelay";
     if (SIM_UNLIKELY(g_forked))
         return sim_forked_err(api);
-    aclError rc = check_engine(api, engine);
+    sim_stream_t *s;
+    sim_task_t *t;
+    aclError rc = new_engine_task(api, stream, engine, &s, &t);
     if (rc)
         return rc;
-    sim_stream_t *s = NULL;
-    rc = sim_stream_resolve(stream, api, &s);
-    if (rc)
-        return rc;
-    sim_task_t *t = sim_task_new();
-    if (!t) {
-        sim_obj_unref(&s->obj);
-        return sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
-    }
     t->run = run_delay;
     t->engine = engine;
     t->cores = numCores;
