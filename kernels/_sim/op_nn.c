@@ -1361,13 +1361,15 @@ static aclnnStatus loss_out_check(const char *api, const char *name, loss_params
 
 /* The start the NLL and cross-entropy losses share: makes the executor of loss kind `kind` and checks
  * target t, weight w and the loss tensor lossT (named lossName: the output forwards, the incoming
- * gradient backwards) against the scores x. On success *exo holds the executor, which the caller frees
- * on a later error. */
+ * gradient backwards) against the scores x, and the label smoothing (0 for NLL). On success *exo
+ * holds the executor, which the caller frees on a later error. */
 static aclnnStatus loss_exec_new(const char *api, int kind, const nn_tensor_t *x, const nn_tensor_t *t,
                                  const nn_tensor_t *w, const nn_tensor_t *lossT, const char *lossName, bool two_d,
                                  int64_t reduction, int64_t ignoreIndex, double smoothing, nn_exec_t **exo)
 {
     aclnnStatus rc;
+    if (!(smoothing >= 0 && smoothing <= 1))
+        return NN_PARAM("%s: labelSmoothing must be in [0, 1], got %g", api, smoothing);
     nn_exec_t *ex = nn_exec_new(api, loss_run, ACLSIM_ENGINE_VECTOR, sizeof(loss_params_t));
     if (!ex)
         return ACLNN_ERR_INNER_CREATE_EXECUTOR;
@@ -1567,8 +1569,6 @@ NN_API aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(const aclTensor *input,
         return rc;
     (void)zl;
     (void)lz;
-    if (!(labelSmoothing >= 0 && labelSmoothing <= 1))
-        return NN_PARAM("%s: labelSmoothing must be in [0, 1], got %g", api, labelSmoothing);
     if (lseSquareScaleForZloss != 0 || returnZloss)
         return NN_PARAM("%s: zloss (lseSquareScaleForZloss != 0, returnZloss) is not supported", api);
     if (x->ndim != 2)
@@ -1626,8 +1626,6 @@ NN_API aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(
         return rc;
     (void)gz;
     (void)lz;
-    if (!(labelSmoothing >= 0 && labelSmoothing <= 1))
-        return NN_PARAM("%s: labelSmoothing must be in [0, 1], got %g", api, labelSmoothing);
     if (lseSquareScaleForZloss != 0)
         return NN_PARAM("%s: zloss (lseSquareScaleForZloss != 0) is not supported", api);
     if (lp->ndim != 2)
