@@ -539,6 +539,8 @@ static aclnnStatus arith(const char *api, int op, const aclTensor *self, const a
     aclnnStatus rc;
     if ((rc = nn_tensor_arg(api, "self", self, false, &a)) || (rc = check_input_dtype(api, "self", a, false)))
         return rc;
+    /* a NULL scalar (aclnnAdds(self, NULL, ...)) takes the tensor path and fails there with NULLPTR,
+     * "<api>: other must not be NULL" */
     if (otherS) {
         if ((rc = nn_scalar_arg(api, "other", otherS, &bs)))
             return rc;
@@ -605,8 +607,6 @@ PHASE2(Add)
 NN_API aclnnStatus aclnnAddsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, const aclScalar *alpha,
                                              aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    if (!other)
-        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "aclnnAdds: other must not be NULL");
     return arith("aclnnAdds", EW_ADD, self, NULL, other, alpha, out, workspaceSize, executor);
 }
 PHASE2(Adds)
@@ -621,8 +621,6 @@ PHASE2(Sub)
 NN_API aclnnStatus aclnnSubsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, const aclScalar *alpha,
                                              aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    if (!other)
-        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "aclnnSubs: other must not be NULL");
     return arith("aclnnSubs", EW_SUB, self, NULL, other, alpha, out, workspaceSize, executor);
 }
 PHASE2(Subs)
@@ -637,8 +635,6 @@ PHASE2(Mul)
 NN_API aclnnStatus aclnnMulsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
                                              uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    if (!other)
-        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "aclnnMuls: other must not be NULL");
     return arith("aclnnMuls", EW_MUL, self, NULL, other, NULL, out, workspaceSize, executor);
 }
 PHASE2(Muls)
@@ -653,8 +649,6 @@ PHASE2(Div)
 NN_API aclnnStatus aclnnDivsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
                                              uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    if (!other)
-        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "aclnnDivs: other must not be NULL");
     return arith("aclnnDivs", EW_DIV, self, NULL, other, NULL, out, workspaceSize, executor);
 }
 PHASE2(Divs)

@@ -1359,6 +1359,34 @@ static aclnnStatus loss_out_check(const char *api, const char *name, loss_params
     return float_t_(api, name, o);
 }
 
+/* The start the NLL and cross-entropy losses share: makes the executor of loss kind `kind` and checks
+ * target t, weight w and the loss tensor lossT (named lossName: the output forwards, the incoming
+ * gradient backwards) against the scores x, and the label smoothing (0 for NLL). On success *exo
+ * holds the executor, which the caller frees on a later error. */
+static aclnnStatus loss_exec_new(const char *api, int kind, const nn_tensor_t *x, const nn_tensor_t *t,
+                                 const nn_tensor_t *w, const nn_tensor_t *lossT, const char *lossName, bool two_d,
+                                 int64_t reduction, int64_t ignoreIndex, double smoothing, nn_exec_t **exo)
+{
+    aclnnStatus rc;
+    if (!(smoothing >= 0 && smoothing <= 1))
+        return NN_PARAM("%s: labelSmoothing must be in [0, 1], got %g", api, smoothing);
+    nn_exec_t *ex = nn_exec_new(api, loss_run, ACLSIM_ENGINE_VECTOR, sizeof(loss_params_t));
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    loss_params_t *p = (loss_params_t *)ex->params;
+    p->kind = kind;
+    p->reduction = reduction;
+    p->ignore = ignoreIndex;
+    p->smoothing = smoothing;
+    if ((rc = nll_geometry(api, p, x, t, two_d)) || (rc = weight_check(api, "weight", w, p->C)) ||
+        (rc = loss_out_check(api, lossName, p, lossT, x, two_d))) {
+        free(ex);
+        return rc;
+    }
+    *exo = ex;
+    return ACLNN_SUCCESS;
+}
+
 static aclnnStatus nll_fwd(const char *api, bool two_d, const aclTensor *self, const aclTensor *target,
                            const aclTensor *weight, int64_t reduction, int64_t ignoreIndex, aclTensor *out,
                            aclTensor *totalWeightOut, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -1371,18 +1399,15 @@ static aclnnStatus nll_fwd(const char *api, bool two_d, const aclTensor *self, c
         (rc = nn_tensor_arg(api, "out", out, false, &o)) ||
         (rc = nn_tensor_arg(api, "totalWeightOut", totalWeightOut, true, &tw)) || (rc = reduction_check(api, reduction)))
         return rc;
-    nn_exec_t *ex = nn_exec_new(api, loss_run, ACLSIM_ENGINE_VECTOR, sizeof(loss_params_t));
-    if (!ex)
-        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    nn_exec_t *ex;
+    if ((rc = loss_exec_new(api, 0, x, t, w, o, "out", two_d, reduction, ignoreIndex, 0, &ex)))
+        return rc;
     loss_params_t *p = (loss_params_t *)ex->params;
-    p->kind = 0;
-    p->reduction = reduction;
-    p->ignore = ignoreIndex;
-    p->vw = p->vtw = p->vg = p->vlogp = -1;
-    if ((rc = nll_geometry(api, p, x, t, two_d)) || (rc = weight_check(api, "weight", w, p->C)) ||
-        (rc = loss_out_check(api, "out", p, o, x, two_d)) ||
-        (tw && tw->numel != 1 && (rc = NN_PARAM("%s: totalWeightOut must have one element", api))))
+    p->vg = p->vlogp = -1;
+    if (tw && tw->numel != 1) {
+        rc = NN_PARAM("%s: totalWeightOut must have one element", api);
         goto fail;
+    }
     p->vx = nn_exec_add(ex, x, "self", false);
     p->vt = nn_exec_add(ex, t, "target", false);
     p->vw = w ? nn_exec_add(ex, w, "weight", false) : -1;
@@ -1441,16 +1466,10 @@ static aclnnStatus nll_bwd(const char *api, bool two_d, const aclTensor *gradOut
         (rc = nn_tensor_arg(api, "out", out, false, &o)) || (rc = float_t_(api, "out", o)) ||
         (rc = reduction_check(api, reduction)))
         return rc;
-    nn_exec_t *ex = nn_exec_new(api, loss_run, ACLSIM_ENGINE_VECTOR, sizeof(loss_params_t));
-    if (!ex)
-        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    nn_exec_t *ex;
+    if ((rc = loss_exec_new(api, 1, x, t, w, g, "gradOutput", two_d, reduction, ignoreIndex, 0, &ex)))
+        return rc;
     loss_params_t *p = (loss_params_t *)ex->params;
-    p->kind = 1;
-    p->reduction = reduction;
-    p->ignore = ignoreIndex;
-    if ((rc = nll_geometry(api, p, x, t, two_d)) || (rc = weight_check(api, "weight", w, p->C)) ||
-        (rc = loss_out_check(api, "gradOutput", p, g, x, two_d)))
-        goto fail;
     p->gs[0] = p->os[0];
     p->gs[1] = p->os[1];
     if (!nn_same_shape(o, x->shape, x->ndim)) {
@@ -1550,23 +1569,14 @@ NN_API aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(const aclTensor *input,
         return rc;
     (void)zl;
     (void)lz;
-    if (!(labelSmoothing >= 0 && labelSmoothing <= 1))
-        return NN_PARAM("%s: labelSmoothing must be in [0, 1], got %g", api, labelSmoothing);
     if (lseSquareScaleForZloss != 0 || returnZloss)
         return NN_PARAM("%s: zloss (lseSquareScaleForZloss != 0, returnZloss) is not supported", api);
     if (x->ndim != 2)
         return NN_PARAM("%s: input must be 2-D [N, C], got %s", api, NN_SHAPE(x));
-    nn_exec_t *ex = nn_exec_new(api, loss_run, ACLSIM_ENGINE_VECTOR, sizeof(loss_params_t));
-    if (!ex)
-        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    nn_exec_t *ex;
+    if ((rc = loss_exec_new(api, 2, x, t, w, o, "lossOut", false, red, ignoreIndex, labelSmoothing, &ex)))
+        return rc;
     loss_params_t *p = (loss_params_t *)ex->params;
-    p->kind = 2;
-    p->reduction = red;
-    p->ignore = ignoreIndex;
-    p->smoothing = labelSmoothing;
-    if ((rc = nll_geometry(api, p, x, t, false)) || (rc = weight_check(api, "weight", w, p->C)) ||
-        (rc = loss_out_check(api, "lossOut", p, o, x, false)))
-        goto fail;
     if (lp && (!nn_same_shape(lp, x->shape, 2) || !nn_is_float(lp->dtype))) {
         rc = NN_PARAM("%s: logProbOut must be a floating tensor of input's shape %s, got %s", api, NN_SHAPE(x),
                       NN_SHAPE(lp));
@@ -1616,23 +1626,14 @@ NN_API aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(
         return rc;
     (void)gz;
     (void)lz;
-    if (!(labelSmoothing >= 0 && labelSmoothing <= 1))
-        return NN_PARAM("%s: labelSmoothing must be in [0, 1], got %g", api, labelSmoothing);
     if (lseSquareScaleForZloss != 0)
         return NN_PARAM("%s: zloss (lseSquareScaleForZloss != 0) is not supported", api);
     if (lp->ndim != 2)
         return NN_PARAM("%s: logProb must be 2-D [N, C], got %s", api, NN_SHAPE(lp));
-    nn_exec_t *ex = nn_exec_new(api, loss_run, ACLSIM_ENGINE_VECTOR, sizeof(loss_params_t));
-    if (!ex)
-        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    nn_exec_t *ex;
+    if ((rc = loss_exec_new(api, 3, lp, t, w, g, "gradLoss", false, red, ignoreIndex, labelSmoothing, &ex)))
+        return rc;
     loss_params_t *p = (loss_params_t *)ex->params;
-    p->kind = 3;
-    p->reduction = red;
-    p->ignore = ignoreIndex;
-    p->smoothing = labelSmoothing;
-    if ((rc = nll_geometry(api, p, lp, t, false)) || (rc = weight_check(api, "weight", w, p->C)) ||
-        (rc = loss_out_check(api, "gradLoss", p, g, lp, false)))
-        goto fail;
     p->gs[0] = p->os[0];
     p->gs[1] = p->os[1];
     if (!nn_same_shape(o, lp->shape, 2)) {
