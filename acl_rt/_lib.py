@@ -198,7 +198,7 @@ def _load() -> Backend:
 # --------------------------------------------------------------------------------------------
 # The op libraries (aclnn): CANN's libnnopbase (aclCreateTensor & co.) + libopapi (the ops), or the
 # simulator's kernels/_sim/libopapi_sim.so. Loaded lazily on first use, so acl_rt imports and runs
-# without them. Declarations: _cdef/nn_*.h. shared/reference/acl_api.md §1.1, §11.
+# without them. Declarations: _cdef/nn_*.h (which library exports which symbol: see nn_funcs.h).
 
 #: the simulator's op library, built at install
 OPS_SIM_LIBRARY = Path(__file__).resolve().parent.parent / "kernels" / "_sim" / "libopapi_sim.so"

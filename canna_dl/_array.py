@@ -137,7 +137,7 @@ class DeviceArray(_native.ArrayBase):
         Without ``copy=False``, canna also copies (counted, ``IS_COPIED`` set) a view with
         negative strides (PyTorch aborts on them: pytorch#188023) and, for legacy consumers, a
         view whose first element is not 64-byte aligned (TensorFlow aborts later, JAX copies:
-        shared/reference/dlpack.md §0). Data is never exported with a ``byte_offset``.
+        jax#29810; tests/test_dlpack_process.py shows the TensorFlow abort). Data is never exported with a ``byte_offset``.
 
         Raises:
             BufferError: the export needs a copy and ``copy=False``; an unsupported

@@ -1,8 +1,8 @@
 """canna's element types.
 
 Each :class:`DType` carries its DLPack description (``code``, ``bits``, ``lanes``; DLPack
-``DLDataTypeCode``, shared/reference/dlpack.md §1.4) and its AscendCL ``aclDataType`` value
-(``acl``; AscendCL ``acl_base_rt.h``, shared/reference/acl_api.md §7), which the kernel library
+``DLDataTypeCode``, dmlc/dlpack ``include/dlpack/dlpack.h``) and its AscendCL ``aclDataType`` value
+(``acl``; AscendCL ``acl_base_rt.h``), which the kernel library
 passes to ``aclCreateTensor``. No framework is needed to use them.
 """
 from __future__ import annotations

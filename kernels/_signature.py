@@ -4,7 +4,7 @@ A kernel is a function marked ``CANNA_KERNEL`` (or, in Ascend C sources, ``__glo
 ``void``, whose parameters are GM pointers (``GM_ADDR`` or any ``T *``) and scalars of fixed-width
 types. Its argument block -- what AscendCL's launch functions take, on the device and in the
 simulator -- is a C struct of the parameters in declaration order with natural alignment, GM
-pointers 8 bytes (shared/reference/acl_api.md §5.2). This module finds the kernels of a source and
+pointers 8 bytes (the argument block of ``aclrtLaunchKernelWithHostArgs``, AscendCL ``acl_rt.h``). This module finds the kernels of a source and
 computes that layout; it does not preprocess (kernels declared through macros are not found).
 """
 from __future__ import annotations

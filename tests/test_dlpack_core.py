@@ -1,5 +1,5 @@
 """canna_dl core: DLPack import/export edge cases with hand-built capsules, DeviceArray views,
-copies, dtypes. No framework needed except NumPy as the reference (shared/reference/dlpack.md §4)."""
+copies, dtypes. No framework needed except NumPy as the reference (the DLPack Python specification)."""
 from __future__ import annotations
 
 import ctypes
@@ -321,7 +321,7 @@ def test_copy_flags():
     assert _native.capsule_info(ro.__dlpack__(max_version=(1, 0)))["flags"] & 1  # READ_ONLY
 
 
-def test_stream_argument_on_cpu_export():  # dlpack.md §4 case 23: on CPU any stream but None/-1 is an error
+def test_stream_argument_on_cpu_export():  # array API __dlpack__ spec: on CPU any stream but None/-1 is an error
     a = cd.zeros(4)
     if UNIFIED:
         with pytest.raises(BufferError, match="only None"):

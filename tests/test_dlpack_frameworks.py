@@ -1,5 +1,5 @@
 """canna_dl with PyTorch, TensorFlow, NumPy and JAX: the producer x consumer matrix, each
-framework's known bugs (shared/reference/dlpack.md §3, §4), dtypes, leaks and deleter threads.
+framework's known bugs (issue numbers at each test), dtypes, leaks and deleter threads.
 
 Frameworks are imported once for the module. In the unified memory model (default) exchanges
 are zero-copy where the consumer can take the layout: the tests compare data pointers and show a
@@ -197,7 +197,7 @@ def test_torch_fast_path_uses_exchange_api():
         assert back.data_ptr() == t.data_ptr() and a.ptr == t.data_ptr() and not a.readonly
 
 
-def test_torch_neg_and_conj_views_are_resolved():  # dlpack.md P4
+def test_torch_neg_and_conj_views_are_resolved():  # torch 2.13 exports neg views unresolved
     neg = torch._neg_view(torch.ones(3))
     cd.reset_copy_stats()
     a = cd.asarray(neg)
@@ -263,7 +263,7 @@ def test_torch_consumer_of_device_array():
         np.testing.assert_array_equal(t2.numpy(), np.arange(6).reshape(2, 3))
 
 
-def test_torch_readonly_flag_is_ignored_by_torch():  # dlpack.md P6, a documented third-party behaviour
+def test_torch_readonly_flag_is_ignored_by_torch():  # torch 2.13, a documented third-party behaviour
     n = np.arange(3.0)
     n.flags.writeable = False
     a = cd.asarray(n)
@@ -276,7 +276,7 @@ def test_torch_readonly_flag_is_ignored_by_torch():  # dlpack.md P6, a documente
 
 # -- TensorFlow -------------------------------------------------------------------------------------
 
-def test_tf_takes_legacy_capsules_only():  # tensorflow#61769 / dlpack.md case 24
+def test_tf_takes_legacy_capsules_only():  # tensorflow#61769
     a = cd.asarray(np.arange(4, dtype=np.float32)).copy()
     with pytest.raises(TypeError):
         tf.experimental.dlpack.from_dlpack(a)
@@ -393,7 +393,7 @@ def test_bool_is_kdlbool_everywhere():  # pytorch#114673, jax#19352
 
 
 @pytest.mark.parametrize("fw", ["torch", "tf", "numpy", "jax"])
-def test_zero_size_and_zero_d(fw):  # pytorch#117273, dlpack.md §1.5 (0-d conventions)
+def test_zero_size_and_zero_d(fw):  # pytorch#117273, DLPack 1.3's 0-d convention
     gc.collect()
     c0 = _native.counters()
     for shape in [(0,), (0, 3), (2, 0)]:
@@ -419,7 +419,7 @@ def _rss():
 
 
 @pytest.mark.parametrize("fw", ["torch", "tf", "numpy", "jax"])
-def test_leak_10000_round_trips(fw):  # pytorch#9261 / dlpack.md case 4
+def test_leak_10000_round_trips(fw):  # pytorch#9261
     n = int(os.environ.get("CANNA_TEST_LEAK_ROUNDS", "10000"))
     to = {"torch": cd.to_torch, "tf": cd.to_tf, "numpy": cd.to_numpy, "jax": cd.to_jax}[fw]
     for _ in range(200):  # warm up allocator caches

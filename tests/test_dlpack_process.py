@@ -49,7 +49,7 @@ def test_torch_aborts_on_negative_strides_canna_never_hands_it_one():  # pytorch
     assert _died(proc), "torch accepted negative strides: revisit canna's torch_layout copies"
 
 
-def test_tf_aborts_on_unaligned_data_canna_aligns():  # dlpack.md P1
+def test_tf_aborts_on_unaligned_data_canna_aligns():  # TF 2.21: Check failed: IsAligned()
     proc = run_python("""
         import numpy as np, tensorflow as tf, canna_dl as cd
         a = cd.asarray(np.arange(64, dtype=np.float32).reshape(4, 16)).copy()
@@ -68,7 +68,7 @@ def test_tf_aborts_on_unaligned_data_canna_aligns():  # dlpack.md P1
     assert _died(proc), "TensorFlow accepted unaligned data: revisit canna's tf_layout copies"
 
 
-def test_tf_string_tensors_refused_before_tf_aborts():  # dlpack.md P2
+def test_tf_string_tensors_refused_before_tf_aborts():  # TF 2.21 aborts in DataTypeCanUseMemcpy
     proc = run_python("""
         import tensorflow as tf, canna_dl as cd
         s = tf.constant(["a", "b"])
@@ -88,7 +88,7 @@ def test_tf_string_tensors_refused_before_tf_aborts():  # dlpack.md P2
     assert _died(proc), "TensorFlow exported a string tensor: the guard may be unnecessary now"
 
 
-def test_jax_aborts_on_null_deleter_canna_never_exports_one():  # dlpack.md P7
+def test_jax_aborts_on_null_deleter_canna_never_exports_one():  # jax 0.10.2: std::bad_function_call
     proc = run_python("""
         import numpy as np, jax, canna_dl as cd
         from canna_dl import _native
@@ -111,7 +111,7 @@ def test_jax_aborts_on_null_deleter_canna_never_exports_one():  # dlpack.md P7
     assert _died(proc), "JAX accepted a NULL deleter"
 
 
-def test_shutdown_with_frameworks_holding_canna_memory():  # numpy#22507 (c), dlpack.md case 7
+def test_shutdown_with_frameworks_holding_canna_memory():  # numpy#22507 (c)
     proc = run_python("""
         import threading, numpy as np, torch, tensorflow as tf, jax, canna_dl as cd
         from canna_dl import _native

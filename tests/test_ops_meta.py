@@ -1,5 +1,5 @@
 """The aclnn meta API of the simulator's op library (aclCreateTensor & co., executors, phase 2
-checks), through cffi: the same calls a real CANN install answers (acl_api.md §6)."""
+checks), through cffi: the same calls a real CANN install answers (hicann/opbase include/nnopbase/aclnn/acl_meta.h)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,7 +1,8 @@
 /* canna: DCMI function prototypes (libdcmi.so; on the simulator, libascendcl_sim.so exports them).
  * @cann-headers: dcmi_interface_api.h
  *
- * Exact prototypes from shared/reference/acl_api.md §8.2. They need no aclInit and no device
+ * Exact prototypes of the driver's dcmi_interface_api.h (hicann/driver
+ * src/custom/include/dcmi_interface_api.h; also torch_npu's third_party/dcmi/inc/). They need no aclInit and no device
  * context, and they see every process using a device: what npu-smi and npu-exporter read.
  * dcmi_get_device_resource_info: canna passes the capacity of proc_info in *proc_num (as other
  * DCMI callers do) and gets the number of entries filled back.

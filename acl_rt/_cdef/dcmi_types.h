@@ -2,7 +2,8 @@
  * @cann-headers: dcmi_interface_api.h
  *
  * The subset of the driver package's dcmi_interface_api.h that canna's monitoring reads, written
- * for canna from shared/reference/acl_api.md §8.2. DCMI ships with the NPU driver, not with the
+ * for canna from that header's public copies (hicann/driver src/custom/include/, torch_npu's
+ * third_party/dcmi/inc/). DCMI ships with the NPU driver, not with the
  * CANN toolkit headers tools/abi_check.py reads, so these declarations are reported UNCHECKED
  * there. Every DCMI call returns int, 0 = DCMI_OK; devices are addressed as (card_id, device_id).
  * Read by cffi's cdef() and by the C compiler (the simulator exports these functions too).

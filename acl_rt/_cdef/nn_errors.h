@@ -4,7 +4,7 @@
  *
  * Names and values are facts of CANN's aclnn/opdev/op_errno.h (hicann/opbase
  * include/nnopbase/opdev/op_errno.h at aa3cd74b, installed as include/aclnn/opdev/op_errno.h;
- * docs/en/api/nnopbase/opdev/aclnn_return_code/aclnn_return_codes.md), shared/reference/acl_api.md §6.
+ * docs/en/api/nnopbase/opdev/aclnn_return_code/aclnn_return_codes.md).
  * The detail text of a failure comes from aclGetRecentErrMsg(). The torch-npu wheel does not
  * ship op_errno.h, so tests/test_abi.py reports these as UNCHECKED. acl_rt._errors reads this
  * file to name codes.

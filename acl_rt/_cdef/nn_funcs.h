@@ -6,7 +6,7 @@
  * ABI; no header text is copied). Where each one comes from:
  *  - meta API (aclCreateTensor & co., aclGet*, executor reuse, aclnnInit/aclnnFinalize):
  *    CANN's aclnn/acl_meta.h and aclnn/aclnn_base.h, hicann/opbase aa3cd74b
- *    (include/nnopbase/aclnn/, docs/en/api/nnopbase/aclnn/ pages); shared/reference/acl_api.md §6;
+ *    (include/nnopbase/aclnn/, docs/en/api/nnopbase/aclnn/ pages);
  *  - math ops (libopapi_math): hicann/ops-math c4193324, math/<op>/op_api/aclnn_<op>.h and
  *    conversion/view_copy/op_api/aclnn_copy.h;
  *  - nn ops (libopapi_nn): hicann/ops-nn e5c3fa93, <family>/<op>/op_api/aclnn_<op>.h; for the ops
@@ -18,7 +18,7 @@
  *    1 tanh), gelu backward -> aclnnGeluBackwardV2 ("none"/"tanh"), relu backward ->
  *    aclnnThresholdBackward, cross entropy -> aclnnLogSoftmax + aclnnNLLLoss (or the fused
  *    aclnnCrossEntropyLoss).
- * The library each symbol lives in (acl_api.md §1.1): the meta API in libnnopbase.so, the ops in
+ * The library each symbol lives in (CANN's header-to-library table in the AscendCL API reference): the meta API in libnnopbase.so, the ops in
  * libopapi.so (all-in-one) or the split libopapi_math.so / libopapi_nn.so; canna's simulator
  * exports all of them from kernels/_sim/libopapi_sim.so. The torch-npu wheel ships no aclnn
  * headers, so tests/test_abi.py reports every declaration here as UNCHECKED.

@@ -6,9 +6,8 @@
  *  - the opaque handles aclTensor, aclScalar, aclIntArray, aclFloatArray, aclBoolArray,
  *    aclTensorList, aclScalarList, aclOpExecutor and `typedef int32_t aclnnStatus`:
  *    CANN's aclnn/acl_meta.h (hicann/opbase include/nnopbase/aclnn/acl_meta.h at aa3cd74b),
- *    shared/reference/acl_api.md §6;
  *  - aclDataType and aclFormat with their exact values: AscendCL's acl/acl_base_rt.h
- *    (interface 1.17.0), shared/reference/acl_api.md §7. These two are checked against the
+ *    (interface 1.17.0, hicann/runtime include/external/acl/). These two are checked against the
  *    torch-npu wheel's headers by tests/test_abi.py; the aclnn handles need aclnn/acl_meta.h,
  *    which the wheel does not ship, so the ABI test reports them UNCHECKED.
  *

@@ -83,7 +83,8 @@ aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attribut
 
 /* kernel loading and launch (optional: aclrtBinaryLoadFromFile, aclrtKernelArgs* and
  * aclrtLaunchKernelWithConfig since CANN 8.2; aclrtBinaryLoadFromData, aclrtLaunchKernelV2 and
- * aclrtLaunchKernelWithHostArgs since 8.5; see shared/reference/acl_api.md §5.1) */
+ * aclrtLaunchKernelWithHostArgs since 8.5; see AscendCL's "Kernel loading and execution" API reference,
+ * hicann/runtime docs/zh/api_ref/14_Kernel_loading_and_execution.md) */
 aclError aclrtBinaryLoadFromFile(const char *binPath, aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle);   /* optional */
 aclError aclrtBinaryLoadFromData(const void *data, size_t length, const aclrtBinaryLoadOptions *options, aclrtBinHandle *binHandle);   /* optional */
 aclError aclrtBinaryUnLoad(aclrtBinHandle binHandle);

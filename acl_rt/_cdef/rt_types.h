@@ -159,7 +159,7 @@ typedef struct aclrtUtilizationInfo {
 typedef void (*aclrtCallback)(void *userData);
 typedef void (*aclrtHostFunc)(void *args);
 
-/* ---- kernel loading and launch (acl_rt.h; shared/reference/acl_api.md §5.1) ---- */
+/* ---- kernel loading and launch (acl_rt.h; hicann/runtime docs/zh/api_ref/14_Kernel_loading_and_execution.md) ---- */
 
 typedef void *aclrtBinHandle;
 typedef void *aclrtFuncHandle;

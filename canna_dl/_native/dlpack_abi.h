@@ -1,5 +1,5 @@
-/* canna: the DLPack C ABI, written for canna from the layout tables of
- * shared/reference/dlpack.md §1 (DLPack v1.3 as shipped in torch 2.13; the exchange API of §1.6).
+/* canna: the DLPack C ABI, written for canna from the DLPack specification
+ * (dmlc/dlpack include/dlpack/dlpack.h, v1.3 as shipped in torch 2.13, with its C exchange API).
  *
  * Only what canna needs. The layouts are ABI facts (offsets checked by static asserts below on
  * LP64); every name and comment here is canna's own. Do not include the upstream dlpack.h next

@@ -1,6 +1,6 @@
 /* canna_dl._native: DLPack export and import.
  *
- * Rules (shared/reference/dlpack.md §0, the DLPack Python spec):
+ * Rules (the DLPack Python specification, dmlc/dlpack docs/source/python_spec.rst):
  * - exports are one malloc'ed block (managed struct + shape + strides), manager_ctx holds a strong
  *   reference to the exported array; the deleter takes the GIL itself (PyGILState_Ensure), works
  *   from any thread, frees the block, and leaks the reference instead of touching an interpreter

@@ -1,6 +1,7 @@
 """DeviceArray <-> jax.Array (CPU).
 
-JAX 0.10 behaviour this works around (shared/reference/dlpack.md §3.4, §4):
+JAX 0.10 behaviour this works around (jax#29810, jax#19352; reproduced in tests/test_dlpack_frameworks.py
+and tests/test_dlpack_process.py):
 - JAX asks only for legacy capsules, copies data that is not 64-byte aligned, and rejects
   (UNIMPLEMENTED, no fallback) strides that are not a permutation of a compact layout (gaps,
   negative, zero): canna hands it aligned, compact memory, copying otherwise (counted as

@@ -1,6 +1,7 @@
 """DeviceArray <-> tf.Tensor (eager, CPU).
 
-TensorFlow 2.21 behaviour this works around (shared/reference/dlpack.md §3.2, §4):
+TensorFlow 2.21 behaviour this works around (tensorflow#61769, tensorflow#51598; reproduced in
+tests/test_dlpack_frameworks.py and tests/test_dlpack_process.py):
 - ``tf.experimental.dlpack.from_dlpack`` takes only a legacy ``"dltensor"`` capsule, rejects
   any ``byte_offset`` and any layout but compact row-major, and accepts data that is not 64-byte
   aligned only to abort the process on the next Eigen op (P1): canna hands it compact, 64-byte

@@ -1,6 +1,7 @@
 """DeviceArray <-> torch.Tensor.
 
-PyTorch behaviour this works around (shared/reference/dlpack.md §3.1, §4):
+PyTorch behaviour this works around (reproduced in tests/test_dlpack_frameworks.py and
+tests/test_dlpack_process.py):
 - ``torch.from_dlpack`` aborts the process on negative strides (pytorch#188023, still in 2.13):
   such views are copied first (counted as ``"torch_layout"``);
 - tensors with the negative or conjugate bit export their memory un-negated (wrong values in the
@@ -113,7 +114,7 @@ def to_torch(a) -> torch.Tensor:
         h = host_prepare(a, compact="noneg", align=False, reason="torch_layout")
         t = torch.from_dlpack(_Exporter(_native.export_capsule(h, True, 1 if h.readonly else 0, 1, 0)))
     if a.readonly and a.size and t.data_ptr() == a.ptr:
-        # PyTorch has no read-only tensors and ignores DLPack's READ_ONLY flag (dlpack.md §2.6):
+        # PyTorch has no read-only tensors and ignores DLPack's READ_ONLY flag (DLPack 1.0 ``DLPACK_FLAG_BITMASK_READ_ONLY``):
         # warn, as torch.from_numpy does for a non-writable array
         warnings.warn("canna_dl.to_torch: the array is read-only and PyTorch does not support read-only "
                       "tensors; writing to the returned tensor writes the read-only memory (undefined "

@@ -3,7 +3,7 @@
 (``register_fake`` gives shapes and dtypes so Dynamo traces them without graph breaks;
 ``register_autograd`` gives the backward, made of canna's backward ops, which AOTAutograd traces
 into the backward graph). Source of the API: ``torch/_library/custom_ops.py``
-(``custom_op``, ``register_fake``, ``register_autograd``; shared/reference/anchors.md §3.3).
+(``custom_op``, ``register_fake``, ``register_autograd``; PyTorch's "Python Custom Operators" tutorial).
 
 Forward ops (the differentiable ones; ``canna_dl.torch`` routes to them when compiling)::
 
