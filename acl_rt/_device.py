@@ -232,9 +232,19 @@ class Device:
 
     @memory_resource.setter
     def memory_resource(self, mr) -> None:
+        """Raises TypeError for an object that is not an :class:`acl_rt.MemoryResource`, and
+        InvalidArgumentError (a ValueError) for a resource of another device (its buffers would be
+        that device's memory)."""
+        from ._errors import InvalidArgumentError
         from ._memory import MemoryResource
         if not isinstance(mr, MemoryResource):
             raise TypeError(f"memory_resource must be an acl_rt.MemoryResource, not {type(mr).__name__}")
+        owner = Device(mr.device)
+        if owner is not self:
+            raise InvalidArgumentError(100000, "Device.memory_resource",
+                                       f"{type(mr).__name__} allocates on device {owner._id}, not on device "
+                                       f"{self._id}; use a resource of device {self._id} (e.g. "
+                                       f"acl_rt.DeviceMemoryResource({self._id}))")
         self._mr = mr
 
     def allocate(self, nbytes: int, *, stream=None):

@@ -125,6 +125,9 @@ class MemoryHook:
       device (``aclrtMalloc``); ``dealloc_postprocess(device_id, mem_size, mem_ptr)``: it returned
       one (``aclrtFree``).
 
+    An exception a hook raises propagates to the caller of ``alloc`` / ``close`` (as in CuPy);
+    a buffer whose ``free_preprocess`` raised is still given back to the pool.
+
     Hooks cost nothing when none is installed.
     """
 
@@ -251,6 +254,8 @@ class MemoryPool(MemoryResource):
             top = stacks.get(self._id) if stacks else None
             if top:
                 stream = top[-1]
+                if stream._h is None or stream._gen != self._gen:   # closed: current_stream() drops it
+                    stream = current_stream(self._device)
             else:
                 stream = self._default
                 if stream is None or stream._gen != self._gen:
@@ -286,7 +291,19 @@ class MemoryPool(MemoryResource):
         """
         if _hooks_active:
             size = self._core.owns(ptr) or nbytes
-            _call_hooks("free_preprocess", device_id=self._id, mem_size=size, mem_ptr=ptr)
+            try:
+                _call_hooks("free_preprocess", device_id=self._id, mem_size=size, mem_ptr=ptr)
+            except BaseException:   # the hook's exception propagates (as in CuPy), but the block is
+                self._free_block(ptr, stream)   # freed all the same: the buffer is closed already
+                self._deliver_trace()
+                raise
+            self._free_block(ptr, stream)
+            _call_hooks("free_postprocess", device_id=self._id, mem_size=size, mem_ptr=ptr)
+            self._deliver_trace()
+            return
+        self._free_block(ptr, stream)
+
+    def _free_block(self, ptr: int, stream: Stream | None) -> None:
         try:
             self._core.free(ptr, stream is not None and stream._h is None)
         except _native.Error as e:
@@ -294,9 +311,6 @@ class MemoryPool(MemoryResource):
             if self._core.info()["closed"]:
                 return
             raise InvalidArgumentError(107000, "MemoryPool.deallocate", msg) from None
-        if _hooks_active:
-            _call_hooks("free_postprocess", device_id=self._id, mem_size=size, mem_ptr=ptr)
-            self._deliver_trace()
 
     def _record_stream(self, buf: DeviceBuffer, stream: Stream) -> None:
         try:

@@ -238,19 +238,32 @@ class Stream:
     def __enter__(self):
         self._handle("Stream.__enter__")
         tls = rt.thread_state()
-        prev = tls.__dict__.setdefault("prev_device", [])
-        prev.append(rt.current_device_id())
+        # one frame per open block: [stream, the current device before it]
+        frames = tls.__dict__.setdefault("stream_frames", [])
+        frames.append([self, rt.current_device_id()])
         self._device.set_current()
         _stack(self._device._id).append(self)
         return self
 
     def __exit__(self, *exc):
+        """End this stream's innermost open block, in any order (blocks entered by hand with
+        ``__enter__``/``__exit__`` may end out of order): its entry leaves the current-stream stack
+        wherever it is, so the streams of the blocks still open stay current and, once every block
+        ended, the thread is back to the stream and device it started with."""
         stack = _stack(self._device._id)
-        if stack and stack[-1] is self:
-            stack.pop()
-        prev = rt.thread_state().__dict__.get("prev_device")
-        if prev:
-            rt.set_current_device_id(prev.pop())
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is self:
+                del stack[i]
+                break
+        frames = rt.thread_state().__dict__.get("stream_frames")
+        for i in range(len(frames or ()) - 1, -1, -1):
+            if frames[i][0] is self:
+                prev = frames.pop(i)[1]
+                if i == len(frames):          # the innermost block: restore the device it found
+                    rt.set_current_device_id(prev)
+                else:                         # an outer block: the next one restores its device
+                    frames[i][1] = prev
+                break
         return False
 
     # -- lifetime ---------------------------------------------------------------------------------
@@ -528,8 +541,11 @@ def current_stream(device=None) -> Stream:
     stacks = tls.get("streams")
     if stacks:
         s = stacks.get(dev_id)
-        if s:
-            return s[-1]
+        while s:
+            top = s[-1]
+            if top._h is not None and top._gen == rt._state.generation:
+                return top
+            s.pop()   # closed (or from before a finalize): never current; the enclosing block's is
     d = _defaults.get(dev_id)
     if d is not None and d._gen == rt._state.generation and rt._state.ready:
         return d
