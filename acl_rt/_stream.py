@@ -15,7 +15,7 @@ import warnings
 
 from . import _runtime as rt
 from ._device import Device
-from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotSupportedError
+from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotReadyError, NotSupportedError
 from ._lib import backend, ffi
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize"]
@@ -163,7 +163,7 @@ class Stream:
         is done in slices so Ctrl-C (KeyboardInterrupt) is delivered while waiting."""
         h = self._handle(api)
         _wait_sliced(backend().lib.aclrtSynchronizeStreamWithTimeout, "aclrtSynchronizeStreamWithTimeout",
-                     h, ms, 507046)
+                     h, ms, 507046, f"stream {self._id:#x}")
 
     sync = synchronize
 
@@ -338,9 +338,10 @@ def raise_device_host_errors(device_id: int) -> None:
 _SLICE_MS = 200
 
 
-def _wait_sliced(fn, name: str, handle, ms: int, timeout_code: int) -> None:
+def _wait_sliced(fn, name: str, handle, ms: int, timeout_code: int, what: str = "the work") -> None:
     """``fn(handle, slice)`` until done: waits in slices so the interpreter can deliver signals
-    (KeyboardInterrupt) between them; ``ms`` < 0 waits forever."""
+    (KeyboardInterrupt) between them; ``ms`` < 0 waits forever. A timeout reports ``ms``, the
+    whole wait (the runtime's message names only the last slice)."""
     remaining = ms
     while True:
         step = _SLICE_MS if remaining < 0 else min(remaining, _SLICE_MS)
@@ -349,6 +350,9 @@ def _wait_sliced(fn, name: str, handle, ms: int, timeout_code: int) -> None:
             break
         if remaining >= 0:
             remaining -= step
+    if rc == timeout_code:
+        backend().lib.aclGetRecentErrMsg()   # consume the slice's message
+        rt.raise_error(rc, name, f"{what} did not complete within the timeout of {ms} ms")
     rt.check(rc, name)
 
 
@@ -452,7 +456,8 @@ class Event:
         h = self._handle(api)
         lib = backend().lib
         if lib.has("aclrtSynchronizeEventWithTimeout"):
-            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms, 507047)
+            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms, 507047,
+                         f"event {self.handle:#x}")
         elif ms < 0:  # an older CANN: not interruptible
             rt.check(lib.aclrtSynchronizeEvent(h), "aclrtSynchronizeEvent")
         else:
@@ -476,7 +481,8 @@ class Event:
 
         Raises:
             InvalidArgumentError: an event is not a timing event or was never recorded.
-            AclError: an event has not completed yet (ACL_ERROR_RT_EVENT_NOT_COMPLETE).
+            NotReadyError: an event has not completed yet (ACL_ERROR_RT_EVENT_NOT_COMPLETE):
+                call its :meth:`synchronize` first.
         """
         api = "Event.elapsed_time"
         if not isinstance(end, Event):
@@ -491,8 +497,14 @@ class Event:
             if not e._recorded:
                 raise InvalidArgumentError(107006, api, f"the {which} event was never recorded")
         out = ffi.new("float *")
-        rt.check(backend().lib.aclrtEventElapsedTime(out, self._handle(api), end._handle(api)),
-                 "aclrtEventElapsedTime")
+        rc = backend().lib.aclrtEventElapsedTime(out, self._handle(api), end._handle(api))
+        if rc == 507006:   # ACL_ERROR_RT_EVENT_NOT_COMPLETE: say which, and what to do
+            backend().lib.aclGetRecentErrMsg()
+            which = [name for e, name in ((end, "end"), (self, "start")) if not e.query()] or ["end"]
+            raise NotReadyError(rc, api, f"the {' and the '.join(which)} event{'s have' if len(which) > 1 else ' has'} "
+                                f"not completed yet: call {' and '.join(w + '.synchronize()' for w in which)} "
+                                "first (`end - start` and start.elapsed_time(end) need both events complete)")
+        rt.check(rc, "aclrtEventElapsedTime")
         return float(out[0])
 
     def __sub__(self, other: "Event") -> float:
