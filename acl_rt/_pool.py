@@ -86,7 +86,17 @@ def _parse_limit(text: str, total: int, source: str) -> int:
         raise err from None
     if v <= 0:
         raise err
-    return v
+    return _check_limit(v, f"{source}={text!r}")
+
+
+def _check_limit(nbytes: int, what: str) -> int:
+    """``nbytes`` if it is a limit the pool can hold (at most ``_MAX_ALLOC`` bytes, more than any
+    device has), else an InvalidArgumentError naming ``what`` and the maximum."""
+    if nbytes > _MAX_ALLOC:
+        raise InvalidArgumentError(100000, "acl_rt.set_memory_limit",
+                                   f"{what}: a limit of {nbytes} bytes is too large (at most {_MAX_ALLOC} bytes, "
+                                   "2**62; use None for no limit)")
+    return nbytes
 
 
 def _fmt_bytes(n: int) -> str:
@@ -347,17 +357,21 @@ class MemoryPool(MemoryResource):
                         device_id=self._id, mem_size=size, mem_ptr=ptr)
 
     def _raise_runtime(self, e):
+        """The error kind of a failed malloc; raises a runtime failure that is not out-of-memory
+        (with the runtime's message, which the native pool read)."""
         kind, code, msg = e.args
         if kind == _native.E_RUNTIME and code not in _OOM_CODES:
-            rt.raise_error(code, "aclrtMalloc")
+            rt.raise_error(code, "aclrtMalloc", msg)
         return kind
 
     def _malloc_slow(self, nbytes: int, stream: Stream, err) -> int:
         """The out-of-memory ladder (PyTorch's and CuPy's): release the cache, retry, collect
-        garbage, release again, retry, raise."""
+        garbage, release again, retry, raise. The error keeps the runtime's reason for the last
+        refusal (e.g. the simulator's: the host's RAM cannot back the request)."""
         if self._core.info()["closed"]:
             self._check_stream(stream)
         kind = self._raise_runtime(err)
+        reason = err.args[2] if kind == _native.E_RUNTIME else None
         if kind != _native.E_NOMEM:   # a request larger than the device skips the ladder
             for step in ("release", "gc"):
                 if step == "gc":
@@ -368,10 +382,11 @@ class MemoryPool(MemoryResource):
                     return self._core.malloc(nbytes, stream._id)
                 except _native.Error as e:
                     kind = self._raise_runtime(e)
+                    reason = e.args[2] if kind == _native.E_RUNTIME else None
         self._core.count("oom")
-        raise OutOfMemoryError(207001, "acl_rt.alloc", self._oom_message(nbytes, kind))
+        raise OutOfMemoryError(207001, "acl_rt.alloc", self._oom_message(nbytes, kind, reason))
 
-    def _oom_message(self, nbytes: int, kind: int) -> str:
+    def _oom_message(self, nbytes: int, kind: int, reason: str | None = None) -> str:
         s = self._core.summary()
         allocated, reserved = s[1], s[2]
         try:
@@ -382,6 +397,8 @@ class MemoryPool(MemoryResource):
         limit = f"{_fmt_bytes(self._limit)} ({self._limit} bytes)" if self._limit else "none"
         why = {_native.E_LIMIT: "the pool's memory limit would be exceeded",
                _native.E_NOMEM: "the request is larger than the device's memory"}.get(kind, "the device is out of memory")
+        if reason:
+            why += f" (the runtime reports: {reason})"
         return (f"out of memory on device {self._id}: tried to allocate {_fmt_bytes(nbytes)} ({nbytes} bytes) and "
                 f"{why}; allocated by this process's pool {_fmt_bytes(allocated)} ({allocated} bytes), reserved "
                 f"{_fmt_bytes(reserved)} ({reserved} bytes), limit {limit}; {dev}. Free unused buffers, call "
@@ -445,7 +462,7 @@ class MemoryPool(MemoryResource):
         else:
             if limit <= 0:
                 raise InvalidArgumentError(100000, api, f"limit must be > 0 bytes (or None for no limit), got {limit}")
-            nbytes = limit
+            nbytes = _check_limit(limit, "limit")
         allocated = self._core.summary()[1]
         if nbytes < allocated:
             raise InvalidArgumentError(100000, api, f"limit {nbytes} bytes is below the {allocated} bytes allocated "
@@ -686,8 +703,8 @@ def set_memory_limit(limit: int | float | str | None, device=None) -> None:
 
     Raises:
         TypeError: not a number, a string or None.
-        InvalidArgumentError: a string of none of those forms, a limit <= 0, a fraction outside (0, 1], or a limit below the bytes
-            allocated now (the old limit stays).
+        InvalidArgumentError: a string of none of those forms, a limit <= 0 or above 2**62 bytes, a
+            fraction outside (0, 1], or a limit below the bytes allocated now (the old limit stays).
     """
     pool = _pool(device, "acl_rt.set_memory_limit")
     if pool is None:
