@@ -14,7 +14,7 @@ import threading
 import warnings
 
 from . import _runtime as rt
-from ._device import Device
+from ._device import Device, enter_block, exit_block
 from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotReadyError, NotSupportedError
 from ._lib import backend, ffi
 
@@ -237,11 +237,9 @@ class Stream:
     # -- current stream ---------------------------------------------------------------------------
     def __enter__(self):
         self._handle("Stream.__enter__")
-        tls = rt.thread_state()
-        # one frame per open block: [stream, the current device before it]
-        frames = tls.__dict__.setdefault("stream_frames", [])
-        frames.append([self, rt.current_device_id()])
+        prev = rt.current_device_id()
         self._device.set_current()
+        enter_block(self, prev)
         _stack(self._device._id).append(self)
         return self
 
@@ -255,15 +253,9 @@ class Stream:
             if stack[i] is self:
                 del stack[i]
                 break
-        frames = rt.thread_state().__dict__.get("stream_frames")
-        for i in range(len(frames or ()) - 1, -1, -1):
-            if frames[i][0] is self:
-                prev = frames.pop(i)[1]
-                if i == len(frames):          # the innermost block: restore the device it found
-                    rt.set_current_device_id(prev)
-                else:                         # an outer block: the next one restores its device
-                    frames[i][1] = prev
-                break
+        prev = exit_block(self)
+        if prev is not None:
+            rt.set_current_device_id(prev)
         return False
 
     # -- lifetime ---------------------------------------------------------------------------------

@@ -54,6 +54,25 @@ def test_interleaved_exits_of_streams_of_two_devices_restore_the_device(py):
         """, env={"CANNA_SIM_DEVICES": "2"})
 
 
+def test_interleaved_device_block_exits_restore_the_first_device(py):
+    py("""
+        import acl_rt
+        d0, d1, d2 = acl_rt.Device(0), acl_rt.Device(1), acl_rt.Device(2)
+        s2 = d2.create_stream()
+        d1.__enter__(); s2.__enter__()
+        d1.__exit__(None, None, None)                 # the outer block ends first
+        assert acl_rt.current_device() is d2 and acl_rt.current_stream() is s2
+        s2.__exit__(None, None, None)
+        assert acl_rt.current_device() is d0, acl_rt.current_device()
+        d1.__enter__(); d2.__enter__()
+        d1.__exit__(None, None, None); d2.__exit__(None, None, None)
+        assert acl_rt.current_device() is d0, acl_rt.current_device()
+        d2.__exit__(None, None, None)                 # an exit without a block: harmless
+        assert acl_rt.current_device() is d0
+        acl_rt.alloc(64).close()
+        """, env={"CANNA_SIM_DEVICES": "3"})
+
+
 def test_a_closed_stream_never_stays_current(acl):
     d = acl.Device(0)
     outer, inner = d.create_stream(), d.create_stream()
