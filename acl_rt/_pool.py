@@ -346,9 +346,16 @@ class MemoryPool(MemoryResource):
             ptr = self._core.malloc(nbytes, stream._id)
         except _native.Error as e:
             ptr = self._malloc_slow(nbytes, stream, e)
-        self._deliver_trace()
         buf = DeviceBuffer._wrap(ptr, nbytes, self, stream)
-        _call_hooks("malloc_postprocess", device_id=self._id, size=nbytes, mem_size=size, mem_ptr=ptr)
+        try:
+            self._deliver_trace()
+            _call_hooks("malloc_postprocess", device_id=self._id, size=nbytes, mem_size=size, mem_ptr=ptr)
+        except BaseException:   # the caller never gets the buffer: give the block back, then raise
+            try:
+                buf.close()
+            except Exception:   # a raising free hook: the block is freed anyway (deallocate)
+                pass
+            raise
         return buf
 
     def _deliver_trace(self):

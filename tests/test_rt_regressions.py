@@ -156,6 +156,24 @@ def test_raising_free_preprocess_hook_still_frees_the_block(acl):
     assert_usable()
 
 
+@pytest.mark.parametrize("method", ["alloc_postprocess", "malloc_postprocess"])
+def test_raising_allocation_hook_loses_no_block(acl, method):
+    """A hook raising after the pool handed out the block: the caller never gets the buffer, so
+    the pool takes the block back (CuPy's buffers are freed by reference counting then)."""
+    class Boom(acl.MemoryHook):
+        pass
+    setattr(Boom, method, lambda self, **kw: (_ for _ in ()).throw(RuntimeError("hook failed")))
+
+    acl.empty_cache()
+    base = acl.memory_allocated()
+    with Boom():
+        with pytest.raises(RuntimeError, match="hook failed"):
+            acl.alloc(5 * MiB)
+        assert acl.memory_allocated() == base
+    assert acl.memory_allocated() == base
+    assert_usable()
+
+
 # -- item 15: the simulator's reason for an out-of-memory ---------------------------------------------
 
 def test_out_of_memory_keeps_the_simulators_reason(py):
