@@ -33,7 +33,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AclError", "AclTimeoutError", "BackendNotFoundError", "ContextError", "DeviceError",
     "ForkedProcessError", "InvalidArgumentError", "InvalidHandleError", "KernelError",
-    "NotInitializedError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "ResourceExhaustedError", "error_name",
+    "NotInitializedError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "ResourceExhaustedError",
+    "error_name",
     "backend_info", "device_count", "finalize", "init", "is_initialized",
     "Device", "DeviceProperties", "MemInfo", "Utilization", "current_device",
     "Event", "Stream", "current_stream", "synchronize",

@@ -16,7 +16,8 @@ rules); free blocks are found by best fit, split, and merged with free neighbour
 When an allocation does not fit (the device is full or the pool's limit would be exceeded), the
 pool climbs PyTorch's / CuPy's ladder: it waits for the streams holding cached blocks and returns
 every whole free segment to the device, retries, runs ``gc.collect()`` (buffers only garbage
-holds), releases again, retries, and only then raises :class:`OutOfMemoryError` with the sizes.
+holds), releases again, retries, and only then raises :class:`OutOfMemoryError` with the sizes
+and the runtime's own reason for the last refusal.
 
 Statistics use PyTorch's exact key schema (``torch.cuda.memory_stats``): see :func:`memory_stats`.
 """

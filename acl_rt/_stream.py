@@ -539,7 +539,8 @@ def _stack(device_id: int) -> list:
 
 def current_stream(device=None) -> Stream:
     """The calling thread's current stream on ``device`` (default: the current device): the
-    innermost ``with stream:`` block's, else the device's default stream."""
+    innermost open ``with stream:`` block's, else the device's default stream. A stream closed
+    inside its block is never current: the enclosing block's stream (or the default) is."""
     tls = rt.thread_state().__dict__          # this thread's namespace (a plain dict: fast)
     dev_id = tls.get("device_id", 0) if device is None else Device(device)._id
     stacks = tls.get("streams")

@@ -756,6 +756,8 @@ static int pool_malloc(Pool *p, size_t req, uint64_t stream, uintptr_t *out)
             if (rc == 0)
                 break;
             const char *m = p->fn.recent_msg();
+            if (m && strncmp(m, "aclrtMalloc: ", 13) == 0)   /* the simulator names the API itself */
+                m += 13;
             snprintf(why, sizeof why, "%s", m ? m : "");
         }
         if (limited || rc != 0 || !mem) {
