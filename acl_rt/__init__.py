@@ -15,8 +15,8 @@ The runtime initializes itself on first use and finalizes at exit. Every failure
 """
 from ._errors import (AclError, AclTimeoutError, BackendNotFoundError, ContextError, DeviceError,
                       ForkedProcessError, InvalidArgumentError, InvalidHandleError, KernelError,
-                      NotInitializedError, NotSupportedError, OutOfMemoryError, ResourceExhaustedError,
-                      error_name)
+                      NotInitializedError, NotReadyError, NotSupportedError, OutOfMemoryError,
+                      ResourceExhaustedError, error_name)
 from ._runtime import backend_info, device_count, finalize, init, is_initialized
 from ._device import Device, DeviceProperties, MemInfo, Utilization, current_device
 from ._stream import Event, Stream, current_stream, synchronize
@@ -33,7 +33,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AclError", "AclTimeoutError", "BackendNotFoundError", "ContextError", "DeviceError",
     "ForkedProcessError", "InvalidArgumentError", "InvalidHandleError", "KernelError",
-    "NotInitializedError", "NotSupportedError", "OutOfMemoryError", "ResourceExhaustedError", "error_name",
+    "NotInitializedError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "ResourceExhaustedError",
+    "error_name",
     "backend_info", "device_count", "finalize", "init", "is_initialized",
     "Device", "DeviceProperties", "MemInfo", "Utilization", "current_device",
     "Event", "Stream", "current_stream", "synchronize",

@@ -64,7 +64,7 @@ class Device:
         InvalidArgumentError: the id is out of range (the message gives the device count).
     """
 
-    __slots__ = ("_id", "_props", "_prev", "_mr", "__weakref__")
+    __slots__ = ("_id", "_props", "_mr", "__weakref__")
     _instances: dict[int, "Device"] = {}
     _lock = threading.Lock()
 
@@ -83,7 +83,6 @@ class Device:
                     dev = object.__new__(cls)
                     dev._id = device_id
                     dev._props = None
-                    dev._prev = threading.local()
                     dev._mr = None
                     cls._instances[device_id] = dev
         return dev
@@ -110,15 +109,15 @@ class Device:
         rt.set_current_device_id(self._id)
 
     def __enter__(self):
-        stack = getattr(self._prev, "stack", None)
-        if stack is None:
-            stack = self._prev.stack = []
-        stack.append(rt.current_device_id())
+        prev = rt.current_device_id()
         self.set_current()
+        enter_block(self, prev)
         return self
 
     def __exit__(self, *exc):
-        Device(self._prev.stack.pop()).set_current()
+        prev = exit_block(self)
+        if prev is not None:
+            Device(prev).set_current()
         return False
 
     # -- properties --------------------------------------------------------------------------
@@ -232,9 +231,19 @@ class Device:
 
     @memory_resource.setter
     def memory_resource(self, mr) -> None:
+        """Raises TypeError for an object that is not an :class:`acl_rt.MemoryResource`, and
+        InvalidArgumentError (a ValueError) for a resource of another device (its buffers would be
+        that device's memory)."""
+        from ._errors import InvalidArgumentError
         from ._memory import MemoryResource
         if not isinstance(mr, MemoryResource):
             raise TypeError(f"memory_resource must be an acl_rt.MemoryResource, not {type(mr).__name__}")
+        owner = Device(mr.device)
+        if owner is not self:
+            raise InvalidArgumentError(100000, "Device.memory_resource",
+                                       f"{type(mr).__name__} allocates on device {owner._id}, not on device "
+                                       f"{self._id}; use a resource of device {self._id} (e.g. "
+                                       f"acl_rt.DeviceMemoryResource({self._id}))")
         self._mr = mr
 
     def allocate(self, nbytes: int, *, stream=None):
@@ -265,6 +274,30 @@ class Device:
                                        f"device {self._id} cannot be its own peer")
         rt.activate(self._id, "Device.enable_peer_access")
         rt.check(backend().lib.aclrtDeviceEnablePeerAccess(peer._id, 0), "aclrtDeviceEnablePeerAccess")
+
+
+def enter_block(owner, prev_device_id: int) -> None:
+    """Record that a ``with owner:`` block (a Device or a Stream) began on the calling thread when
+    ``prev_device_id`` was the current device."""
+    frames = rt.thread_state().__dict__.setdefault("device_frames", [])
+    frames.append([owner, prev_device_id])
+
+
+def exit_block(owner) -> int | None:
+    """End ``owner``'s innermost open block, whatever the order the blocks end in (blocks entered
+    by hand with ``__enter__``/``__exit__`` may end out of order, as with ``contextlib.ExitStack``
+    misuse): the device to make current now, or None to leave it. The innermost block gives back
+    the device it found; an outer one hands its saved device to the block after it, so once every
+    block has ended the thread is on the device it started on."""
+    frames = rt.thread_state().__dict__.get("device_frames")
+    for i in range(len(frames or ()) - 1, -1, -1):
+        if frames[i][0] is owner:
+            prev = frames.pop(i)[1]
+            if i == len(frames):
+                return prev
+            frames[i][1] = prev
+            return None
+    return None
 
 
 def current_device() -> Device:

@@ -23,6 +23,7 @@ __all__ = [
     "DeviceError",
     "KernelError",
     "NotSupportedError",
+    "NotReadyError",
     "ResourceExhaustedError",
     "ForkedProcessError",
     "BackendNotFoundError",
@@ -117,6 +118,12 @@ class KernelError(DeviceError):
     """A kernel faulted on an AI core / vector core (507014-507016, 507034-507036, 507042-507045)."""
 
 
+class NotReadyError(AclError):
+    """Work asked about has not completed yet, e.g. the elapsed time of an event that is still
+    pending (ACL_ERROR_RT_EVENT_NOT_COMPLETE 507006, ACL_ERROR_RT_STREAM_NOT_COMPLETE 507004; CUDA's
+    ``cudaErrorNotReady``). Not a fault: synchronize the event or stream first."""
+
+
 class NotSupportedError(AclError, NotImplementedError):
     """The loaded CANN version or device does not provide this function or feature."""
 
@@ -152,6 +159,7 @@ _TIMEOUT = {507046, 507047, 107019, 107020, 507012}
 _KERNEL = {507014, 507015, 507016, 507034, 507035, 507036, 507042, 507043, 507044, 507045}
 _UNSUPPORTED = {200001, 200006, 207000}
 _RESOURCE = {207005, 207007, 207008, 207009, 207010, 207011, 207012}
+_NOT_READY = {507004, 507006}
 
 
 def error_class(code: int) -> type[AclError]:
@@ -176,6 +184,8 @@ def error_class(code: int) -> type[AclError]:
         return ForkedProcessError
     if code in _RESOURCE:
         return ResourceExhaustedError
+    if code in _NOT_READY:
+        return NotReadyError
     if code >= 500000:
         return DeviceError
     return AclError

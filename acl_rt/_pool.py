@@ -16,7 +16,8 @@ rules); free blocks are found by best fit, split, and merged with free neighbour
 When an allocation does not fit (the device is full or the pool's limit would be exceeded), the
 pool climbs PyTorch's / CuPy's ladder: it waits for the streams holding cached blocks and returns
 every whole free segment to the device, retries, runs ``gc.collect()`` (buffers only garbage
-holds), releases again, retries, and only then raises :class:`OutOfMemoryError` with the sizes.
+holds), releases again, retries, and only then raises :class:`OutOfMemoryError` with the sizes
+and the runtime's own reason for the last refusal.
 
 Statistics use PyTorch's exact key schema (``torch.cuda.memory_stats``): see :func:`memory_stats`.
 """
@@ -86,7 +87,17 @@ def _parse_limit(text: str, total: int, source: str) -> int:
         raise err from None
     if v <= 0:
         raise err
-    return v
+    return _check_limit(v, f"{source}={text!r}")
+
+
+def _check_limit(nbytes: int, what: str) -> int:
+    """``nbytes`` if it is a limit the pool can hold (at most ``_MAX_ALLOC`` bytes, more than any
+    device has), else an InvalidArgumentError naming ``what`` and the maximum."""
+    if nbytes > _MAX_ALLOC:
+        raise InvalidArgumentError(100000, "acl_rt.set_memory_limit",
+                                   f"{what}: a limit of {nbytes} bytes is too large (at most {_MAX_ALLOC} bytes, "
+                                   "2**62; use None for no limit)")
+    return nbytes
 
 
 def _fmt_bytes(n: int) -> str:
@@ -124,6 +135,9 @@ class MemoryHook:
     - ``alloc_postprocess(device_id, mem_size, mem_ptr)``: the pool took a new segment from the
       device (``aclrtMalloc``); ``dealloc_postprocess(device_id, mem_size, mem_ptr)``: it returned
       one (``aclrtFree``).
+
+    An exception a hook raises propagates to the caller of ``alloc`` / ``close`` (as in CuPy);
+    a buffer whose ``free_preprocess`` raised is still given back to the pool.
 
     Hooks cost nothing when none is installed.
     """
@@ -251,6 +265,8 @@ class MemoryPool(MemoryResource):
             top = stacks.get(self._id) if stacks else None
             if top:
                 stream = top[-1]
+                if stream._h is None or stream._gen != self._gen:   # closed: current_stream() drops it
+                    stream = current_stream(self._device)
             else:
                 stream = self._default
                 if stream is None or stream._gen != self._gen:
@@ -286,7 +302,19 @@ class MemoryPool(MemoryResource):
         """
         if _hooks_active:
             size = self._core.owns(ptr) or nbytes
-            _call_hooks("free_preprocess", device_id=self._id, mem_size=size, mem_ptr=ptr)
+            try:
+                _call_hooks("free_preprocess", device_id=self._id, mem_size=size, mem_ptr=ptr)
+            except BaseException:   # the hook's exception propagates (as in CuPy), but the block is
+                self._free_block(ptr, stream)   # freed all the same: the buffer is closed already
+                self._deliver_trace()
+                raise
+            self._free_block(ptr, stream)
+            _call_hooks("free_postprocess", device_id=self._id, mem_size=size, mem_ptr=ptr)
+            self._deliver_trace()
+            return
+        self._free_block(ptr, stream)
+
+    def _free_block(self, ptr: int, stream: Stream | None) -> None:
         try:
             self._core.free(ptr, stream is not None and stream._h is None)
         except _native.Error as e:
@@ -294,9 +322,6 @@ class MemoryPool(MemoryResource):
             if self._core.info()["closed"]:
                 return
             raise InvalidArgumentError(107000, "MemoryPool.deallocate", msg) from None
-        if _hooks_active:
-            _call_hooks("free_postprocess", device_id=self._id, mem_size=size, mem_ptr=ptr)
-            self._deliver_trace()
 
     def _record_stream(self, buf: DeviceBuffer, stream: Stream) -> None:
         try:
@@ -322,9 +347,16 @@ class MemoryPool(MemoryResource):
             ptr = self._core.malloc(nbytes, stream._id)
         except _native.Error as e:
             ptr = self._malloc_slow(nbytes, stream, e)
-        self._deliver_trace()
         buf = DeviceBuffer._wrap(ptr, nbytes, self, stream)
-        _call_hooks("malloc_postprocess", device_id=self._id, size=nbytes, mem_size=size, mem_ptr=ptr)
+        try:
+            self._deliver_trace()
+            _call_hooks("malloc_postprocess", device_id=self._id, size=nbytes, mem_size=size, mem_ptr=ptr)
+        except BaseException:   # the caller never gets the buffer: give the block back, then raise
+            try:
+                buf.close()
+            except Exception:   # a raising free hook: the block is freed anyway (deallocate)
+                pass
+            raise
         return buf
 
     def _deliver_trace(self):
@@ -333,17 +365,21 @@ class MemoryPool(MemoryResource):
                         device_id=self._id, mem_size=size, mem_ptr=ptr)
 
     def _raise_runtime(self, e):
+        """The error kind of a failed malloc; raises a runtime failure that is not out-of-memory
+        (with the runtime's message, which the native pool read)."""
         kind, code, msg = e.args
         if kind == _native.E_RUNTIME and code not in _OOM_CODES:
-            rt.raise_error(code, "aclrtMalloc")
+            rt.raise_error(code, "aclrtMalloc", msg)
         return kind
 
     def _malloc_slow(self, nbytes: int, stream: Stream, err) -> int:
         """The out-of-memory ladder (PyTorch's and CuPy's): release the cache, retry, collect
-        garbage, release again, retry, raise."""
+        garbage, release again, retry, raise. The error keeps the runtime's reason for the last
+        refusal (e.g. the simulator's: the host's RAM cannot back the request)."""
         if self._core.info()["closed"]:
             self._check_stream(stream)
         kind = self._raise_runtime(err)
+        reason = err.args[2] if kind == _native.E_RUNTIME else None
         if kind != _native.E_NOMEM:   # a request larger than the device skips the ladder
             for step in ("release", "gc"):
                 if step == "gc":
@@ -354,10 +390,11 @@ class MemoryPool(MemoryResource):
                     return self._core.malloc(nbytes, stream._id)
                 except _native.Error as e:
                     kind = self._raise_runtime(e)
+                    reason = e.args[2] if kind == _native.E_RUNTIME else None
         self._core.count("oom")
-        raise OutOfMemoryError(207001, "acl_rt.alloc", self._oom_message(nbytes, kind))
+        raise OutOfMemoryError(207001, "acl_rt.alloc", self._oom_message(nbytes, kind, reason))
 
-    def _oom_message(self, nbytes: int, kind: int) -> str:
+    def _oom_message(self, nbytes: int, kind: int, reason: str | None = None) -> str:
         s = self._core.summary()
         allocated, reserved = s[1], s[2]
         try:
@@ -368,6 +405,8 @@ class MemoryPool(MemoryResource):
         limit = f"{_fmt_bytes(self._limit)} ({self._limit} bytes)" if self._limit else "none"
         why = {_native.E_LIMIT: "the pool's memory limit would be exceeded",
                _native.E_NOMEM: "the request is larger than the device's memory"}.get(kind, "the device is out of memory")
+        if reason:
+            why += f" (the runtime reports: {reason})"
         return (f"out of memory on device {self._id}: tried to allocate {_fmt_bytes(nbytes)} ({nbytes} bytes) and "
                 f"{why}; allocated by this process's pool {_fmt_bytes(allocated)} ({allocated} bytes), reserved "
                 f"{_fmt_bytes(reserved)} ({reserved} bytes), limit {limit}; {dev}. Free unused buffers, call "
@@ -431,7 +470,7 @@ class MemoryPool(MemoryResource):
         else:
             if limit <= 0:
                 raise InvalidArgumentError(100000, api, f"limit must be > 0 bytes (or None for no limit), got {limit}")
-            nbytes = limit
+            nbytes = _check_limit(limit, "limit")
         allocated = self._core.summary()[1]
         if nbytes < allocated:
             raise InvalidArgumentError(100000, api, f"limit {nbytes} bytes is below the {allocated} bytes allocated "
@@ -672,8 +711,8 @@ def set_memory_limit(limit: int | float | str | None, device=None) -> None:
 
     Raises:
         TypeError: not a number, a string or None.
-        InvalidArgumentError: a string of none of those forms, a limit <= 0, a fraction outside (0, 1], or a limit below the bytes
-            allocated now (the old limit stays).
+        InvalidArgumentError: a string of none of those forms, a limit <= 0 or above 2**62 bytes, a
+            fraction outside (0, 1], or a limit below the bytes allocated now (the old limit stays).
     """
     pool = _pool(device, "acl_rt.set_memory_limit")
     if pool is None:

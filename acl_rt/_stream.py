@@ -14,8 +14,8 @@ import threading
 import warnings
 
 from . import _runtime as rt
-from ._device import Device
-from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotSupportedError
+from ._device import Device, enter_block, exit_block
+from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotReadyError, NotSupportedError
 from ._lib import backend, ffi
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize"]
@@ -163,7 +163,7 @@ class Stream:
         is done in slices so Ctrl-C (KeyboardInterrupt) is delivered while waiting."""
         h = self._handle(api)
         _wait_sliced(backend().lib.aclrtSynchronizeStreamWithTimeout, "aclrtSynchronizeStreamWithTimeout",
-                     h, ms, 507046)
+                     h, ms, 507046, f"stream {self._id:#x}")
 
     sync = synchronize
 
@@ -237,20 +237,25 @@ class Stream:
     # -- current stream ---------------------------------------------------------------------------
     def __enter__(self):
         self._handle("Stream.__enter__")
-        tls = rt.thread_state()
-        prev = tls.__dict__.setdefault("prev_device", [])
-        prev.append(rt.current_device_id())
+        prev = rt.current_device_id()
         self._device.set_current()
+        enter_block(self, prev)
         _stack(self._device._id).append(self)
         return self
 
     def __exit__(self, *exc):
+        """End this stream's innermost open block, in any order (blocks entered by hand with
+        ``__enter__``/``__exit__`` may end out of order): its entry leaves the current-stream stack
+        wherever it is, so the streams of the blocks still open stay current and, once every block
+        ended, the thread is back to the stream and device it started with."""
         stack = _stack(self._device._id)
-        if stack and stack[-1] is self:
-            stack.pop()
-        prev = rt.thread_state().__dict__.get("prev_device")
-        if prev:
-            rt.set_current_device_id(prev.pop())
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is self:
+                del stack[i]
+                break
+        prev = exit_block(self)
+        if prev is not None:
+            rt.set_current_device_id(prev)
         return False
 
     # -- lifetime ---------------------------------------------------------------------------------
@@ -325,9 +330,10 @@ def raise_device_host_errors(device_id: int) -> None:
 _SLICE_MS = 200
 
 
-def _wait_sliced(fn, name: str, handle, ms: int, timeout_code: int) -> None:
+def _wait_sliced(fn, name: str, handle, ms: int, timeout_code: int, what: str = "the work") -> None:
     """``fn(handle, slice)`` until done: waits in slices so the interpreter can deliver signals
-    (KeyboardInterrupt) between them; ``ms`` < 0 waits forever."""
+    (KeyboardInterrupt) between them; ``ms`` < 0 waits forever. A timeout reports ``ms``, the
+    whole wait (the runtime's message names only the last slice)."""
     remaining = ms
     while True:
         step = _SLICE_MS if remaining < 0 else min(remaining, _SLICE_MS)
@@ -336,6 +342,9 @@ def _wait_sliced(fn, name: str, handle, ms: int, timeout_code: int) -> None:
             break
         if remaining >= 0:
             remaining -= step
+    if rc == timeout_code:
+        backend().lib.aclGetRecentErrMsg()   # consume the slice's message
+        rt.raise_error(rc, name, f"{what} did not complete within the timeout of {ms} ms")
     rt.check(rc, name)
 
 
@@ -439,7 +448,8 @@ class Event:
         h = self._handle(api)
         lib = backend().lib
         if lib.has("aclrtSynchronizeEventWithTimeout"):
-            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms, 507047)
+            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms, 507047,
+                         f"event {self.handle:#x}")
         elif ms < 0:  # an older CANN: not interruptible
             rt.check(lib.aclrtSynchronizeEvent(h), "aclrtSynchronizeEvent")
         else:
@@ -463,7 +473,8 @@ class Event:
 
         Raises:
             InvalidArgumentError: an event is not a timing event or was never recorded.
-            AclError: an event has not completed yet (ACL_ERROR_RT_EVENT_NOT_COMPLETE).
+            NotReadyError: an event has not completed yet (ACL_ERROR_RT_EVENT_NOT_COMPLETE):
+                call its :meth:`synchronize` first.
         """
         api = "Event.elapsed_time"
         if not isinstance(end, Event):
@@ -478,8 +489,14 @@ class Event:
             if not e._recorded:
                 raise InvalidArgumentError(107006, api, f"the {which} event was never recorded")
         out = ffi.new("float *")
-        rt.check(backend().lib.aclrtEventElapsedTime(out, self._handle(api), end._handle(api)),
-                 "aclrtEventElapsedTime")
+        rc = backend().lib.aclrtEventElapsedTime(out, self._handle(api), end._handle(api))
+        if rc == 507006:   # ACL_ERROR_RT_EVENT_NOT_COMPLETE: say which, and what to do
+            backend().lib.aclGetRecentErrMsg()
+            which = [name for e, name in ((end, "end"), (self, "start")) if not e.query()] or ["end"]
+            raise NotReadyError(rc, api, f"the {' and the '.join(which)} event{'s have' if len(which) > 1 else ' has'} "
+                                f"not completed yet: call {' and '.join(w + '.synchronize()' for w in which)} "
+                                "first (`end - start` and start.elapsed_time(end) need both events complete)")
+        rt.check(rc, "aclrtEventElapsedTime")
         return float(out[0])
 
     def __sub__(self, other: "Event") -> float:
@@ -522,14 +539,18 @@ def _stack(device_id: int) -> list:
 
 def current_stream(device=None) -> Stream:
     """The calling thread's current stream on ``device`` (default: the current device): the
-    innermost ``with stream:`` block's, else the device's default stream."""
+    innermost open ``with stream:`` block's, else the device's default stream. A stream closed
+    inside its block is never current: the enclosing block's stream (or the default) is."""
     tls = rt.thread_state().__dict__          # this thread's namespace (a plain dict: fast)
     dev_id = tls.get("device_id", 0) if device is None else Device(device)._id
     stacks = tls.get("streams")
     if stacks:
         s = stacks.get(dev_id)
-        if s:
-            return s[-1]
+        while s:
+            top = s[-1]
+            if top._h is not None and top._gen == rt._state.generation:
+                return top
+            s.pop()   # closed (or from before a finalize): never current; the enclosing block's is
     d = _defaults.get(dev_id)
     if d is not None and d._gen == rt._state.generation and rt._state.ready:
         return d

@@ -173,7 +173,7 @@ static PyObject *NativeError;   /* acl_rt._native.Error(kind, code, message) */
 
 static int raise_err(int kind, long code, const char *fmt, ...)
 {
-    char buf[512];
+    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
@@ -742,6 +742,7 @@ static int pool_malloc(Pool *p, size_t req, uint64_t stream, uintptr_t *out)
         void *mem = NULL;
         aclError rc = 0;
         int limited = 0;
+        char why[640] = "";   /* the runtime's reason for the last failed aclrtMalloc (aclGetRecentErrMsg) */
         for (int k = 0; k < 2 && tries[k]; k++) {
             seg = tries[k];
             if (p->limit && p->st.s[S_RESERVED_BYTES][ST_ALL].current + (int64_t)seg > (int64_t)p->limit) {
@@ -754,7 +755,10 @@ static int pool_malloc(Pool *p, size_t req, uint64_t stream, uintptr_t *out)
             Py_END_ALLOW_THREADS
             if (rc == 0)
                 break;
-            p->fn.recent_msg();
+            const char *m = p->fn.recent_msg();
+            if (m && strncmp(m, "aclrtMalloc: ", 13) == 0)   /* the simulator names the API itself */
+                m += 13;
+            snprintf(why, sizeof why, "%s", m ? m : "");
         }
         if (limited || rc != 0 || !mem) {
             free(sg);
@@ -762,7 +766,8 @@ static int pool_malloc(Pool *p, size_t req, uint64_t stream, uintptr_t *out)
             ctx_leave(p, &g);
             if (limited)
                 return raise_err(E_LIMIT, 0, "the memory limit of %zu bytes would be exceeded", p->limit);
-            return raise_err(E_RUNTIME, rc, "aclrtMalloc of a %zu-byte segment failed", seg);
+            return raise_err(E_RUNTIME, rc, "aclrtMalloc of a %zu-byte segment failed%s%s", seg, *why ? ": " : "",
+                             why);
         }
         p->st.num_device_alloc++;
         sg->base = (uintptr_t)mem;

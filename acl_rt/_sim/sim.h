@@ -62,6 +62,7 @@
 #define SIM_UTIL_BUCKETS 16                           /* ring of buckets (window uses ~11) */
 #define SIM_UTIL_WINDOW_BUCKETS 10                    /* full buckets in the ~1 s window */
 #define SIM_MAX_THREADS 1024                          /* CANNA_SIM_THREADS limit */
+#define SIM_MAX_HBM (1ull << 50)                      /* CANNA_SIM_HBM_SIZE limit: 1 PiB = 1024T */
 #define SIM_SPIN_DEFAULT_NS 100000u                   /* CANNA_SIM_SPIN_US default: 100 us */
 #define SIM_KICK_DELAY_NS 30000u                      /* a deferred worker wake-up waits this long */
 #define SIM_WAKE_MIN_NS 100000u                       /* wake a sleeping AI-core thread for this much work */

@@ -360,9 +360,10 @@ aclError sim_config_ensure(const char *api)
     }
     c.hbm = c.profile->hbm;
     if ((v = env_get("CANNA_SIM_HBM_SIZE"))) {
-        if (!parse_u64(v, &u, true) || u == 0) {
+        if (!parse_u64(v, &u, true) || u == 0 || u > SIM_MAX_HBM) {
             rc = sim_err(ACL_ERROR_INVALID_PARAM,
-                         "%s: invalid CANNA_SIM_HBM_SIZE=%s (expected bytes > 0, optionally with a K/M/G suffix)", api, v);
+                         "%s: invalid CANNA_SIM_HBM_SIZE=%s (expected bytes > 0 and at most %llu = 1024T, optionally "
+                         "with a K/M/G/T suffix)", api, v, (unsigned long long)SIM_MAX_HBM);
             goto out;
         }
         c.hbm = u;
