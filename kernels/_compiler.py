@@ -209,6 +209,7 @@ def generate_entry(source: str | None, include_path: str | None, source_name: st
                 "    canna_sim_block_num_ = numBlocks;",
                 "#ifdef __cplusplus",
                 f"    try {{ {call} }}",
+                '    catch (const canna_sim_fault_ &e) { snprintf(msg, msgSize, "%s", e.msg); return 1; }',
                 '    catch (const std::exception &e) { snprintf(msg, msgSize, "uncaught C++ exception: %s", e.what()); '
                 "return 1; }",
                 '    catch (...) { snprintf(msg, msgSize, "uncaught C++ exception"); return 1; }',
@@ -306,7 +307,9 @@ def _hash_file(p: Path) -> str:
 @functools.lru_cache(maxsize=None)
 def _generator_id() -> str:
     # this file too: a change of the generated entry or of the build flags is a new binary
-    return hashlib.sha256((GENERATOR_VERSION + _hash_file(INCLUDE_DIR / "canna_kernel.h")
+    # every header canna ships (canna_kernel.h, kernel_operator.h) is part of the key
+    shipped = "".join(_hash_file(p) for p in sorted(INCLUDE_DIR.glob("*.h")))
+    return hashlib.sha256((GENERATOR_VERSION + shipped
                            + _hash_file(SIM_ABI_DIR / "sim_kernel_abi.h")
                            + _hash_file(Path(__file__))).encode()).hexdigest()
 
