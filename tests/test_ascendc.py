@@ -1,0 +1,747 @@
+"""Ascend C kernels in the simulator (issue 16): kernels written against Ascend C's
+kernel_operator.h (the vector programming model of the public Ascend C API reference) compile with
+kernels.RawModule and run; the device's rules are block faults naming kernel, block and line.
+
+The kernels share one module per fixture (one compile each, cached on disk afterwards).
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+import pytest
+
+import acl_rt
+import kernels
+
+from conftest import run_python
+
+VECTOR = r'''
+#include "kernel_operator.h"
+using namespace AscendC;
+
+constexpr int32_t BUFFER_NUM = 2;
+
+// ---- the Add sample: tiled and double-buffered through VECIN/VECOUT queues
+template <typename T> class KernelAdd {
+public:
+    __aicore__ inline KernelAdd() {}
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t totalLength, uint32_t tileNum)
+    {
+        blockLength = totalLength / GetBlockNum();
+        this->tileNum = tileNum;
+        tileLength = blockLength / tileNum / BUFFER_NUM;
+        xGm.SetGlobalBuffer((__gm__ T *)x + blockLength * GetBlockIdx(), blockLength);
+        yGm.SetGlobalBuffer((__gm__ T *)y + blockLength * GetBlockIdx(), blockLength);
+        zGm.SetGlobalBuffer((__gm__ T *)z + blockLength * GetBlockIdx(), blockLength);
+        pipe.InitBuffer(inQueueX, BUFFER_NUM, tileLength * sizeof(T));
+        pipe.InitBuffer(inQueueY, BUFFER_NUM, tileLength * sizeof(T));
+        pipe.InitBuffer(outQueueZ, BUFFER_NUM, tileLength * sizeof(T));
+    }
+    __aicore__ inline void Process(bool relu)
+    {
+        for (int32_t i = 0; i < (int32_t)(tileNum * BUFFER_NUM); i++) {
+            CopyIn(i);
+            Compute(relu);
+            CopyOut(i);
+        }
+    }
+
+private:
+    __aicore__ inline void CopyIn(int32_t progress)
+    {
+        LocalTensor<T> xLocal = inQueueX.template AllocTensor<T>();
+        LocalTensor<T> yLocal = inQueueY.template AllocTensor<T>();
+        DataCopy(xLocal, xGm[progress * tileLength], tileLength);
+        DataCopy(yLocal, yGm[progress * tileLength], tileLength);
+        inQueueX.EnQue(xLocal);
+        inQueueY.EnQue(yLocal);
+    }
+    __aicore__ inline void Compute(bool relu)
+    {
+        LocalTensor<T> xLocal = inQueueX.template DeQue<T>();
+        LocalTensor<T> yLocal = inQueueY.template DeQue<T>();
+        LocalTensor<T> zLocal = outQueueZ.template AllocTensor<T>();
+        Add(zLocal, xLocal, yLocal, tileLength);
+        if (relu)
+            Relu(zLocal, zLocal, tileLength);
+        outQueueZ.EnQue(zLocal);
+        inQueueX.FreeTensor(xLocal);
+        inQueueY.FreeTensor(yLocal);
+    }
+    __aicore__ inline void CopyOut(int32_t progress)
+    {
+        LocalTensor<T> zLocal = outQueueZ.template DeQue<T>();
+        DataCopy(zGm[progress * tileLength], zLocal, tileLength);
+        outQueueZ.FreeTensor(zLocal);
+    }
+
+    TPipe pipe;
+    TQue<QuePosition::VECIN, BUFFER_NUM> inQueueX, inQueueY;
+    TQue<QuePosition::VECOUT, BUFFER_NUM> outQueueZ;
+    GlobalTensor<T> xGm, yGm, zGm;
+    uint32_t blockLength, tileNum, tileLength;
+};
+
+extern "C" __global__ __aicore__ void add_custom(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t totalLength,
+                                                 uint32_t tileNum)
+{
+    KernelAdd<float> op;
+    op.Init(x, y, z, totalLength, tileNum);
+    op.Process(false);
+}
+
+extern "C" __global__ __aicore__ void add_custom_half(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t totalLength,
+                                                      uint32_t tileNum)
+{
+    KernelAdd<half> op;
+    op.Init(x, y, z, totalLength, tileNum);
+    op.Process(false);
+}
+
+// a C++ (mangled) kernel: no extern "C"
+__global__ __aicore__ void add_relu_custom(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t totalLength, uint32_t tileNum)
+{
+    KernelAdd<float> op;
+    op.Init(x, y, z, totalLength, tileNum);
+    op.Process(true);
+}
+
+// ---- LeakyRelu over one tile per block
+extern "C" __global__ __aicore__ void leaky_relu_custom(GM_ADDR x, GM_ADDR y, uint32_t tileLength, float alpha)
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> inQ;
+    TQue<TPosition::VECOUT, 1> outQ;
+    GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x + tileLength * GetBlockIdx(), tileLength);
+    yGm.SetGlobalBuffer((__gm__ float *)y + tileLength * GetBlockIdx(), tileLength);
+    pipe.InitBuffer(inQ, 1, tileLength * sizeof(float));
+    pipe.InitBuffer(outQ, 1, tileLength * sizeof(float));
+    LocalTensor<float> xl = inQ.AllocTensor<float>();
+    DataCopy(xl, xGm, tileLength);
+    inQ.EnQue(xl);
+    xl = inQ.DeQue<float>();
+    LocalTensor<float> yl = outQ.AllocTensor<float>();
+    LeakyRelu(yl, xl, alpha, tileLength);
+    outQ.EnQue(yl);
+    inQ.FreeTensor(xl);
+    yl = outQ.DeQue<float>();
+    DataCopy(yGm, yl, tileLength);
+    outQ.FreeTensor(yl);
+}
+
+// ---- softmax of each row: ReduceMax, Adds, Exp, ReduceSum, Duplicate, Div
+extern "C" __global__ __aicore__ void softmax_rows(GM_ADDR x, GM_ADDR y, uint32_t rows, uint32_t cols)
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> inQ;
+    TQue<TPosition::VECOUT, 1> outQ;
+    TBuf<TPosition::VECCALC> work, sums, scalar;
+    pipe.InitBuffer(inQ, 1, cols * sizeof(float));
+    pipe.InitBuffer(outQ, 1, cols * sizeof(float));
+    pipe.InitBuffer(work, cols * sizeof(float));
+    pipe.InitBuffer(sums, cols * sizeof(float));
+    pipe.InitBuffer(scalar, 32);
+    GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, (uint64_t)rows * cols);
+    yGm.SetGlobalBuffer((__gm__ float *)y, (uint64_t)rows * cols);
+    LocalTensor<float> w = work.Get<float>(), s = sums.Get<float>(), r = scalar.Get<float>();
+    for (uint32_t row = GetBlockIdx(); row < rows; row += GetBlockNum()) {
+        LocalTensor<float> xl = inQ.AllocTensor<float>();
+        DataCopy(xl, xGm[(uint64_t)row * cols], cols);
+        inQ.EnQue(xl);
+        xl = inQ.DeQue<float>();
+        LocalTensor<float> yl = outQ.AllocTensor<float>();
+        ReduceMax(r, xl, w, cols);
+        float m = r.GetValue(0);
+        Adds(yl, xl, -m, cols);
+        Exp(yl, yl, cols);
+        ReduceSum(r, yl, w, cols);
+        Duplicate(s, r.GetValue(0), cols);
+        Div(yl, yl, s, cols);
+        inQ.FreeTensor(xl);
+        outQ.EnQue(yl);
+        yl = outQ.DeQue<float>();
+        DataCopy(yGm[(uint64_t)row * cols], yl, cols);
+        outQ.FreeTensor(yl);
+    }
+}
+
+// ---- float16 -> float32 (and back to float16 with a rounding mode)
+extern "C" __global__ __aicore__ void cast_custom(GM_ADDR x, GM_ADDR y, GM_ADDR back, uint32_t n, int32_t mode)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b, c;
+    pipe.InitBuffer(a, n * sizeof(half));
+    pipe.InitBuffer(b, n * sizeof(float));
+    pipe.InitBuffer(c, n * sizeof(half));
+    GlobalTensor<half> xGm, backGm;
+    GlobalTensor<float> yGm;
+    xGm.SetGlobalBuffer((__gm__ half *)x, n);
+    yGm.SetGlobalBuffer((__gm__ float *)y, n);
+    backGm.SetGlobalBuffer((__gm__ half *)back, n);
+    LocalTensor<half> al = a.Get<half>(), cl = c.Get<half>();
+    LocalTensor<float> bl = b.Get<float>();
+    DataCopy(al, xGm, n);
+    Cast(bl, al, RoundMode::CAST_NONE, n);
+    DataCopy(yGm, bl, n);
+    Muls(bl, bl, 1.0009765625f, n);
+    Cast(cl, bl, (RoundMode)mode, n);
+    DataCopy(backGm, cl, n);
+}
+
+// ---- tiling data: by value, and through a GM_ADDR
+struct ScaleTiling {
+    uint32_t totalLength;
+    uint32_t tileLength;
+    float scale;
+    int16_t bias[3];
+};
+
+__aicore__ inline void ScaleAdd(GM_ADDR x, GM_ADDR y, GM_ADDR z, const ScaleTiling &t)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> bx, by;
+    pipe.InitBuffer(bx, t.tileLength * sizeof(float));
+    pipe.InitBuffer(by, t.tileLength * sizeof(float));
+    LocalTensor<float> xl = bx.Get<float>(), yl = by.Get<float>();
+    GlobalTensor<float> xGm, yGm, zGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, t.totalLength);
+    yGm.SetGlobalBuffer((__gm__ float *)y, t.totalLength);
+    zGm.SetGlobalBuffer((__gm__ float *)z, t.totalLength);
+    for (uint32_t off = GetBlockIdx() * t.tileLength; off < t.totalLength; off += GetBlockNum() * t.tileLength) {
+        DataCopy(xl, xGm[off], t.tileLength);
+        DataCopy(yl, yGm[off], t.tileLength);
+        Muls(xl, xl, t.scale, t.tileLength);
+        Add(xl, xl, yl, t.tileLength);
+        Adds(xl, xl, (float)(t.bias[0] + t.bias[1] + t.bias[2]), t.tileLength);
+        DataCopy(zGm[off], xl, t.tileLength);
+    }
+}
+
+extern "C" __global__ __aicore__ void scale_add(GM_ADDR x, GM_ADDR y, GM_ADDR z, ScaleTiling tiling)
+{
+    ScaleAdd(x, y, z, tiling);
+}
+
+extern "C" __global__ __aicore__ void scale_add_gm(GM_ADDR x, GM_ADDR y, GM_ADDR z, GM_ADDR workspace, GM_ADDR tiling)
+{
+    ScaleTiling t = *(__gm__ ScaleTiling *)tiling;
+    ScaleAdd(x, y, z, t);
+}
+
+// ---- an unaligned length: whole blocks with DataCopy, the tail with DataCopyPad
+extern "C" __global__ __aicore__ void double_pad(GM_ADDR x, GM_ADDR y, uint32_t n)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    uint32_t padded = (n + 7) / 8 * 8;
+    pipe.InitBuffer(buf, padded * sizeof(float));
+    LocalTensor<float> l = buf.Get<float>();
+    GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, n);
+    yGm.SetGlobalBuffer((__gm__ float *)y, n);
+    DataCopyExtParams p{1, (uint32_t)(n * sizeof(float)), 0, 0, 0};
+    DataCopyPadExtParams<float> pad{true, 0, (uint8_t)(padded - n), -1.0f};
+    DataCopyPad(l, xGm, p, pad);
+    Muls(l, l, 2.0f, padded);
+    if (padded > n && l.GetValue(n) != -2.0f)
+        ASSERT(false && "the padding is not the padding value");
+    DataCopyPad(yGm, l, p);
+}
+
+// ---- strided blocks with DataCopyParams: column block j of a rows x 16 matrix of floats
+extern "C" __global__ __aicore__ void take_half_rows(GM_ADDR x, GM_ADDR y, uint32_t rows)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, rows * 8 * sizeof(float));
+    LocalTensor<float> l = buf.Get<float>();
+    GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x);
+    yGm.SetGlobalBuffer((__gm__ float *)y);
+    DataCopyParams p;
+    p.blockCount = (uint16_t)rows;
+    p.blockLen = 1;    // 8 floats
+    p.srcStride = 1;   // skip the other 8 of the row
+    p.dstStride = 0;
+    DataCopy(l, xGm[GetBlockIdx() * 8], p);
+    DataCopy(yGm[GetBlockIdx() * rows * 8], l, rows * 8);
+}
+
+// ---- the mask/repeat forms: rows of 64 floats (one 256-byte repeat each)
+extern "C" __global__ __aicore__ void repeat_forms(GM_ADDR x, GM_ADDR y, GM_ADDR sums, GM_ADDR maxes, uint32_t rows)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> bx, by, bs, bm;
+    pipe.InitBuffer(bx, rows * 64 * sizeof(float));
+    pipe.InitBuffer(by, rows * 64 * sizeof(float));
+    pipe.InitBuffer(bs, (rows + 7) / 8 * 32);
+    pipe.InitBuffer(bm, (2 * rows + 7) / 8 * 32);
+    LocalTensor<float> xl = bx.Get<float>(), yl = by.Get<float>(), sl = bs.Get<float>(), ml = bm.Get<float>();
+    GlobalTensor<float> xGm, yGm, sGm, mGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x);
+    yGm.SetGlobalBuffer((__gm__ float *)y);
+    sGm.SetGlobalBuffer((__gm__ float *)sums);
+    mGm.SetGlobalBuffer((__gm__ float *)maxes);
+    DataCopy(xl, xGm, rows * 64);
+    // y = x + x on the first 48 elements of each repeat, 2 * x via Muls on the others (bit mask)
+    Duplicate(yl, 0.0f, rows * 64);
+    Add(yl, xl, xl, 48, (uint8_t)rows, {1, 1, 1, 8, 8, 8});
+    uint64_t high[2] = {~0ull << 48, 0};
+    Muls(yl, xl, 3.0f, high, (uint8_t)rows, {1, 1, 8, 8});
+    DataCopy(yGm, yl, rows * 64);
+    WholeReduceSum(sl, xl, 64, rows, 1, 1, 8);
+    WholeReduceMax(ml, xl, 64, rows, 1, 1, 8);
+    DataCopyPad(sGm, sl, DataCopyExtParams{1, (uint32_t)(rows * sizeof(float)), 0, 0, 0});
+    DataCopyPad(mGm, ml, DataCopyExtParams{1, (uint32_t)(2 * rows * sizeof(float)), 0, 0, 0});
+}
+
+// ---- Compare + Select: y = x > t ? x : t (tensor-tensor), and the scalar form
+extern "C" __global__ __aicore__ void clamp_low(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t n, float t)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> bx, bt, bm, by;
+    pipe.InitBuffer(bx, n * sizeof(float));
+    pipe.InitBuffer(bt, n * sizeof(float));
+    pipe.InitBuffer(bm, (n / 8 + 31) / 32 * 32);
+    pipe.InitBuffer(by, n * sizeof(float));
+    LocalTensor<float> xl = bx.Get<float>(), tl = bt.Get<float>(), yl = by.Get<float>();
+    LocalTensor<uint8_t> ml = bm.Get<uint8_t>();
+    GlobalTensor<float> xGm, yGm, zGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x);
+    yGm.SetGlobalBuffer((__gm__ float *)y);
+    zGm.SetGlobalBuffer((__gm__ float *)z);
+    DataCopy(xl, xGm, n);
+    Duplicate(tl, t, n);
+    Compare(ml, xl, tl, CMPMODE::GT, n);
+    Select(yl, ml, xl, tl, SELMODE::VSEL_TENSOR_TENSOR_MODE, n);
+    DataCopy(yGm, yl, n);
+    Select(yl, ml, xl, t, SELMODE::VSEL_TENSOR_SCALAR_MODE, n);
+    PipeBarrier<PIPE_ALL>();
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    DataCopy(zGm, yl, n);
+}
+
+// ---- scalar access, unary math, printf and DumpTensor
+extern "C" __global__ __aicore__ void scalar_math(GM_ADDR x, GM_ADDR y, uint32_t n)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b0, b1;
+    pipe.InitBuffer(b0, n * sizeof(float));
+    pipe.InitBuffer(b1, n * sizeof(float));
+    LocalTensor<float> a = b0.Get<float>(), c = b1.Get<float>();
+    GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, n);
+    yGm.SetGlobalBuffer((__gm__ float *)y, 6 * n);
+    for (uint32_t i = 0; i < n; i++)
+        a.SetValue(i, xGm.GetValue(i));
+    Abs(c, a, n);        DataCopy(yGm[0 * n], c, n);
+    Sqrt(c, c, n);       DataCopy(yGm[1 * n], c, n);
+    Rsqrt(c, a, n);      DataCopy(yGm[2 * n], c, n);
+    Ln(c, a, n);         DataCopy(yGm[3 * n], c, n);
+    Reciprocal(c, a, n); DataCopy(yGm[4 * n], c, n);
+    Maxs(c, a, 0.5f, n); Mins(c, c, 2.0f, n); Sub(c, c, a, n); Max(c, c, a, n); Min(c, c, a, n);
+    Mul(c, c, a, n);     DataCopy(yGm[5 * n], c, n);
+    yGm.SetValue(0, (float)GetBlockNum());
+    AscendC::printf("block %d of %d: a[1] = %.1f\n", (int)GetBlockIdx(), (int)GetBlockNum(), a.GetValue(1));
+    DumpTensor(a, 7, 4);
+}
+'''
+
+FAULTS = r'''
+#include "kernel_operator.h"
+using namespace AscendC;
+
+extern "C" __global__ __aicore__ void faulty(GM_ADDR x, uint32_t mode, uint32_t blk)
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> q;
+    TBuf<TPosition::VECCALC> t;
+    GlobalTensor<float> xGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x);
+    if (GetBlockIdx() != blk) return;
+    if (mode == 1) {
+        pipe.InitBuffer(q, 2, 64 * 1024);
+        pipe.InitBuffer(t, 80 * 1024);   // L:ub
+    }
+    pipe.InitBuffer(q, 1, 1024);
+    pipe.InitBuffer(t, 1024);
+    LocalTensor<float> l = q.AllocTensor<float>();
+    if (mode == 2) DataCopy(l, xGm, 7);                    // L:len
+    if (mode == 3) DataCopy(l[3], xGm, 8);                 // L:addr
+    if (mode == 4) { LocalTensor<float> d = q.DeQue<float>(); }   // L:deque
+    if (mode == 5) { LocalTensor<float> m = q.AllocTensor<float>(); }   // L:alloc
+    if (mode == 6) { q.FreeTensor(l); Adds(l, l, 1.0f, 8); }   // L:uaf
+    if (mode == 7) { float v = l.GetValue(256); (void)v; }   // L:index
+    if (mode == 8) { q.EnQue(l); q.EnQue(l); }   // L:enque
+    if (mode == 9) { Add(l, l, l, 300); }   // L:count
+    if (mode == 10) { DataCopy(l, xGm[1000], 64); }   // L:gm
+    if (mode == 11) { LocalTensor<float> e; Duplicate(e, 1.0f, 8); }   // L:empty
+    if (mode == 12) { LocalTensor<float> u = t.Get<float>(); q.FreeTensor(u); }   // L:foreign
+}
+'''
+
+
+def _line(src: str, tag: str) -> int:
+    for i, text in enumerate(src.split("\n"), 1):
+        if f"// L:{tag}" in text:
+            return i
+    raise AssertionError(tag)
+
+
+def sync():
+    acl_rt.current_stream().synchronize()
+
+
+@pytest.fixture(scope="module")
+def vec():
+    acl_rt.init()
+    acl_rt.Device(0).set_current()
+    return kernels.RawModule(VECTOR).compile()
+
+
+@pytest.fixture(scope="module")
+def faults():
+    acl_rt.init()
+    acl_rt.Device(0).set_current()
+    return kernels.RawModule(FAULTS).compile()
+
+
+def _as(kind, a):
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        return torch.from_numpy(a)
+    return a
+
+
+def _back(t):
+    return t.numpy() if hasattr(t, "numpy") and not isinstance(t, np.ndarray) else t
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_add_sample(vec, kind):
+    n = 8 * 2048
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    z = np.full(n, np.nan, np.float32)
+    xs, ys, zs = _as(kind, x), _as(kind, y), _as(kind, z)
+    vec.get_function("add_custom").launch(8, xs, ys, zs, n, 8)
+    sync()
+    np.testing.assert_array_equal(_back(zs), (x.astype(np.float64) + y).astype(np.float32))
+
+
+def test_add_sample_half(vec):
+    n = 8 * 2048
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal(n).astype(np.float16), rng.standard_normal(n).astype(np.float16)
+    z = np.empty_like(x)
+    vec.get_function("add_custom_half").launch(8, x, y, z, n, 4)
+    sync()
+    np.testing.assert_array_equal(z, (x.astype(np.float64) + y.astype(np.float64)).astype(np.float16))
+
+
+def test_cxx_kernel_found_by_its_plain_name_fused_add_relu(vec):
+    assert "add_relu_custom" in vec.kernel_names
+    n = 4 * 1024
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    z = np.empty_like(x)
+    kernels.RawKernel(VECTOR, "add_relu_custom").launch(4, x, y, z, n, 2)
+    sync()
+    np.testing.assert_array_equal(z, np.maximum(x.astype(np.float64) + y, 0).astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_leaky_relu(vec, kind):
+    tile, blocks = 1024, 6
+    x = np.random.default_rng(3).standard_normal(tile * blocks).astype(np.float32)
+    y = np.empty_like(x)
+    ys = _as(kind, y)
+    vec.get_function("leaky_relu_custom").launch(blocks, _as(kind, x), ys, tile, 0.125)
+    sync()
+    x64 = x.astype(np.float64)
+    np.testing.assert_array_equal(_back(ys), np.where(x64 >= 0, x64, x64 * 0.125).astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_row_softmax(vec, kind):
+    rows, cols = 37, 200
+    x = (np.random.default_rng(4).standard_normal((rows, cols)) * 4).astype(np.float32)
+    y = np.empty_like(x)
+    ys = _as(kind, y)
+    vec.get_function("softmax_rows").launch(5, _as(kind, x), ys, rows, cols)
+    sync()
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(_back(ys), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("mode,rounding", [(0, "nearest"), (2, "floor"), (3, "ceil"), (5, "trunc")])
+def test_cast_float16_to_float32_and_back(vec, mode, rounding):
+    n = 1024
+    x = (np.random.default_rng(5).standard_normal(n) * 100).astype(np.float16)
+    y = np.empty(n, np.float32)
+    back = np.empty(n, np.float16)
+    vec.get_function("cast_custom").launch(1, x, y, back, n, mode)
+    sync()
+    np.testing.assert_array_equal(y, x.astype(np.float32))
+    scaled = y.astype(np.float32) * np.float32(1.0009765625)
+    near = scaled.astype(np.float16)
+    if rounding == "nearest":
+        np.testing.assert_array_equal(back, near)
+        return
+    exact = scaled.astype(np.float64)
+    b = back.astype(np.float64)
+    assert np.all(np.abs(b - exact) < np.abs(np.spacing(near.astype(np.float16))).astype(np.float64) * 1.01)
+    if rounding == "floor":
+        assert np.all(b <= exact)
+    elif rounding == "ceil":
+        assert np.all(b >= exact)
+    else:
+        assert np.all(np.abs(b) <= np.abs(exact))
+
+
+SCALE_DTYPE = np.dtype([("totalLength", "<u4"), ("tileLength", "<u4"), ("scale", "<f4"), ("bias", "<i2", 3)],
+                       align=True)
+
+
+class ScaleTiling(ctypes.Structure):
+    _fields_ = [("totalLength", ctypes.c_uint32), ("tileLength", ctypes.c_uint32), ("scale", ctypes.c_float),
+                ("bias", ctypes.c_int16 * 3)]
+
+
+@pytest.mark.parametrize("how", ["dict", "tuple", "ctypes", "numpy", "gm"])
+def test_tiling_struct(vec, how):
+    n, tile = 6 * 1024, 512
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    z = np.empty_like(x)
+    fields = {"totalLength": n, "tileLength": tile, "scale": 0.5, "bias": (1, 2, -4)}
+    if how == "gm":
+        tiling = np.zeros((), SCALE_DTYPE)
+        for k, v in fields.items():
+            tiling[k] = v
+        tiling = np.frombuffer(tiling.tobytes(), np.uint8).copy()
+        vec.get_function("scale_add_gm").launch(4, x, y, z, None, tiling)
+    else:
+        k = vec.get_function("scale_add")
+        p = k.params[3]
+        assert (p.kind, p.size, p.align, p.offset) == ("struct", 20, 4, 24)
+        arg = {"dict": fields, "tuple": tuple(fields.values()),
+               "ctypes": ScaleTiling(n, tile, 0.5, (ctypes.c_int16 * 3)(1, 2, -4)),
+               "numpy": np.array([tuple(fields.values())], SCALE_DTYPE)[0]}[how]
+        k.launch(4, x, y, z, arg)
+    sync()
+    np.testing.assert_allclose(z, x.astype(np.float64) * 0.5 + y - 1, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad,exc,match", [
+    (b"\0" * 8, TypeError, "ScaleTiling is 20 bytes, got 8"),
+    ({"tileNum": 3}, TypeError, "has no field 'tileNum'"),
+    ((1, 2), TypeError, "has 4 fields"),
+    ({"totalLength": -1}, OverflowError, "totalLength"),
+    (3, TypeError, "struct ScaleTiling passed by value"),
+])
+def test_tiling_struct_bad_arguments(vec, bad, exc, match):
+    x = np.zeros(8, np.float32)
+    with pytest.raises(exc, match=match):
+        vec.get_function("scale_add").launch(1, x, x, x, bad)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 1000, 1003])
+def test_data_copy_pad_unaligned_tail(vec, n):
+    x = np.arange(n, dtype=np.float32)
+    y = np.full(n + 8, 99, np.float32)
+    vec.get_function("double_pad").launch(1, x, y, n)
+    sync()
+    np.testing.assert_array_equal(y[:n], 2 * x)
+    assert (y[n:] == 99).all()   # nothing written past the n elements
+
+
+def test_data_copy_params_strided_blocks(vec):
+    rows = 24
+    x = np.arange(rows * 16, dtype=np.float32).reshape(rows, 16)
+    y = np.empty((2, rows, 8), np.float32)
+    vec.get_function("take_half_rows").launch(2, x, y, rows)
+    sync()
+    np.testing.assert_array_equal(y[0], x[:, :8])
+    np.testing.assert_array_equal(y[1], x[:, 8:])
+
+
+def test_mask_repeat_forms_and_whole_reduce(vec):
+    rows = 12
+    x = np.random.default_rng(7).standard_normal((rows, 64)).astype(np.float32)
+    y = np.empty_like(x)
+    sums = np.empty(rows, np.float32)
+    maxes = np.empty((rows, 2), np.float32)
+    vec.get_function("repeat_forms").launch(1, x, y, sums, maxes, rows)
+    sync()
+    np.testing.assert_array_equal(y[:, :48], 2 * x[:, :48])
+    np.testing.assert_array_equal(y[:, 48:], 3 * x[:, 48:])
+    np.testing.assert_allclose(sums, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(maxes[:, 0], x.max(axis=1))
+    np.testing.assert_array_equal(maxes[:, 1].view(np.uint32), x.argmax(axis=1))
+
+
+def test_compare_select(vec):
+    n = 512
+    x = np.random.default_rng(8).standard_normal(n).astype(np.float32)
+    y, z = np.empty_like(x), np.empty_like(x)
+    vec.get_function("clamp_low").launch(1, x, y, z, n, 0.25)
+    sync()
+    np.testing.assert_array_equal(y, np.where(x > 0.25, x, np.float32(0.25)))
+    np.testing.assert_array_equal(z, y)
+
+
+def test_scalar_access_unary_math_printf_dump(vec, capfd):
+    n = 64
+    x = np.linspace(0.25, 4, n).astype(np.float32)
+    y = np.empty((6, n), np.float32)
+    vec.get_function("scalar_math").launch(1, x, y, n)
+    sync()
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(y[0, 1:], x[1:])
+    np.testing.assert_allclose(y[1], np.sqrt(x64), rtol=1e-6)
+    np.testing.assert_allclose(y[2], 1 / np.sqrt(x64), rtol=1e-6)
+    np.testing.assert_allclose(y[3], np.log(x64), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(y[4], 1 / x64, rtol=1e-6)
+    c = np.minimum(np.maximum(np.minimum(np.maximum(x64, 0.5), 2.0) - x64, x64), x64) * x64
+    np.testing.assert_allclose(y[5], c, rtol=1e-6)
+    assert y[0, 0] == 1.0   # GlobalTensor::SetValue(0, GetBlockNum())
+    out = capfd.readouterr().out
+    assert "[kernel 'scalar_math' block 0 of 1] block 0 of 1: a[1] = 0.3" in out
+    assert re.search(r"\[kernel 'scalar_math' block 0 of 1\] DumpTensor desc=7 \(float, VECCALC, 4 of 64 "
+                     r"elements\): \[0\.25, 0\.309\d*, 0\.369\d*, 0\.428\d*\]", out), out
+
+
+def test_mangled_and_unmangled_kernels_have_their_signatures(vec):
+    k = vec.get_function("add_relu_custom")
+    assert str(k.signature) == ("void add_relu_custom(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t totalLength, "
+                                "uint32_t tileNum)")
+
+
+# ---------------------------------------------------------------------------------------------
+# the device's rules, each a KernelError naming kernel, block and line
+
+FAULT_CASES = {
+    1: ("ub", r"TPipe::InitBuffer: the Unified Buffer overflows: this TBuf needs 1 x 81920 bytes, 131072 of the "
+              r"196608 bytes \(192 KiB on Ascend910B1\) are already in use"),
+    2: ("len", r"DataCopy: 7 elements of 4 bytes are 28 bytes, not a multiple of 32 bytes .*DataCopyPad"),
+    3: ("addr", r"DataCopy: destination starts at UB offset 12, which is not 32-byte aligned"),
+    4: ("deque", r"DeQue: nothing is enqueued in the queue"),
+    5: ("alloc", r"AllocTensor: all 1 buffers of the queue are in use"),
+    6: ("uaf", r"Adds: use of a LocalTensor after FreeTensor"),
+    7: ("index", r"LocalTensor::GetValue: index 256 is out of range of a float LocalTensor of 256 elements"),
+    8: ("enque", r"EnQue: the LocalTensor is already in the queue"),
+    9: ("count", r"Add: 300 elements exceed the float LocalTensor destination of 256 elements"),
+    11: ("empty", r"Duplicate: the LocalTensor holds no buffer"),
+    12: ("foreign", r"FreeTensor: the LocalTensor belongs to another queue or buffer"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(FAULT_CASES))
+def test_device_rule_violations_are_kernel_errors(faults, mode):
+    tag, message = FAULT_CASES[mode]
+    x = np.zeros(4096, np.float32)
+    k = faults.get_function("faulty")
+    k.launch(3, x, mode, 1)
+    with pytest.raises(acl_rt.KernelError) as ei:
+        sync()
+    where = rf"kernel 'faulty' block 1 of 3: kernel.cpp:{_line(FAULTS, tag)}: "
+    assert re.search(where + message, str(ei.value)), str(ei.value)
+    k.launch(3, x, 0, 1)   # the state stays usable
+    sync()
+
+
+def test_enque_beyond_depth():
+    src = r'''
+#include "kernel_operator.h"
+using namespace AscendC;
+extern "C" __global__ __aicore__ void deep(GM_ADDR x)
+{
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 2, 256);
+    LocalTensor<half> a = q.AllocTensor<half>(), b = q.AllocTensor<half>();
+    q.EnQue(a);
+    q.EnQue(b);
+}
+'''
+    kernels.RawKernel(src, "deep").launch(1, None)
+    with pytest.raises(acl_rt.KernelError, match=r"kernel 'deep' block 0 of 1: kernel.cpp:11: EnQue: the queue "
+                                                 r"already holds 1 tensors, its depth"):
+        sync()
+
+
+def test_ub_capacity_follows_the_soc_profile():
+    p = run_python(r'''
+import numpy as np, acl_rt, kernels
+acl_rt.init(); acl_rt.Device(0).set_current()
+k = kernels.RawKernel(r"""
+#include "kernel_operator.h"
+using namespace AscendC;
+extern "C" __global__ __aicore__ void ub(GM_ADDR out, uint32_t kib)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    ((__gm__ uint32_t *)out)[0] = GetRuntimeUBSize();
+    pipe.InitBuffer(b, kib * 1024);
+}
+""", "ub")
+out = np.zeros(1, np.uint32)
+k.launch(1, out, 256); acl_rt.current_stream().synchronize()
+print("UB", out[0])
+k.launch(1, out, 257)
+try:
+    acl_rt.current_stream().synchronize()
+except acl_rt.KernelError as e:
+    print("ERR", str(e))
+''', env={"CANNA_SIM_SOC": "Ascend310P3"})
+    assert "UB 262144" in p.stdout
+    assert "the Unified Buffer overflows" in p.stdout and "(256 KiB on Ascend310P3)" in p.stdout
+
+
+def test_global_memory_out_of_bounds_under_memcheck():
+    p = run_python(r'''
+import numpy as np, acl_rt, kernels
+acl_rt.init(); acl_rt.Device(0).set_current()
+s = acl_rt.current_stream()
+k = kernels.RawKernel(r"""
+#include "kernel_operator.h"
+using namespace AscendC;
+extern "C" __global__ __aicore__ void gm_read(GM_ADDR x, uint32_t offset)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 256);
+    LocalTensor<float> l = b.Get<float>();
+    GlobalTensor<float> g;
+    g.SetGlobalBuffer((__gm__ float *)x);
+    DataCopy(l, g[offset], 64);
+}
+""", "gm_read")
+buf = acl_rt.alloc(4096, stream=s)
+k.launch(2, buf, 960, stream=s); s.synchronize()
+print("IN BOUNDS")
+k.launch(2, buf, 1000, stream=s)
+try:
+    s.synchronize()
+except acl_rt.KernelError as e:
+    print("ERR", str(e))
+k.launch(2, buf, 0, stream=s); s.synchronize()
+print("DONE")
+''', env={"CANNA_SIM_CHECK": "1"})
+    out = p.stdout
+    assert "IN BOUNDS" in out and "DONE" in out
+    assert re.search(r"kernel 'gm_read' block 0 of 2: kernel.cpp:12: DataCopy: global memory out of bounds: "
+                     r"\[0x[0-9a-f]+, \+256 bytes\) ends 160 bytes past the end of the device allocation at 0x[0-9a-f]+ \(4096 bytes\)", out), out
+
+
+def test_kernel_operator_h_is_cxx_only():
+    with pytest.raises(kernels.CompileError, match="kernel_operator.h"):
+        kernels.RawModule('#include "kernel_operator.h"\nCANNA_KERNEL void f(GM_ADDR x) { }\n',
+                          options=("-xc",)).compile()
