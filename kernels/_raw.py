@@ -145,7 +145,9 @@ class RawModule:
             raise TypeError(f"RawModule: code must be source text (str) or a binary (bytes), not "
                             f"{type(code).__name__}")
         if self._source is not None:
-            self._kernels = parse_kernels(self._source)
+            dirs = ([self._source_path.parent] if self._source_path else []) + \
+                [o[2:] for o in options if o.startswith("-I") and len(o) > 2]
+            self._kernels = parse_kernels(self._source, include_dirs=dirs)
             self._name = self._source_path.name if self._source_path else "kernel source"
         else:
             self._name = Path(self._binary_path).name if self._binary_path else "binary data"

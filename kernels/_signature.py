@@ -13,7 +13,7 @@ import dataclasses
 import platform
 import re
 
-from ._structs import struct_layouts
+from ._structs import included_source, struct_layouts
 
 __all__ = ["KernelParam", "KernelSignature", "KernelSourceError", "parse_kernels", "parse_signature",
            "SCALAR_TYPES"]
@@ -360,15 +360,18 @@ def _params_of(kernel: str, plist: str, line: int, typedefs: dict, structs=None)
     return decls
 
 
-def parse_kernels(source: str) -> dict:
+def parse_kernels(source: str, include_dirs=()) -> dict:
     """Every kernel defined in ``source``: ``{name: KernelSignature}`` in source order.
+    ``include_dirs``: where the source's ``#include "..."`` headers are (for the definitions of
+    struct parameters passed by value).
 
     Raises:
         KernelSourceError: a kernel's declaration cannot be used (the message says why).
     """
     clean = clean_source(source)
     typedefs = _typedefs(clean)
-    structs = struct_layouts(clean, SCALAR_TYPES, _C_TYPES, typedefs)
+    headers = clean_source(included_source(source, include_dirs)) if include_dirs else ""
+    structs = struct_layouts(headers + "\n" + clean, SCALAR_TYPES, _C_TYPES, {**_typedefs(headers), **typedefs})
     markers = sorted({m.start() for m in re.finditer(r"\bCANNA_KERNEL\b|\b__global__\b", clean)})
     found: dict = {}
     declared: dict = {}

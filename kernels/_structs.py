@@ -164,3 +164,36 @@ def pack_struct(layout: StructLayout, value, label: str, scalar_types: dict) -> 
     if len(data) != layout.size:
         raise TypeError(f"{label}: {layout.name} is {layout.size} bytes, got {len(data)}")
     return data
+
+
+_INCLUDE = re.compile(r'(?m)^\s*#\s*include\s*"([^"]+)"')
+_SHIPPED = {"kernel_operator.h", "canna_kernel.h", "sim_kernel_abi.h"}
+
+
+def included_source(source: str, include_dirs, _depth: int = 0, _seen=None) -> str:
+    """The text of the headers ``source`` includes with ``#include "..."`` that are found in
+    ``include_dirs`` (recursively, 4 levels; canna's own headers skipped): where the tiling struct
+    of a kernel usually lives (``add_custom_tiling.h``). Unreadable or missing headers are skipped
+    (the compiler reports them)."""
+    from pathlib import Path
+    seen = set() if _seen is None else _seen
+    out = []
+    if _depth > 4:
+        return ""
+    for name in _INCLUDE.findall(source):
+        if Path(name).name in _SHIPPED:
+            continue
+        for d in include_dirs:
+            p = (Path(d) / name)
+            try:
+                key = p.resolve()
+                if key in seen or not p.is_file() or p.stat().st_size > 1 << 20:
+                    continue
+                seen.add(key)
+                text = p.read_text(errors="replace")
+            except OSError:
+                continue
+            out.append(text)
+            out.append(included_source(text, [p.parent] + list(include_dirs), _depth + 1, seen))
+            break
+    return "\n".join(out)

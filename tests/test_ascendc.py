@@ -745,3 +745,46 @@ def test_kernel_operator_h_is_cxx_only():
     with pytest.raises(kernels.CompileError, match="kernel_operator.h"):
         kernels.RawModule('#include "kernel_operator.h"\nCANNA_KERNEL void f(GM_ADDR x) { }\n',
                           options=("-xc",)).compile()
+
+
+def test_tiling_struct_from_an_included_header_and_cpu_debug_paths(tmp_path, capfd):
+    (tmp_path / "copy_tiling.h").write_text("#include <cstdint>\nstruct CopyTiling { uint32_t n; uint16_t pad; };\n")
+    (tmp_path / "copy.cpp").write_text(r'''
+#include "copy_tiling.h"
+#include "kernel_operator.h"
+__global__ __aicore__ void copy_bf16(GM_ADDR x, GM_ADDR y, CopyTiling tiling)
+{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+    AscendC::TPipe pipe;
+    AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(q, 1, tiling.n * sizeof(bfloat16_t));
+    AscendC::GlobalTensor<bfloat16_t> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ bfloat16_t *)x, tiling.n);
+    yGm.SetGlobalBuffer((__gm__ bfloat16_t *)y, tiling.n);
+    AscendC::LocalTensor<bfloat16_t> l = q.AllocTensor<bfloat16_t>();
+    AscendC::DataCopy(l, xGm, tiling.n);
+    q.EnQue(l);
+    l = q.DeQue<bfloat16_t>();
+#ifdef ASCENDC_CPU_DEBUG
+    l.Print(3);
+#endif
+    AscendC::DataCopy(yGm, l, tiling.n);
+    q.FreeTensor(l);
+}
+#ifndef __CCE_KT_TEST__
+void copy_bf16_do(uint32_t blockDim, void *stream, uint8_t *x, uint8_t *y, CopyTiling t)
+{
+    copy_bf16<<<blockDim, nullptr, stream>>>(x, y, t);
+}
+#endif
+''')
+    torch = pytest.importorskip("torch")
+    k = kernels.RawKernel(tmp_path / "copy.cpp", "copy_bf16")
+    assert str(k.signature) == "void copy_bf16(GM_ADDR x, GM_ADDR y, CopyTiling tiling)"
+    x = torch.tensor([1.5, -2.0, 3.25] + [0.5] * 61, dtype=torch.bfloat16)
+    y = torch.zeros_like(x)
+    k.launch(1, x, y, {"n": 64})
+    sync()
+    assert torch.equal(x, y)
+    assert "[kernel 'copy_bf16' block 0 of 1] DumpTensor desc=0 (bfloat16_t, VECIN, 3 of 64 elements): " \
+           "[1.5, -2, 3.25]" in capfd.readouterr().out

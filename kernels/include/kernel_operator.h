@@ -52,9 +52,13 @@
 #include <new>
 #include <type_traits>
 
-/* the CPU build of an Ascend C kernel (samples keep their <<<>>> launch wrappers out of it) */
+/* the CPU build of an Ascend C kernel, as in CANN's CPU debug mode (samples keep their <<<>>> launch
+ * wrappers out of it with these) */
 #ifndef ASCENDC_CPU_DEBUG
 #define ASCENDC_CPU_DEBUG 1
+#endif
+#ifndef __CCE_KT_TEST__
+#define __CCE_KT_TEST__ 1
 #endif
 #ifndef KERNEL_TASK_TYPE_DEFAULT
 #define KERNEL_TASK_TYPE_DEFAULT(t)
@@ -348,6 +352,9 @@ public:
         t.pos_ = pos_;
         return t;
     }
+    /* CPU debug: the elements (all, or the first len) as DumpTensor prints them */
+    void Print() const { Print(size_); }
+    void Print(uint32_t len) const;
     void SetUserTag(int32_t tag) { tag_ = tag; }
     int32_t GetUserTag() const { return tag_; }
 
@@ -1427,6 +1434,12 @@ template <class T> void DumpTensor(const GlobalTensor<T> &t, uint32_t desc, uint
 {
     canna_sim::gm_check(loc, "DumpTensor", t.ptr_, (uint64_t)dumpSize * sizeof(T));
     internal_::Dump("GM", t.ptr_, desc, dumpSize, (uint32_t)t.GetSize());
+}
+
+template <class T> void LocalTensor<T>::Print(uint32_t len) const
+{
+    Live(canna_sim::kNoLoc, "LocalTensor::Print");
+    internal_::Dump(internal_::PosName(pos_), ptr_, 0, len < size_ ? len : size_, size_);
 }
 
 /* the trap of Ascend C's assert: the block fails with the condition's text */
