@@ -51,6 +51,9 @@
 #include <limits>
 #include <new>
 #include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* the CPU build of an Ascend C kernel, as in CANN's CPU debug mode (samples keep their <<<>>> launch
  * wrappers out of it with these) */
@@ -142,6 +145,33 @@ inline void gm_check(const canna_sim::Loc &loc, const char *api, const void *p, 
     char why[200];
     if (h->gm_check(p, n, why, sizeof why))
         fault(loc, "%s: global memory %s", api, why);
+}
+
+/* UB -> GM: large copies bypass the cache (non-temporal stores: an output written through is not
+ * read first), like the device's MTE3 writing to HBM; smaller ones are memcpy */
+inline void copy_out(void *dst, const void *src, size_t n)
+{
+#if defined(__SSE2__)
+    if (n >= 4096) {
+        uint8_t *d = static_cast<uint8_t *>(dst);
+        const uint8_t *s = static_cast<const uint8_t *>(src);
+        size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+        std::memcpy(d, s, head);
+        d += head, s += head, n -= head;
+        for (; n >= 64; d += 64, s += 64, n -= 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+            _mm_stream_si128((__m128i *)d, a);
+            _mm_stream_si128((__m128i *)(d + 16), b);
+            _mm_stream_si128((__m128i *)(d + 32), c);
+            _mm_stream_si128((__m128i *)(d + 48), e);
+        }
+        std::memcpy(d, s, n);
+        _mm_sfence();   /* ordered before whatever the block does next (and its completion) */
+        return;
+    }
+#endif
+    std::memcpy(dst, src, n);
 }
 
 constexpr uint32_t kBlock = 32;    /* bytes of a data block (DataCopy and vector unit) */
@@ -242,12 +272,13 @@ enum class MemoryT : uint8_t { L1 = 0, L0A, L0B, L0C, UB, BIAS };
 /* pipe_t is a global name in Ascend C */
 enum pipe_t : uint8_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_MTE4, PIPE_MTE5,
                         PIPE_V2, PIPE_FIX };
+/* the intrinsic form of PipeBarrier */
+inline void pipe_barrier(pipe_t) {}
 
 namespace AscendC {
 
 /* each block runs its instructions in program order here: barriers and flags order nothing */
 template <pipe_t pipe> inline void PipeBarrier() {}
-inline void pipe_barrier(pipe_t) {}
 template <HardEvent e> inline void SetFlag(int32_t) {}
 template <HardEvent e> inline void WaitFlag(int32_t) {}
 inline void SyncAll() {}
@@ -692,7 +723,7 @@ template <class T> void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T
     internal_::CheckCopyLen(loc, "DataCopy", bytes, count, sizeof(T));
     T *s = src.Operand(loc, "DataCopy", "source", count);
     canna_sim::gm_check(loc, "DataCopy", dst.ptr_, bytes);
-    std::memcpy(dst.ptr_, s, bytes);
+    canna_sim::copy_out(dst.ptr_, s, bytes);
 }
 /* UB -> UB */
 template <class T> void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, CANNA_LOC_)
@@ -874,6 +905,25 @@ template <class T> inline uint64_t RepEnd(uint32_t repeat, const Mask &m, uint32
     return end;
 }
 
+/* the loops of the count forms, built for the host's widest vectors (one clone per ISA, picked at load) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CANNA_NO_TARGET_CLONES)
+#define CANNA_CLONES_ __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CANNA_CLONES_
+#endif
+template <class D, class S, class F> CANNA_CLONES_ void BinaryLoop(D *d, const S *x, const S *y, int64_t n, F f)
+{
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; i++)
+        d[i] = f(x[i], y[i]);
+}
+template <class D, class S, class F> CANNA_CLONES_ void UnaryLoop(D *d, const S *x, int64_t n, F f)
+{
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; i++)
+        d[i] = f(x[i]);
+}
+
 template <class T, class F>
 void Binary(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &a,
             const LocalTensor<T> &b, int64_t count, F f)
@@ -883,10 +933,7 @@ void Binary(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &ds
     T *d = dst.Operand(loc, api, "destination", (uint64_t)count);
     const T *x = a.Operand(loc, api, "source 0", (uint64_t)count);
     const T *y = b.Operand(loc, api, "source 1", (uint64_t)count);
-    const int64_t n = count;
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; i++)
-        d[i] = f(x[i], y[i]);
+    BinaryLoop(d, x, y, count, f);
 }
 template <class T, class F>
 void BinaryRep(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &a,
@@ -909,10 +956,7 @@ void Unary(const canna_sim::Loc &loc, const char *api, const LocalTensor<D> &dst
         canna_sim::fault(loc, "%s: count %lld is negative", api, (long long)count);
     D *d = dst.Operand(loc, api, "destination", (uint64_t)count);
     const S *x = src.Operand(loc, api, "source", (uint64_t)count);
-    const int64_t n = count;
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; i++)
-        d[i] = f(x[i]);
+    UnaryLoop(d, x, count, f);
 }
 template <class T, class F>
 void UnaryRep(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &src, const Mask &m,
@@ -1029,7 +1073,7 @@ CANNA_UNARY_(Not, ~a)
             return (T)(EXPR);                                                                                     \
         });                                                                                                       \
     }                                                                                                             \
-    template <class T, class U, bool isSetMask = true>                                                            \
+    template <class T, bool isSetMask = true, class U = T>                                                            \
     void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const U &scalarValue, uint64_t mask,          \
               const uint8_t repeatTimes, const UnaryRepeatParams &params, CANNA_LOC_)                             \
     {                                                                                                             \
@@ -1041,7 +1085,7 @@ CANNA_UNARY_(Not, ~a)
                                 return (T)(EXPR);                                                                 \
                             });                                                                                   \
     }                                                                                                             \
-    template <class T, class U, bool isSetMask = true>                                                            \
+    template <class T, bool isSetMask = true, class U = T>                                                            \
     void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const U &scalarValue, const uint64_t mask[],  \
               const uint8_t repeatTimes, const UnaryRepeatParams &params, CANNA_LOC_)                             \
     {                                                                                                             \
@@ -1079,7 +1123,7 @@ void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, const int32_t &c
     for (int32_t i = 0; i < count; i++)
         d[i] = s;
 }
-template <class T, class U, bool isSetMask = true>
+template <class T, bool isSetMask = true, class U = T>
 void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, const uint8_t repeatTimes,
                const uint16_t dstBlockStride, const uint8_t dstRepeatStride, CANNA_LOC_)
 {
