@@ -272,10 +272,12 @@ extern "C" __global__ __aicore__ void take_half_rows(GM_ADDR x, GM_ADDR y, uint3
 }
 
 // ---- the mask/repeat forms: rows of 64 floats (one 256-byte repeat each)
-extern "C" __global__ __aicore__ void repeat_forms(GM_ADDR x, GM_ADDR y, GM_ADDR sums, GM_ADDR maxes, uint32_t rows)
+extern "C" __global__ __aicore__ void repeat_forms(GM_ADDR x, GM_ADDR y, GM_ADDR sums, GM_ADDR maxes, GM_ADDR totals,
+                                                   uint32_t rows)
 {
     TPipe pipe;
-    TBuf<TPosition::VECCALC> bx, by, bs, bm;
+    TBuf<TPosition::VECCALC> bx, by, bs, bm, bt;
+    pipe.InitBuffer(bt, 64);
     pipe.InitBuffer(bx, rows * 64 * sizeof(float));
     pipe.InitBuffer(by, rows * 64 * sizeof(float));
     pipe.InitBuffer(bs, (rows + 7) / 8 * 32);
@@ -297,6 +299,13 @@ extern "C" __global__ __aicore__ void repeat_forms(GM_ADDR x, GM_ADDR y, GM_ADDR
     WholeReduceMax(ml, xl, 64, rows, 1, 1, 8);
     DataCopyPad(sGm, sl, DataCopyExtParams{1, (uint32_t)(rows * sizeof(float)), 0, 0, 0});
     DataCopyPad(mGm, ml, DataCopyExtParams{1, (uint32_t)(2 * rows * sizeof(float)), 0, 0, 0});
+    // the high-dimensional forms of ReduceSum / ReduceMax: one result over every repeat
+    LocalTensor<float> tl = bt.Get<float>();
+    ReduceSum(tl, xl, yl, 64, rows, 8);
+    ReduceMax(tl[8], xl, yl, 64, rows, 8, true);
+    GlobalTensor<float> tGm;
+    tGm.SetGlobalBuffer((__gm__ float *)totals);
+    DataCopy(tGm, tl, 16);
 }
 
 // ---- Compare + Select: y = x > t ? x : t (tensor-tensor), and the scalar form
@@ -324,6 +333,27 @@ extern "C" __global__ __aicore__ void clamp_low(GM_ADDR x, GM_ADDR y, GM_ADDR z,
     SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
     WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
     DataCopy(zGm, yl, n);
+}
+
+// ---- every block adds its partial sums into the same output: InitGlobalMemory, SetAtomicAdd
+extern "C" __global__ __aicore__ void column_sums(GM_ADDR x, GM_ADDR out, uint32_t rows)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b, acc;
+    pipe.InitBuffer(b, 64 * sizeof(float));
+    pipe.InitBuffer(acc, 64 * sizeof(float));
+    LocalTensor<float> l = b.Get<float>(), a = acc.Get<float>();
+    GlobalTensor<float> xGm, oGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x);
+    oGm.SetGlobalBuffer((__gm__ float *)out, 64);
+    Duplicate(a, 0.0f, 64);
+    for (uint32_t r = GetBlockIdx(); r < rows; r += GetBlockNum()) {
+        DataCopy(l, xGm[(uint64_t)r * 64], 64);
+        Add(a, a, l, 64);
+    }
+    SetAtomicAdd<float>();
+    DataCopy(oGm, a, 64);
+    SetAtomicNone();
 }
 
 // ---- scalar access, unary math, printf and DumpTensor
@@ -382,6 +412,7 @@ extern "C" __global__ __aicore__ void faulty(GM_ADDR x, uint32_t mode, uint32_t 
     if (mode == 10) { DataCopy(l, xGm[1000], 64); }   // L:gm
     if (mode == 11) { LocalTensor<float> e; Duplicate(e, 1.0f, 8); }   // L:empty
     if (mode == 12) { LocalTensor<float> u = t.Get<float>(); q.FreeTensor(u); }   // L:foreign
+    if (mode == 13) { SyncAll(); }   // L:syncall
 }
 '''
 
@@ -578,13 +609,25 @@ def test_mask_repeat_forms_and_whole_reduce(vec):
     y = np.empty_like(x)
     sums = np.empty(rows, np.float32)
     maxes = np.empty((rows, 2), np.float32)
-    vec.get_function("repeat_forms").launch(1, x, y, sums, maxes, rows)
+    totals = np.empty(16, np.float32)
+    vec.get_function("repeat_forms").launch(1, x, y, sums, maxes, totals, rows)
     sync()
+    np.testing.assert_allclose(totals[0], x.astype(np.float64).sum(), rtol=1e-5)
+    assert totals[8] == x.max() and totals[9:10].view(np.uint32)[0] == x.argmax()
     np.testing.assert_array_equal(y[:, :48], 2 * x[:, :48])
     np.testing.assert_array_equal(y[:, 48:], 3 * x[:, 48:])
     np.testing.assert_allclose(sums, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(maxes[:, 0], x.max(axis=1))
     np.testing.assert_array_equal(maxes[:, 1].view(np.uint32), x.argmax(axis=1))
+
+
+def test_atomic_add_across_blocks(vec):
+    rows = 333
+    x = np.random.default_rng(9).standard_normal((rows, 64)).astype(np.float32)
+    out = np.zeros(64, np.float32)
+    vec.get_function("column_sums").launch(7, x, out, rows)
+    sync()
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=0), rtol=1e-4, atol=1e-4)
 
 
 def test_compare_select(vec):
@@ -640,6 +683,7 @@ FAULT_CASES = {
     9: ("count", r"Add: 300 elements exceed the float LocalTensor destination of 256 elements"),
     11: ("empty", r"Duplicate: the LocalTensor holds no buffer"),
     12: ("foreign", r"FreeTensor: the LocalTensor belongs to another queue or buffer"),
+    13: ("syncall", r"SyncAll: synchronizing the 3 blocks of a launch is not supported by the simulator"),
 }
 
 

@@ -147,6 +147,14 @@ inline void gm_check(const canna_sim::Loc &loc, const char *api, const void *p, 
         fault(loc, "%s: global memory %s", api, why);
 }
 
+/* SetAtomicAdd / SetAtomicMax / SetAtomicMin: how UB -> GM copies combine with what GM holds */
+enum class Atomic : uint8_t { None, Add, Max, Min };
+inline Atomic &atomic_mode()
+{
+    static thread_local Atomic m = Atomic::None;
+    return m;
+}
+
 /* UB -> GM: large copies bypass the cache (non-temporal stores: an output written through is not
  * read first), like the device's MTE3 writing to HBM; smaller ones are memcpy */
 inline void copy_out(void *dst, const void *src, size_t n)
@@ -281,8 +289,14 @@ namespace AscendC {
 template <pipe_t pipe> inline void PipeBarrier() {}
 template <HardEvent e> inline void SetFlag(int32_t) {}
 template <HardEvent e> inline void WaitFlag(int32_t) {}
-inline void SyncAll() {}
-template <bool isAIVOnly = true> inline void SyncAll() {}
+/* a barrier across the launch's blocks: the simulator runs blocks on a pool of threads, not all at
+ * once, so one block cannot wait for the others -- a fault rather than a silent non-barrier */
+template <bool isAIVOnly = true> inline void SyncAll(CANNA_LOC_)
+{
+    if (::GetBlockNum() > 1)
+        canna_sim::fault(loc, "SyncAll: synchronizing the %lld blocks of a launch is not supported by the simulator "
+                         "(split the kernel in two launches)", (long long)::GetBlockNum());
+}
 
 inline int64_t GetTaskRation() { return 1; }
 inline uint32_t GetRuntimeUBSize() { return (uint32_t)canna_sim::ub().cap; }
@@ -571,9 +585,15 @@ public:
 
 class TPipe {
 public:
-    TPipe() : base_(canna_sim::ub().top) { Current() = this; }
+    /* a block's TPipe lives as long as the block: the atomic mode (SetAtomicAdd...) starts and ends with it */
+    TPipe() : base_(canna_sim::ub().top)
+    {
+        Current() = this;
+        canna_sim::atomic_mode() = canna_sim::Atomic::None;
+    }
     ~TPipe()
     {
+        canna_sim::atomic_mode() = canna_sim::Atomic::None;
         canna_sim::ub().top = base_;
         if (Current() == this)
             Current() = nullptr;
@@ -716,6 +736,42 @@ template <class T> void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T
     canna_sim::gm_check(loc, "DataCopy", src.ptr_, bytes);
     std::memcpy(d, src.ptr_, bytes);
 }
+namespace internal_ {
+/* an element combined into GM under SetAtomicAdd/Max/Min: a compare-and-swap loop on its bits, so
+ * concurrent blocks combine correctly */
+template <class T> void AtomicCombine(T *p, T v, canna_sim::Atomic mode)
+{
+    using Bits = std::conditional_t<sizeof(T) == 1, uint8_t, std::conditional_t<sizeof(T) == 2, uint16_t,
+                 std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+    static_assert(sizeof(Bits) == sizeof(T), "atomic element size");
+    Bits *bp = reinterpret_cast<Bits *>(p);
+    Bits old = __atomic_load_n(bp, __ATOMIC_RELAXED), upd;
+    do {
+        T cur, nv;
+        std::memcpy(&cur, &old, sizeof(T));
+        canna_sim::calc_t<T> a = (canna_sim::calc_t<T>)cur, b = (canna_sim::calc_t<T>)v;
+        nv = mode == canna_sim::Atomic::Add ? (T)(a + b) : mode == canna_sim::Atomic::Max ? (a > b ? cur : v)
+                                                                                          : (a < b ? cur : v);
+        std::memcpy(&upd, &nv, sizeof(T));
+    } while (!__atomic_compare_exchange_n(bp, &old, upd, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+template <class T> void CopyOut(T *dst, const T *src, uint64_t count)
+{
+    canna_sim::Atomic mode = canna_sim::atomic_mode();
+    if (mode == canna_sim::Atomic::None) {
+        canna_sim::copy_out(dst, src, count * sizeof(T));
+        return;
+    }
+    for (uint64_t i = 0; i < count; i++)
+        AtomicCombine(dst + i, src[i], mode);
+}
+}  // namespace internal_
+
+template <class T> inline void SetAtomicAdd() { canna_sim::atomic_mode() = canna_sim::Atomic::Add; }
+template <class T> inline void SetAtomicMax() { canna_sim::atomic_mode() = canna_sim::Atomic::Max; }
+template <class T> inline void SetAtomicMin() { canna_sim::atomic_mode() = canna_sim::Atomic::Min; }
+inline void SetAtomicNone() { canna_sim::atomic_mode() = canna_sim::Atomic::None; }
+
 /* UB -> GM */
 template <class T> void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, CANNA_LOC_)
 {
@@ -723,7 +779,17 @@ template <class T> void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T
     internal_::CheckCopyLen(loc, "DataCopy", bytes, count, sizeof(T));
     T *s = src.Operand(loc, "DataCopy", "source", count);
     canna_sim::gm_check(loc, "DataCopy", dst.ptr_, bytes);
-    canna_sim::copy_out(dst.ptr_, s, bytes);
+    internal_::CopyOut(dst.ptr_, s, count);
+}
+
+/* fills `size` elements of GM with value (a kernel zeroing its output before SetAtomicAdd) */
+template <class T, class U>
+void InitGlobalMemory(const GlobalTensor<T> &gm, uint64_t size, const U value, CANNA_LOC_)
+{
+    canna_sim::gm_check(loc, "InitGlobalMemory", gm.ptr_, size * sizeof(T));
+    const T v = (T)value;
+    for (uint64_t i = 0; i < size; i++)
+        gm.ptr_[i] = v;
 }
 /* UB -> UB */
 template <class T> void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, CANNA_LOC_)
@@ -769,7 +835,10 @@ template <class T> void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T
     T *s = internal_::UBBlocks(loc, "DataCopy", "source", src,
                                internal_::BlocksEnd(p.blockCount, len, (uint64_t)p.srcStride * 32));
     canna_sim::gm_check(loc, "DataCopy", dst.ptr_, internal_::BlocksEnd(p.blockCount, len, (uint64_t)p.dstStride * 32));
-    internal_::StridedBlocks(loc, dst.ptr_, s, p, "UB->GM");
+    for (uint32_t i = 0; i < p.blockCount; i++)
+        internal_::CopyOut((T *)((uint8_t *)dst.ptr_ + i * (len + (uint64_t)p.dstStride * canna_sim::kBlock)),
+                           (const T *)((const uint8_t *)s + i * (len + (uint64_t)p.srcStride * canna_sim::kBlock)),
+                           len / sizeof(T));
 }
 template <class T> void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, const DataCopyParams &p,
                                  CANNA_LOC_)
@@ -820,8 +889,8 @@ void PadOut(const canna_sim::Loc &loc, const GlobalTensor<T> &dst, const LocalTe
     T *s = UBBlocks(loc, api, "source", src, BlocksEnd((uint16_t)count, blockLen, (row - blockLen) + srcGap * 32));
     canna_sim::gm_check(loc, api, dst.ptr_, BlocksEnd((uint16_t)count, blockLen, dstGap));
     for (uint32_t i = 0; i < count; i++)
-        std::memcpy((uint8_t *)dst.ptr_ + i * (blockLen + dstGap), (const uint8_t *)s + i * (row + srcGap * 32),
-                    blockLen);
+        CopyOut((T *)((uint8_t *)dst.ptr_ + i * (blockLen + dstGap)), (const T *)((const uint8_t *)s + i * (row + srcGap * 32)),
+                blockLen / sizeof(T));
 }
 }  // namespace internal_
 
@@ -1013,6 +1082,8 @@ CANNA_BINARY_(Mul, a * b)
 CANNA_BINARY_(Div, a / b)
 CANNA_BINARY_(Max, a > b ? a : b)
 CANNA_BINARY_(Min, a < b ? a : b)
+CANNA_BINARY_(And, a & b)
+CANNA_BINARY_(Or, a | b)
 CANNA_BINARY_(AddRelu, (a + b) > C(0) ? (a + b) : C(0))
 CANNA_BINARY_(SubRelu, (a - b) > C(0) ? (a - b) : C(0))
 #undef CANNA_BINARY_
@@ -1259,6 +1330,62 @@ void ReduceMin(const LocalTensor<T> &dst, const LocalTensor<T> &src, const Local
 {
     internal_::Extreme<T, false>(loc, "ReduceMin", dst, src, work, count, calIndex);
 }
+
+namespace internal_ {
+/* the mask/repeat ("high-dimensional") form of ReduceSum / ReduceMax / ReduceMin: one result over the
+ * masked elements of every repeat; the index is the element offset in src */
+template <class T, int kind /* 0 sum, 1 max, 2 min */>
+void ReduceRep(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &src,
+               const LocalTensor<T> &work, const Mask &m, int32_t repeat, int32_t srcRepStride, bool calIndex)
+{
+    if (repeat < 0 || repeat > 255)
+        canna_sim::fault(loc, "%s: repeatTimes %d is outside [0, 255]", api, repeat);
+    T *d = dst.Operand(loc, api, "destination", calIndex ? 2 : 1, false);
+    const T *s = src.Operand(loc, api, "source", RepEnd<T>((uint32_t)repeat, m, 1, srcRepStride));
+    work.Live(loc, api);
+    double acc = 0;
+    bool any = false;
+    uint64_t best = 0;
+    C<T> bv = 0;
+    for (int32_t r = 0; r < repeat; r++)
+        for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++) {
+            if (!m(k))
+                continue;
+            uint64_t at = RepOffset<T>((uint32_t)r, k, 1, srcRepStride);
+            C<T> v = (C<T>)s[at];
+            if (kind == 0)
+                acc += (double)v;
+            else if (!any || (kind == 1 ? v > bv : v < bv))
+                bv = v, best = at;
+            any = true;
+        }
+    d[0] = kind == 0 ? (T)acc : (T)bv;
+    if (kind != 0 && calIndex)
+        PutIndex(d + 1, (uint32_t)best);
+}
+}  // namespace internal_
+
+#define CANNA_REDUCE_REP_(NAME, KIND)                                                                             \
+    template <class T>                                                                                            \
+    void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTensor<T> &work, const int32_t mask, \
+              const int32_t repeatTimes, const int32_t srcRepStride, bool calIndex = false, CANNA_LOC_)           \
+    {                                                                                                             \
+        internal_::ReduceRep<T, KIND>(loc, #NAME, dst, src, work,                                                 \
+                                      internal_::ContiguousMask<T>(loc, #NAME, (uint64_t)mask), repeatTimes,      \
+                                      srcRepStride, calIndex);                                                    \
+    }                                                                                                             \
+    template <class T>                                                                                            \
+    void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTensor<T> &work,                   \
+              const uint64_t mask[], const int32_t repeatTimes, const int32_t srcRepStride, bool calIndex = false, \
+              CANNA_LOC_)                                                                                         \
+    {                                                                                                             \
+        internal_::ReduceRep<T, KIND>(loc, #NAME, dst, src, work, internal_::BitMask(mask), repeatTimes,          \
+                                      srcRepStride, calIndex);                                                    \
+    }
+CANNA_REDUCE_REP_(ReduceSum, 0)
+CANNA_REDUCE_REP_(ReduceMax, 1)
+CANNA_REDUCE_REP_(ReduceMin, 2)
+#undef CANNA_REDUCE_REP_
 
 namespace internal_ {
 /* one result per repeat: sum, or (max, index within the repeat) */
