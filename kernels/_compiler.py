@@ -13,12 +13,13 @@ device. **Not tested by canna's CI** (no Ascend toolchain there): the command li
 Ascend C build scripts and may need adjusting through ``options``.
 
 The cache key is a hash of the source, the options, the toolchain's identity (its path and its
-``--version`` output), the target and the generator's version (with the contents of
-``canna_kernel.h`` and ``sim_kernel_abi.h``). Binaries live in ``$CANNA_KERNEL_CACHE`` (default
-``~/.cache/canna/kernels``, or ``$XDG_CACHE_HOME/canna/kernels``). Writes are atomic (a temporary
+``--version`` output), the target and the generator's version (with the contents of the headers
+canna ships -- ``canna_kernel.h``, ``kernel_operator.h`` -- and ``sim_kernel_abi.h``). Binaries
+live in ``$CANNA_KERNEL_CACHE`` (default ``~/.cache/canna/kernels``, or
+``$XDG_CACHE_HOME/canna/kernels``). Writes are atomic (a temporary
 file renamed into place) and a per-key lock file serializes compiles of the same key across
 processes, so concurrent processes compile a kernel once and never see a partial file. Headers the
-source includes, other than ``canna_kernel.h``, are not part of the key.
+source includes, other than canna's own, are not part of the key.
 """
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ class KernelParam:
         index: position (0-based).
         name: as written ("" when unnamed).
         ctype: the C type as written, e.g. ``"GM_ADDR"``, ``"const float *"``, ``"uint32_t"``.
-        kind: ``"pointer"`` (a GM pointer) or ``"scalar"``.
+        kind: ``"pointer"`` (a GM pointer), ``"scalar"`` or ``"struct"`` (a plain struct by value).
         scalar: the canonical scalar type (``"uint32"``, ``"float32"``, ...) for scalars, else None.
         element: for a typed pointer, the canonical element type (``"float32"``); None for
             ``GM_ADDR``, ``void *``, byte and unknown pointees (any array is accepted).

@@ -451,18 +451,25 @@ static int khost_gm_check(const void *p, size_t n, char *why, size_t why_size)
 }
 
 static canna_sim_host g_khost;
+static pthread_once_t g_khost_once = PTHREAD_ONCE_INIT;
 
-static void khost_bind(void *dl)
+static void khost_init(void)   /* the configuration is loaded (binaries load after aclInit) and fixed */
 {
-    const canna_sim_host **slot = dlsym(dl, CANNA_SIM_HOST_SYMBOL);
-    if (!slot)
-        return;
     g_khost.version = CANNA_SIM_HOST_VERSION;
     g_khost.check = g_cfg.check != 0;
     g_khost.ub_bytes = g_cfg.profile->ub;
     g_khost.soc_name = g_cfg.profile->name;
     g_khost.kernel_name = khost_kernel_name;
     g_khost.gm_check = khost_gm_check;
+}
+
+/* a binary that exports canna_sim_host_ gets the simulator's services (sim_kernel_abi.h) */
+static void khost_bind(void *dl)
+{
+    const canna_sim_host **slot = dlsym(dl, CANNA_SIM_HOST_SYMBOL);
+    if (!slot)
+        return;
+    pthread_once(&g_khost_once, khost_init);
     *slot = &g_khost;
 }
 
