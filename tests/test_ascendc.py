@@ -294,6 +294,15 @@ extern "C" __global__ __aicore__ void repeat_forms(GM_ADDR x, GM_ADDR y, GM_ADDR
     Add(yl, xl, xl, 48, (uint8_t)rows, {1, 1, 1, 8, 8, 8});
     uint64_t high[2] = {~0ull << 48, 0};
     Muls(yl, xl, 3.0f, high, (uint8_t)rows, {1, 1, 8, 8});
+    // counter mode: the first rows * 64 - 5 elements, whatever the repeat count says; then normal mode
+    // with a mask set once: Adds on the first 16 of each repeat
+    SetMaskCount();
+    SetVectorMask<float, MaskMode::COUNTER>(0, rows * 64 - 5);
+    Adds<float, false>(yl, yl, 100.0f, MASK_PLACEHOLDER, 1, {1, 1, 8, 8});
+    SetMaskNorm();
+    SetVectorMask<float>(16);
+    Muls<float, false>(yl, yl, -1.0f, MASK_PLACEHOLDER, (uint8_t)rows, {1, 1, 8, 8});
+    ResetMask();
     DataCopy(yGm, yl, rows * 64);
     WholeReduceSum(sl, xl, 64, rows, 1, 1, 8);
     WholeReduceMax(ml, xl, 64, rows, 1, 1, 8);
@@ -614,8 +623,11 @@ def test_mask_repeat_forms_and_whole_reduce(vec):
     sync()
     np.testing.assert_allclose(totals[0], x.astype(np.float64).sum(), rtol=1e-5)
     assert totals[8] == x.max() and totals[9:10].view(np.uint32)[0] == x.argmax()
-    np.testing.assert_array_equal(y[:, :48], 2 * x[:, :48])
-    np.testing.assert_array_equal(y[:, 48:], 3 * x[:, 48:])
+    want = np.concatenate([2 * x[:, :48], 3 * x[:, 48:]], axis=1).ravel()
+    want[:rows * 64 - 5] += np.float32(100)
+    want = want.reshape(rows, 64)
+    want[:, :16] *= -1
+    np.testing.assert_array_equal(y, want)
     np.testing.assert_allclose(sums, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(maxes[:, 0], x.max(axis=1))
     np.testing.assert_array_equal(maxes[:, 1].view(np.uint32), x.argmax(axis=1))

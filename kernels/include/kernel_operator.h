@@ -22,8 +22,8 @@
  * LocalTensor indexes and lengths past the tensor; under CANNA_SIM_CHECK=1, global-memory ranges
  * outside their allocation.
  *
- * Not modelled: the cube unit (Mmad, the Matmul API, A1/A2/B1/B2/CO1 buffers), the counter mask
- * mode (SetMaskCount / SetVectorMask), the advanced APIs (SoftMax, LayerNorm...).
+ * Not modelled: the cube unit (Mmad, the Matmul API, A1/A2/B1/B2/CO1 buffers), the advanced APIs
+ * (SoftMax, LayerNorm...), less common vector instructions (Gather, Brcb, BlockReduceSum...).
  *
  * On a real install the Ascend toolchain's own kernel_operator.h comes first on the include path;
  * this file is for canna's simulator only.
@@ -145,6 +145,18 @@ inline void gm_check(const canna_sim::Loc &loc, const char *api, const void *p, 
     char why[200];
     if (h->gm_check(p, n, why, sizeof why))
         fault(loc, "%s: global memory %s", api, why);
+}
+
+/* the vector mask of SetVectorMask (used by mask/repeat instructions called with isSetMask = false):
+ * normal mode, two words of bits; counter mode (SetMaskCount), an element count in lo */
+struct VecMask {
+    bool counter = false;
+    uint64_t lo = ~0ull, hi = ~0ull;
+};
+inline VecMask &vec_mask()
+{
+    static thread_local VecMask m;
+    return m;
 }
 
 /* SetAtomicAdd / SetAtomicMax / SetAtomicMin: how UB -> GM copies combine with what GM holds */
@@ -590,6 +602,7 @@ public:
     {
         Current() = this;
         canna_sim::atomic_mode() = canna_sim::Atomic::None;
+        canna_sim::vec_mask() = canna_sim::VecMask();
     }
     ~TPipe()
     {
@@ -942,7 +955,14 @@ namespace internal_ {
 /* which element positions of a 256-byte repeat take part: a count (contiguous mode) or two 64-bit words */
 struct Mask {
     uint64_t lo, hi;
+    /* counter mode (SetMaskCount): the first `count` elements over all repeats, `per` a repeat */
+    uint64_t count = 0;
+    uint32_t per = 0;
+    bool counter = false;
     bool operator()(uint32_t k) const { return k < 64 ? (lo >> k) & 1 : (hi >> (k - 64)) & 1; }
+    bool on(uint64_t r, uint32_t k) const { return counter ? r * per + k < count : (*this)(k); }
+    /* the repeats an instruction makes: the argument, or in counter mode as many as the count needs */
+    uint32_t Repeats(uint32_t given) const { return counter ? (uint32_t)((count + per - 1) / per) : given; }
 };
 template <class T> Mask ContiguousMask(const canna_sim::Loc &loc, const char *api, uint64_t mask)
 {
@@ -957,6 +977,26 @@ template <class T> Mask ContiguousMask(const canna_sim::Loc &loc, const char *ap
 }
 inline Mask BitMask(const uint64_t mask[]) { return Mask{mask[0], mask[1]}; }
 
+/* the mask of a mask/repeat instruction: its argument (isSetMask, the default), or the one set by
+ * SetVectorMask (isSetMask = false: normal mode bits, or the counter mode's element count) */
+template <class T, bool isSetMask, class M> Mask PickMask(const canna_sim::Loc &loc, const char *api, M mask)
+{
+    if constexpr (!isSetMask) {
+        const canna_sim::VecMask &v = canna_sim::vec_mask();
+        Mask m{v.lo, v.hi};
+        if (v.counter) {
+            m.counter = true;
+            m.count = v.lo;
+            m.per = canna_sim::kRepeat / sizeof(T);
+        }
+        return m;
+    } else if constexpr (std::is_pointer_v<M>) {
+        return BitMask(mask);
+    } else {
+        return ContiguousMask<T>(loc, api, (uint64_t)mask);
+    }
+}
+
 /* the element offset of position k of repeat r for an operand with block / repeat strides (in 32-byte blocks) */
 template <class T> inline uint64_t RepOffset(uint32_t r, uint32_t k, uint32_t blk, uint32_t rep)
 {
@@ -969,7 +1009,7 @@ template <class T> inline uint64_t RepEnd(uint32_t repeat, const Mask &m, uint32
     if (!repeat)
         return 0;
     for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++)
-        if (m(k))
+        if (m.on(repeat - 1, k))
             end = RepOffset<T>(repeat - 1, k, blk, rep) + 1;
     return end;
 }
@@ -1008,12 +1048,13 @@ template <class T, class F>
 void BinaryRep(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &a,
                const LocalTensor<T> &b, const Mask &m, uint32_t repeat, const BinaryRepeatParams &p, F f)
 {
+    repeat = m.Repeats(repeat);
     T *d = dst.Operand(loc, api, "destination", RepEnd<T>(repeat, m, p.dstBlkStride, p.dstRepStride));
     const T *x = a.Operand(loc, api, "source 0", RepEnd<T>(repeat, m, p.src0BlkStride, p.src0RepStride));
     const T *y = b.Operand(loc, api, "source 1", RepEnd<T>(repeat, m, p.src1BlkStride, p.src1RepStride));
     for (uint32_t r = 0; r < repeat; r++)
         for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++)
-            if (m(k))
+            if (m.on(r, k))
                 d[RepOffset<T>(r, k, p.dstBlkStride, p.dstRepStride)] =
                     f(x[RepOffset<T>(r, k, p.src0BlkStride, p.src0RepStride)],
                       y[RepOffset<T>(r, k, p.src1BlkStride, p.src1RepStride)]);
@@ -1031,11 +1072,12 @@ template <class T, class F>
 void UnaryRep(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &src, const Mask &m,
               uint32_t repeat, const UnaryRepeatParams &p, F f)
 {
+    repeat = m.Repeats(repeat);
     T *d = dst.Operand(loc, api, "destination", RepEnd<T>(repeat, m, p.dstBlkStride, p.dstRepStride));
     const T *x = src.Operand(loc, api, "source", RepEnd<T>(repeat, m, p.srcBlkStride, p.srcRepStride));
     for (uint32_t r = 0; r < repeat; r++)
         for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++)
-            if (m(k))
+            if (m.on(r, k))
                 d[RepOffset<T>(r, k, p.dstBlkStride, p.dstRepStride)] =
                     f(x[RepOffset<T>(r, k, p.srcBlkStride, p.srcRepStride)]);
 }
@@ -1058,7 +1100,7 @@ template <class T> using C = canna_sim::calc_t<T>;
               const uint8_t repeatTimes, const BinaryRepeatParams &params, CANNA_LOC_)                            \
     {                                                                                                             \
         using C = internal_::C<T>;                                                                                \
-        internal_::BinaryRep(loc, #NAME, dst, src0, src1, internal_::ContiguousMask<T>(loc, #NAME, mask),         \
+        internal_::BinaryRep(loc, #NAME, dst, src0, src1, internal_::PickMask<T, isSetMask>(loc, #NAME, mask),         \
                              repeatTimes, params, [](T a_, T b_) {                                                \
                                  C a = (C)a_, b = (C)b_;                                                          \
                                  return (T)(EXPR);                                                                \
@@ -1069,7 +1111,7 @@ template <class T> using C = canna_sim::calc_t<T>;
               const uint64_t mask[], const uint8_t repeatTimes, const BinaryRepeatParams &params, CANNA_LOC_)     \
     {                                                                                                             \
         using C = internal_::C<T>;                                                                                \
-        internal_::BinaryRep(loc, #NAME, dst, src0, src1, internal_::BitMask(mask), repeatTimes, params,          \
+        internal_::BinaryRep(loc, #NAME, dst, src0, src1, internal_::PickMask<T, isSetMask>(loc, #NAME, mask), repeatTimes, params,          \
                              [](T a_, T b_) {                                                                     \
                                  C a = (C)a_, b = (C)b_;                                                          \
                                  return (T)(EXPR);                                                                \
@@ -1104,7 +1146,7 @@ CANNA_BINARY_(SubRelu, (a - b) > C(0) ? (a - b) : C(0))
               const UnaryRepeatParams &params, CANNA_LOC_)                                                        \
     {                                                                                                             \
         using C = internal_::C<T>;                                                                                \
-        internal_::UnaryRep(loc, #NAME, dst, src, internal_::ContiguousMask<T>(loc, #NAME, mask), repeatTimes,    \
+        internal_::UnaryRep(loc, #NAME, dst, src, internal_::PickMask<T, isSetMask>(loc, #NAME, mask), repeatTimes,    \
                             params, [](T a_) {                                                                    \
                                 C a = (C)a_;                                                                      \
                                 return (T)(EXPR);                                                                 \
@@ -1115,7 +1157,7 @@ CANNA_BINARY_(SubRelu, (a - b) > C(0) ? (a - b) : C(0))
               const uint8_t repeatTimes, const UnaryRepeatParams &params, CANNA_LOC_)                             \
     {                                                                                                             \
         using C = internal_::C<T>;                                                                                \
-        internal_::UnaryRep(loc, #NAME, dst, src, internal_::BitMask(mask), repeatTimes, params, [](T a_) {       \
+        internal_::UnaryRep(loc, #NAME, dst, src, internal_::PickMask<T, isSetMask>(loc, #NAME, mask), repeatTimes, params, [](T a_) {       \
             C a = (C)a_;                                                                                          \
             return (T)(EXPR);                                                                                     \
         });                                                                                                       \
@@ -1150,7 +1192,7 @@ CANNA_UNARY_(Not, ~a)
     {                                                                                                             \
         using C = internal_::C<T>;                                                                                \
         const C s = (C)(T)scalarValue;                                                                            \
-        internal_::UnaryRep(loc, #NAME, dst, src, internal_::ContiguousMask<T>(loc, #NAME, mask), repeatTimes,    \
+        internal_::UnaryRep(loc, #NAME, dst, src, internal_::PickMask<T, isSetMask>(loc, #NAME, mask), repeatTimes,    \
                             params, [s](T a_) {                                                                   \
                                 C a = (C)a_;                                                                      \
                                 return (T)(EXPR);                                                                 \
@@ -1162,7 +1204,7 @@ CANNA_UNARY_(Not, ~a)
     {                                                                                                             \
         using C = internal_::C<T>;                                                                                \
         const C s = (C)(T)scalarValue;                                                                            \
-        internal_::UnaryRep(loc, #NAME, dst, src, internal_::BitMask(mask), repeatTimes, params, [s](T a_) {      \
+        internal_::UnaryRep(loc, #NAME, dst, src, internal_::PickMask<T, isSetMask>(loc, #NAME, mask), repeatTimes, params, [s](T a_) {      \
             C a = (C)a_;                                                                                          \
             return (T)(EXPR);                                                                                     \
         });                                                                                                       \
@@ -1174,6 +1216,38 @@ CANNA_SCALAR_(Maxs, a > s ? a : s)
 CANNA_SCALAR_(Mins, a < s ? a : s)
 CANNA_SCALAR_(LeakyRelu, a >= C(0) ? a : a * s)
 #undef CANNA_SCALAR_
+
+/* the mask state of the instructions called with isSetMask = false */
+enum class MaskMode : uint8_t { NORMAL = 0, COUNTER };
+constexpr uint64_t MASK_PLACEHOLDER = 0;
+inline void SetMaskCount() { canna_sim::vec_mask().counter = true; }
+inline void SetMaskNorm() { canna_sim::vec_mask().counter = false; }
+inline void ResetMask()
+{
+    canna_sim::VecMask &m = canna_sim::vec_mask();
+    m.lo = m.hi = ~0ull;
+}
+/* normal mode: the bits (maskHigh, maskLow); counter mode: maskLow elements */
+template <class T, MaskMode mode = MaskMode::NORMAL> inline void SetVectorMask(uint64_t maskHigh, uint64_t maskLow)
+{
+    canna_sim::VecMask &m = canna_sim::vec_mask();
+    m.counter = mode == MaskMode::COUNTER || m.counter;
+    m.hi = maskHigh;
+    m.lo = maskLow;
+}
+/* the first len elements of a repeat (normal mode), or len elements in all (counter mode) */
+template <class T, MaskMode mode = MaskMode::NORMAL> inline void SetVectorMask(int32_t len)
+{
+    canna_sim::VecMask &m = canna_sim::vec_mask();
+    m.counter = mode == MaskMode::COUNTER || m.counter;
+    if (m.counter) {
+        m.lo = (uint64_t)len;
+        m.hi = 0;
+    } else {
+        m.lo = len >= 64 ? ~0ull : ((1ull << len) - 1);
+        m.hi = len >= 128 ? ~0ull : len > 64 ? ((1ull << (len - 64)) - 1) : 0;
+    }
+}
 
 /* dst += src * scalar */
 template <class T, class U>
@@ -1199,12 +1273,13 @@ void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, c
                const uint16_t dstBlockStride, const uint8_t dstRepeatStride, CANNA_LOC_)
 {
     const T s = (T)scalarValue;
-    internal_::Mask m = internal_::ContiguousMask<T>(loc, "Duplicate", mask);
-    T *d = dst.Operand(loc, "Duplicate", "destination", internal_::RepEnd<T>(repeatTimes, m, dstBlockStride,
+    internal_::Mask m = internal_::PickMask<T, isSetMask>(loc, "Duplicate", mask);
+    const uint32_t repeat = m.Repeats(repeatTimes);
+    T *d = dst.Operand(loc, "Duplicate", "destination", internal_::RepEnd<T>(repeat, m, dstBlockStride,
                                                                                dstRepeatStride));
-    for (uint32_t r = 0; r < repeatTimes; r++)
+    for (uint32_t r = 0; r < repeat; r++)
         for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++)
-            if (m(k))
+            if (m.on(r, k))
                 d[internal_::RepOffset<T>(r, k, dstBlockStride, dstRepeatStride)] = s;
 }
 
@@ -1338,6 +1413,7 @@ template <class T, int kind /* 0 sum, 1 max, 2 min */>
 void ReduceRep(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &src,
                const LocalTensor<T> &work, const Mask &m, int32_t repeat, int32_t srcRepStride, bool calIndex)
 {
+    repeat = (int32_t)m.Repeats((uint32_t)repeat);
     if (repeat < 0 || repeat > 255)
         canna_sim::fault(loc, "%s: repeatTimes %d is outside [0, 255]", api, repeat);
     T *d = dst.Operand(loc, api, "destination", calIndex ? 2 : 1, false);
@@ -1349,7 +1425,7 @@ void ReduceRep(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> 
     C<T> bv = 0;
     for (int32_t r = 0; r < repeat; r++)
         for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++) {
-            if (!m(k))
+            if (!m.on(r, k))
                 continue;
             uint64_t at = RepOffset<T>((uint32_t)r, k, 1, srcRepStride);
             C<T> v = (C<T>)s[at];
@@ -1366,20 +1442,20 @@ void ReduceRep(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> 
 }  // namespace internal_
 
 #define CANNA_REDUCE_REP_(NAME, KIND)                                                                             \
-    template <class T>                                                                                            \
+    template <class T, bool isSetMask = true>                                                                     \
     void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTensor<T> &work, const int32_t mask, \
               const int32_t repeatTimes, const int32_t srcRepStride, bool calIndex = false, CANNA_LOC_)           \
     {                                                                                                             \
         internal_::ReduceRep<T, KIND>(loc, #NAME, dst, src, work,                                                 \
-                                      internal_::ContiguousMask<T>(loc, #NAME, (uint64_t)mask), repeatTimes,      \
+                                      internal_::PickMask<T, isSetMask>(loc, #NAME, mask), repeatTimes,      \
                                       srcRepStride, calIndex);                                                    \
     }                                                                                                             \
-    template <class T>                                                                                            \
+    template <class T, bool isSetMask = true>                                                                     \
     void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTensor<T> &work,                   \
               const uint64_t mask[], const int32_t repeatTimes, const int32_t srcRepStride, bool calIndex = false, \
               CANNA_LOC_)                                                                                         \
     {                                                                                                             \
-        internal_::ReduceRep<T, KIND>(loc, #NAME, dst, src, work, internal_::BitMask(mask), repeatTimes,          \
+        internal_::ReduceRep<T, KIND>(loc, #NAME, dst, src, work, internal_::PickMask<T, isSetMask>(loc, #NAME, mask), repeatTimes,          \
                                       srcRepStride, calIndex);                                                    \
     }
 CANNA_REDUCE_REP_(ReduceSum, 0)
@@ -1393,6 +1469,7 @@ template <class T, int kind /* 0 sum, 1 max, 2 min */>
 void WholeReduce(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &src, const Mask &m,
                  int32_t repeat, int32_t dstRepStride, int32_t srcBlkStride, int32_t srcRepStride, ReduceOrder order)
 {
+    repeat = (int32_t)m.Repeats((uint32_t)repeat);
     if (repeat < 0 || repeat > 255)
         canna_sim::fault(loc, "%s: repeatTimes %d is outside [0, 255]", api, repeat);
     const bool pair = kind != 0 && (order == ReduceOrder::ORDER_VALUE_INDEX || order == ReduceOrder::ORDER_INDEX_VALUE);
@@ -1405,7 +1482,7 @@ void WholeReduce(const canna_sim::Loc &loc, const char *api, const LocalTensor<T
         uint32_t best = 0;
         C<T> bv = 0;
         for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++) {
-            if (!m(k))
+            if (!m.on(r, k))
                 continue;
             C<T> v = (C<T>)s[RepOffset<T>((uint32_t)r, k, srcBlkStride, srcRepStride)];
             if (kind == 0)
@@ -1437,7 +1514,7 @@ void WholeReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const 
                     const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride, CANNA_LOC_)
 {
     internal_::WholeReduce<T, 0>(loc, "WholeReduceSum", dst, src,
-                                 internal_::ContiguousMask<T>(loc, "WholeReduceSum", (uint64_t)mask), repeatTimes,
+                                 internal_::PickMask<T, isSetMask>(loc, "WholeReduceSum", mask), repeatTimes,
                                  dstRepStride, srcBlkStride, srcRepStride, ReduceOrder::ORDER_ONLY_VALUE);
 }
 template <class T, bool isSetMask = true>
@@ -1445,7 +1522,7 @@ void WholeReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const 
                     const int32_t repeatTimes, const int32_t dstRepStride, const int32_t srcBlkStride,
                     const int32_t srcRepStride, CANNA_LOC_)
 {
-    internal_::WholeReduce<T, 0>(loc, "WholeReduceSum", dst, src, internal_::BitMask(mask), repeatTimes, dstRepStride,
+    internal_::WholeReduce<T, 0>(loc, "WholeReduceSum", dst, src, internal_::PickMask<T, isSetMask>(loc, "WholeReduceSum", mask), repeatTimes, dstRepStride,
                                  srcBlkStride, srcRepStride, ReduceOrder::ORDER_ONLY_VALUE);
 }
 #define CANNA_WHOLE_EXTREME_(NAME, KIND)                                                                          \
@@ -1454,7 +1531,7 @@ void WholeReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const 
               const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride,                 \
               ReduceOrder order = ReduceOrder::ORDER_VALUE_INDEX, CANNA_LOC_)                                     \
     {                                                                                                             \
-        internal_::WholeReduce<T, KIND>(loc, #NAME, dst, src, internal_::ContiguousMask<T>(loc, #NAME, (uint64_t)mask), \
+        internal_::WholeReduce<T, KIND>(loc, #NAME, dst, src, internal_::PickMask<T, isSetMask>(loc, #NAME, mask), \
                                         repeatTimes, dstRepStride, srcBlkStride, srcRepStride, order);            \
     }                                                                                                             \
     template <class T, bool isSetMask = true>                                                                     \
@@ -1462,7 +1539,7 @@ void WholeReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const 
               const int32_t repeatTimes, const int32_t dstRepStride, const int32_t srcBlkStride,                  \
               const int32_t srcRepStride, ReduceOrder order = ReduceOrder::ORDER_VALUE_INDEX, CANNA_LOC_)         \
     {                                                                                                             \
-        internal_::WholeReduce<T, KIND>(loc, #NAME, dst, src, internal_::BitMask(mask), repeatTimes, dstRepStride, \
+        internal_::WholeReduce<T, KIND>(loc, #NAME, dst, src, internal_::PickMask<T, isSetMask>(loc, #NAME, mask), repeatTimes, dstRepStride, \
                                         srcBlkStride, srcRepStride, order);                                       \
     }
 CANNA_WHOLE_EXTREME_(WholeReduceMax, 1)
