@@ -315,6 +315,12 @@ extern "C" __global__ __aicore__ void repeat_forms(GM_ADDR x, GM_ADDR y, GM_ADDR
     GlobalTensor<float> tGm;
     tGm.SetGlobalBuffer((__gm__ float *)totals);
     DataCopy(tGm, tl, 16);
+    // per 32-byte block: BlockReduceSum / BlockReduceMax, then Brcb broadcasts each result over a block
+    BlockReduceSum(yl, xl, rows, 64, 1, 1, 8);
+    BlockReduceMax(yl[rows * 8], xl, rows, 64, 1, 1, 8);
+    DataCopy(xGm[rows * 64], yl, rows * 16);
+    Brcb(xl, yl, (uint8_t)rows, {1, 8});
+    DataCopy(xGm[rows * 80], xl, rows * 64);
 }
 
 // ---- Compare + Select: y = x > t ? x : t (tensor-tensor), and the scalar form
@@ -614,13 +620,23 @@ def test_data_copy_params_strided_blocks(vec):
 
 def test_mask_repeat_forms_and_whole_reduce(vec):
     rows = 12
-    x = np.random.default_rng(7).standard_normal((rows, 64)).astype(np.float32)
+    big = np.zeros((rows * 2 + rows // 4, 64), np.float32)   # x, then what the kernel writes after it
+    x = big[:rows]
+    x[...] = np.random.default_rng(7).standard_normal((rows, 64)).astype(np.float32)
+    x0 = x.copy()
     y = np.empty_like(x)
     sums = np.empty(rows, np.float32)
     maxes = np.empty((rows, 2), np.float32)
     totals = np.empty(16, np.float32)
-    vec.get_function("repeat_forms").launch(1, x, y, sums, maxes, totals, rows)
+    vec.get_function("repeat_forms").launch(1, big, y, sums, maxes, totals, rows)
     sync()
+    blocks = x0.reshape(rows * 8, 8).astype(np.float64)
+    flat = big.ravel()
+    np.testing.assert_allclose(flat[rows * 64:rows * 72], blocks.sum(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(flat[rows * 72:rows * 80], x0.reshape(rows * 8, 8).max(axis=1))
+    np.testing.assert_array_equal(flat[rows * 80:rows * 144].reshape(rows * 8, 8),
+                                  np.repeat(flat[rows * 64:rows * 72, None], 8, axis=1))
+    x = x0
     np.testing.assert_allclose(totals[0], x.astype(np.float64).sum(), rtol=1e-5)
     assert totals[8] == x.max() and totals[9:10].view(np.uint32)[0] == x.argmax()
     want = np.concatenate([2 * x[:, :48], 3 * x[:, 48:]], axis=1).ravel()

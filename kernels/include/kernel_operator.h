@@ -23,7 +23,7 @@
  * outside their allocation.
  *
  * Not modelled: the cube unit (Mmad, the Matmul API, A1/A2/B1/B2/CO1 buffers), the advanced APIs
- * (SoftMax, LayerNorm...), less common vector instructions (Gather, Brcb, BlockReduceSum...).
+ * (SoftMax, LayerNorm...), less common vector instructions (Gather, Transpose, PairReduceSum...).
  *
  * On a real install the Ascend toolchain's own kernel_operator.h comes first on the include path;
  * this file is for canna's simulator only.
@@ -1545,6 +1545,97 @@ void WholeReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const 
 CANNA_WHOLE_EXTREME_(WholeReduceMax, 1)
 CANNA_WHOLE_EXTREME_(WholeReduceMin, 2)
 #undef CANNA_WHOLE_EXTREME_
+
+/* one result per 32-byte block of each repeat (8 a repeat, dstRepStride in units of those 8 results) */
+namespace internal_ {
+template <class T, int kind /* 0 sum, 1 max, 2 min */>
+void BlockReduce(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &src,
+                 int32_t repeat, const Mask &m, int32_t dstRepStride, int32_t srcBlkStride, int32_t srcRepStride)
+{
+    repeat = (int32_t)m.Repeats((uint32_t)repeat);
+    if (repeat < 0 || repeat > 255)
+        canna_sim::fault(loc, "%s: repeatTimes %d is outside [0, 255]", api, repeat);
+    constexpr uint32_t epb = canna_sim::kBlock / sizeof(T);
+    T *d = dst.Operand(loc, api, "destination", repeat ? (uint64_t)(repeat - 1) * dstRepStride * 8 + 8 : 0, false);
+    const T *s = src.Operand(loc, api, "source", RepEnd<T>((uint32_t)repeat, m, srcBlkStride, srcRepStride));
+    for (int32_t r = 0; r < repeat; r++)
+        for (uint32_t b = 0; b < 8; b++) {
+            double acc = 0;
+            C<T> bv = 0;
+            bool any = false;
+            for (uint32_t e = 0; e < epb; e++) {
+                uint32_t k = b * epb + e;
+                if (!m.on((uint32_t)r, k))
+                    continue;
+                C<T> v = (C<T>)s[RepOffset<T>((uint32_t)r, k, srcBlkStride, srcRepStride)];
+                acc += (double)v;
+                if (!any || (kind == 1 ? v > bv : v < bv))
+                    bv = v;
+                any = true;
+            }
+            if (any)   /* blocks without an active element are left as they are */
+                d[(uint64_t)r * dstRepStride * 8 + b] = kind == 0 ? (T)acc : (T)bv;
+        }
+}
+}  // namespace internal_
+
+#define CANNA_BLOCK_REDUCE_(NAME, KIND)                                                                           \
+    template <class T, bool isSetMask = true>                                                                     \
+    void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const int32_t repeatTimes, const int32_t mask, \
+              const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride, CANNA_LOC_)     \
+    {                                                                                                             \
+        internal_::BlockReduce<T, KIND>(loc, #NAME, dst, src, repeatTimes,                                        \
+                                        internal_::PickMask<T, isSetMask>(loc, #NAME, mask), dstRepStride,        \
+                                        srcBlkStride, srcRepStride);                                              \
+    }                                                                                                             \
+    template <class T, bool isSetMask = true>                                                                     \
+    void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const int32_t repeatTimes,                    \
+              const uint64_t mask[], const int32_t dstRepStride, const int32_t srcBlkStride,                      \
+              const int32_t srcRepStride, CANNA_LOC_)                                                             \
+    {                                                                                                             \
+        internal_::BlockReduce<T, KIND>(loc, #NAME, dst, src, repeatTimes,                                        \
+                                        internal_::PickMask<T, isSetMask>(loc, #NAME, mask), dstRepStride,        \
+                                        srcBlkStride, srcRepStride);                                              \
+    }
+CANNA_BLOCK_REDUCE_(BlockReduceSum, 0)
+CANNA_BLOCK_REDUCE_(BlockReduceMax, 1)
+CANNA_BLOCK_REDUCE_(BlockReduceMin, 2)
+#undef CANNA_BLOCK_REDUCE_
+
+/* the sum of the first elemsInOneRepeat elements of each repeat (dstRepStride in elements) */
+template <class T, bool isSetMask = true>
+void RepeatReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const int32_t repeat,
+                     const int32_t elemsInOneRepeat, const int32_t dstBlkStride, const int32_t srcBlkStride,
+                     const int32_t dstRepStride, const int32_t srcRepStride, CANNA_LOC_)
+{
+    (void)dstBlkStride;
+    internal_::WholeReduce<T, 0>(loc, "RepeatReduceSum", dst, src,
+                                 internal_::PickMask<T, isSetMask>(loc, "RepeatReduceSum", elemsInOneRepeat), repeat,
+                                 dstRepStride, srcBlkStride, srcRepStride, ReduceOrder::ORDER_ONLY_VALUE);
+}
+
+/* each of 8 source elements a repeat fills one 32-byte block of the destination */
+struct BrcbRepeatParams {
+    uint16_t dstBlkStride = 1;
+    uint16_t dstRepStride = 8;
+    BrcbRepeatParams() = default;
+    BrcbRepeatParams(uint16_t blk, uint16_t rep) : dstBlkStride(blk), dstRepStride(rep) {}
+};
+template <class T>
+void Brcb(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint8_t repeatTimes, const BrcbRepeatParams &p,
+          CANNA_LOC_)
+{
+    constexpr uint32_t epb = canna_sim::kBlock / sizeof(T);
+    const uint64_t end = repeatTimes ? ((uint64_t)(repeatTimes - 1) * p.dstRepStride + 7 * p.dstBlkStride + 1) * epb : 0;
+    T *d = dst.Operand(loc, "Brcb", "destination", end);
+    const T *s = src.Operand(loc, "Brcb", "source", (uint64_t)repeatTimes * 8);
+    for (uint32_t r = 0; r < repeatTimes; r++)
+        for (uint32_t b = 0; b < 8; b++) {
+            T *blk = d + ((uint64_t)r * p.dstRepStride + (uint64_t)b * p.dstBlkStride) * epb;
+            for (uint32_t e = 0; e < epb; e++)
+                blk[e] = s[r * 8 + b];
+        }
+}
 
 /* ------------------------------------------------------------------ Compare / Select */
 enum class CMPMODE : uint8_t { LT = 0, GT, EQ, LE, GE, NE };
