@@ -428,6 +428,7 @@ extern "C" __global__ __aicore__ void faulty(GM_ADDR x, uint32_t mode, uint32_t 
     if (mode == 11) { LocalTensor<float> e; Duplicate(e, 1.0f, 8); }   // L:empty
     if (mode == 12) { LocalTensor<float> u = t.Get<float>(); q.FreeTensor(u); }   // L:foreign
     if (mode == 13) { SyncAll(); }   // L:syncall
+    if (mode == 14) { LocalTensor<float> sub = l[300]; (void)sub; }
 }
 '''
 
@@ -727,6 +728,14 @@ def test_device_rule_violations_are_kernel_errors(faults, mode):
     assert re.search(where + message, str(ei.value)), str(ei.value)
     k.launch(3, x, 0, 1)   # the state stays usable
     sync()
+
+
+def test_sub_tensor_offset_out_of_range(faults):
+    x = np.zeros(4096, np.float32)
+    faults.get_function("faulty").launch(2, x, 14, 0)
+    with pytest.raises(acl_rt.KernelError, match=r"kernel 'faulty' block 0 of 2: LocalTensor::operator\[\]: offset 300 "
+                                                 r"is out of range of a float LocalTensor of 256 elements"):
+        sync()
 
 
 def test_enque_beyond_depth():
