@@ -309,7 +309,7 @@ def _hash_file(p: Path) -> str:
 def _generator_id() -> str:
     # this file too: a change of the generated entry or of the build flags is a new binary
     # every header canna ships (canna_kernel.h, kernel_operator.h) is part of the key
-    shipped = "".join(_hash_file(p) for p in sorted(INCLUDE_DIR.glob("*.h")))
+    shipped = "".join(_hash_file(p) for p in sorted(INCLUDE_DIR.rglob("*.h")))
     return hashlib.sha256((GENERATOR_VERSION + shipped
                            + _hash_file(SIM_ABI_DIR / "sim_kernel_abi.h")
                            + _hash_file(Path(__file__))).encode()).hexdigest()

@@ -869,3 +869,51 @@ void copy_bf16_do(uint32_t blockDim, void *stream, uint8_t *x, uint8_t *y, CopyT
     assert torch.equal(x, y)
     assert "[kernel 'copy_bf16' block 0 of 1] DumpTensor desc=0 (bfloat16_t, VECIN, 3 of 64 elements): " \
            "[1.5, -2, 3.25]" in capfd.readouterr().out
+
+
+OP_KERNEL = r'''
+#include "kernel_operator.h"
+extern "C" __global__ __aicore__ void scale_custom(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)
+{
+    GET_TILING_DATA(tilingData, tiling);
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> b;
+    pipe.InitBuffer(b, tilingData.tileLength * sizeof(float));
+    AscendC::LocalTensor<float> l = b.Get<float>();
+    AscendC::GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x);
+    yGm.SetGlobalBuffer((__gm__ float *)y);
+    for (uint32_t off = AscendC::GetBlockIdx() * tilingData.tileLength; off < tilingData.totalLength;
+         off += AscendC::GetBlockNum() * tilingData.tileLength) {
+        AscendC::DataCopy(l, xGm[off], tilingData.tileLength);
+        AscendC::Muls(l, l, tilingData.factor[1], tilingData.tileLength);
+        AscendC::DataCopy(yGm[off], l, tilingData.tileLength);
+    }
+}
+'''
+
+
+def test_op_project_kernel_with_get_tiling_data(tmp_path):
+    host = tmp_path / "op_host" / "scale_custom_tiling.h"
+    host.parent.mkdir()
+    host.write_text('#include "register/tilingdata_base.h"\nnamespace optiling {\n'
+                    'BEGIN_TILING_DATA_DEF(ScaleCustomTilingData)\n'
+                    '  TILING_DATA_FIELD_DEF(uint32_t, totalLength);\n'
+                    '  TILING_DATA_FIELD_DEF(uint32_t, tileLength);\n'
+                    '  TILING_DATA_FIELD_DEF_ARR(float, 2, factor);\n'
+                    'END_TILING_DATA_DEF;\n'
+                    'REGISTER_TILING_DATA_CLASS(ScaleCustom, ScaleCustomTilingData)\n}\n')
+    k = kernels.RawModule(OP_KERNEL, options=("-include", str(host),
+                                              "-DCANNA_TILING_DATA_TYPE=optiling::ScaleCustomTilingData")
+                          ).get_function("scale_custom")
+    n = 4096
+    tiling = np.array([(n, 256, (0.0, 1.5))], np.dtype([("totalLength", "<u4"), ("tileLength", "<u4"),
+                                                        ("factor", "<f4", 2)]))
+    x = np.random.default_rng(10).standard_normal(n).astype(np.float32)
+    y = np.empty_like(x)
+    k.launch(3, x, y, None, tiling)
+    sync()
+    np.testing.assert_array_equal(y, x * np.float32(1.5))
+    with pytest.raises(kernels.CompileError, match="GET_TILING_DATA needs the tiling struct: compile with "
+                                                   "-DCANNA_TILING_DATA_TYPE"):
+        kernels.RawModule(OP_KERNEL).compile()

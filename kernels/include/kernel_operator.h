@@ -1781,6 +1781,36 @@ template <class T> void LocalTensor<T>::Print(uint32_t len) const
     internal_::Dump(internal_::PosName(pos_), ptr_, 0, len < size_ ? len : size_, size_);
 }
 
+/* the tiling data of an op project's kernel, read through its tiling GM_ADDR: with the struct's type
+ * named, or with CANNA_TILING_DATA_TYPE defined (register/tilingdata_base.h explains) */
+namespace internal_ {
+template <class T> T ReadTiling(const void *tiling, const canna_sim::Loc &loc)
+{
+    if (!tiling)
+        canna_sim::fault(loc, "GET_TILING_DATA: the tiling argument is NULL");
+    canna_sim::gm_check(loc, "GET_TILING_DATA", tiling, sizeof(T));
+    T t;
+    std::memcpy(static_cast<void *>(&t), tiling, sizeof(T));
+    return t;
+}
+template <class T> constexpr bool kNeedsTilingType = false;
+}  // namespace internal_
+#ifndef GET_TILING_DATA_WITH_STRUCT
+#define GET_TILING_DATA_WITH_STRUCT(type, name, tiling) \
+    type name = ::AscendC::internal_::ReadTiling<type>((const void *)(tiling), ::canna_sim::Loc::here())
+#endif
+#ifndef GET_TILING_DATA
+#ifdef CANNA_TILING_DATA_TYPE
+#define GET_TILING_DATA(name, tiling) GET_TILING_DATA_WITH_STRUCT(CANNA_TILING_DATA_TYPE, name, tiling)
+#else
+#define GET_TILING_DATA(name, tiling)                                                                           \
+    static_assert(::AscendC::internal_::kNeedsTilingType<decltype(tiling)>,                                     \
+                  "GET_TILING_DATA needs the tiling struct: compile with -DCANNA_TILING_DATA_TYPE=<its type> "  \
+                  "and its header (see register/tilingdata_base.h), or use GET_TILING_DATA_WITH_STRUCT");       \
+    struct CannaNoTilingType_ {} name
+#endif
+#endif
+
 /* the trap of Ascend C's assert: the block fails with the condition's text */
 #ifndef ASSERT
 #define ASSERT(cond) ((cond) ? (void)0 : ::canna_sim::fault(::canna_sim::Loc::here(), "assertion failed: %s", #cond))
