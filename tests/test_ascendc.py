@@ -527,7 +527,8 @@ def test_row_softmax(vec, kind):
     np.testing.assert_allclose(_back(ys), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("mode,rounding", [(0, "nearest"), (2, "floor"), (3, "ceil"), (5, "trunc")])
+@pytest.mark.parametrize("mode,rounding", [(0, "nearest"), (2, "floor"), (3, "ceil"), (4, "round"), (5, "trunc"),
+                                           (6, "odd")])
 def test_cast_float16_to_float32_and_back(vec, mode, rounding):
     n = 1024
     x = (np.random.default_rng(5).standard_normal(n) * 100).astype(np.float16)
@@ -544,7 +545,13 @@ def test_cast_float16_to_float32_and_back(vec, mode, rounding):
     exact = scaled.astype(np.float64)
     b = back.astype(np.float64)
     assert np.all(np.abs(b - exact) < np.abs(np.spacing(near.astype(np.float16))).astype(np.float64) * 1.01)
-    if rounding == "floor":
+    if rounding == "round":   # nearest, ties away from zero
+        d, dn = np.abs(b - exact), np.abs(near.astype(np.float64) - exact)
+        assert np.all(d <= dn) and np.all((d < dn) | (np.abs(b) >= np.abs(near.astype(np.float64))))
+    elif rounding == "odd":
+        inexact = b != exact
+        assert inexact.any() and np.all(back.view(np.uint16)[inexact] & 1 == 1)
+    elif rounding == "floor":
         assert np.all(b <= exact)
     elif rounding == "ceil":
         assert np.all(b >= exact)

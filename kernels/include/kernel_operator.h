@@ -1287,6 +1287,23 @@ void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, c
 enum class RoundMode : uint8_t { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
 
 namespace internal_ {
+/* the next representable value of a 16- or 32-bit float toward +inf (up) or -inf */
+template <class D> D StepFloat(D x, bool up)
+{
+    using Bits = std::conditional_t<sizeof(D) == 2, uint16_t, uint32_t>;
+    static_assert(sizeof(Bits) == sizeof(D), "a 16- or 32-bit float");
+    Bits b;
+    std::memcpy(&b, &x, sizeof(D));
+    const Bits sign = (Bits)(Bits(1) << (8 * sizeof(D) - 1));
+    if ((Bits)(b & ~sign) == 0)
+        b = up ? (Bits)1 : (Bits)(sign | 1);   /* from +-0 to the smallest subnormal */
+    else if (((b & sign) == 0) == up)
+        b++;
+    else
+        b--;
+    std::memcpy(&x, &b, sizeof(D));
+    return x;
+}
 template <class D> D Round(double v, RoundMode mode)
 {
     if constexpr (std::is_integral_v<D>) {
@@ -1306,29 +1323,28 @@ template <class D> D Round(double v, RoundMode mode)
             return std::numeric_limits<D>::max();
         return (D)r;
     } else {
-        /* to a narrower float: nearest-even, then stepped toward the rounding direction */
+        /* to a narrower float: nearest-even (CAST_NONE / CAST_RINT), else the neighbour the mode picks */
         D r = (D)v;
         double back = (double)(float)r;
         if (std::isnan(v) || std::isinf(v) || back == v)
             return r;
-        auto step = [](D x, bool up) {
-            float f = (float)x;
-            for (float t = std::nextafter(f, up ? INFINITY : -INFINITY);; t = std::nextafter(t, up ? INFINITY : -INFINITY)) {
-                D y = (D)t;
-                if ((float)y != f)
-                    return y;
-            }
-        };
-        bool up = false;
+        D other = StepFloat(r, back < v);   /* the representable value on v's other side */
+        double ob = (double)(float)other;
+        auto pick = [&](bool other_one) { return other_one ? other : r; };
         switch (mode) {
-        case RoundMode::CAST_FLOOR: if (back > v) r = step(r, up = false); break;
-        case RoundMode::CAST_CEIL: if (back < v) r = step(r, up = true); break;
-        case RoundMode::CAST_TRUNC:
-            if (std::fabs(back) > std::fabs(v)) r = step(r, up = v < 0);
-            break;
-        default: break;
+        case RoundMode::CAST_FLOOR: return pick(back > v);
+        case RoundMode::CAST_CEIL: return pick(back < v);
+        case RoundMode::CAST_TRUNC: return pick(std::fabs(back) > std::fabs(v));
+        case RoundMode::CAST_ROUND:   /* nearest, ties away from zero */
+            return pick(std::fabs(ob - v) == std::fabs(back - v) && std::fabs(ob) > std::fabs(back));
+        case RoundMode::CAST_ODD: {   /* inexact: the neighbour whose last bit is 1 */
+            uint32_t rb = 0;
+            std::memcpy(&rb, &r, sizeof(D) < 4 ? sizeof(D) : 4);
+            return pick((rb & 1) == 0);
         }
-        return r;
+        default:
+            return r;
+        }
     }
 }
 }  // namespace internal_
