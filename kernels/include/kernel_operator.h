@@ -1015,7 +1015,7 @@ template <class T> inline uint64_t RepEnd(uint32_t repeat, const Mask &m, uint32
 }
 
 /* the loops of the count forms, built for the host's widest vectors (one clone per ISA, picked at load) */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CANNA_NO_TARGET_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(CANNA_NO_TARGET_CLONES)
 #define CANNA_CLONES_ __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CANNA_CLONES_
