@@ -568,12 +568,19 @@ class ScaleTiling(ctypes.Structure):
                 ("bias", ctypes.c_int16 * 3)]
 
 
-@pytest.mark.parametrize("how", ["dict", "tuple", "ctypes", "numpy", "gm"])
+@pytest.mark.parametrize("how", ["dict", "tuple", "ctypes", "numpy", "gm", "torch"])
 def test_tiling_struct(vec, how):
     n, tile = 6 * 1024, 512
     rng = np.random.default_rng(6)
     x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     z = np.empty_like(x)
+    if how == "torch":   # torch tensors for the arrays, a dict for the tiling struct
+        zt = _as("torch", z)
+        vec.get_function("scale_add").launch(4, _as("torch", x), _as("torch", y), zt,
+                                             {"totalLength": n, "tileLength": tile, "scale": 0.5, "bias": (1, 2, -4)})
+        sync()
+        np.testing.assert_allclose(zt.numpy(), x.astype(np.float64) * 0.5 + y - 1, rtol=1e-6, atol=1e-6)
+        return
     fields = {"totalLength": n, "tileLength": tile, "scale": 0.5, "bias": (1, 2, -4)}
     if how == "gm":
         tiling = np.zeros((), SCALE_DTYPE)
