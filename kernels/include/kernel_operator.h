@@ -41,6 +41,7 @@
 #include "canna_kernel.h"
 #include "sim_kernel_abi.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstddef>
