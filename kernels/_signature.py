@@ -2,8 +2,9 @@
 
 A kernel is a function marked ``CANNA_KERNEL`` (or, in Ascend C sources, ``__global__``), returning
 ``void``, whose parameters are GM pointers (``GM_ADDR`` or any ``T *``), scalars of fixed-width
-types and plain structs defined in the source (by value: Ascend C tiling data, kernels/_structs.py). Its argument block -- what AscendCL's launch functions take, on the device and in the
-simulator -- is a C struct of the parameters in declaration order with natural alignment, GM
+types and plain structs defined in the source or its headers (by value: Ascend C tiling data,
+kernels/_structs.py). Its argument block -- what AscendCL's launch functions take, on the device
+and in the simulator -- is a C struct of the parameters in declaration order with natural alignment, GM
 pointers 8 bytes (shared/reference/acl_api.md §5.2). This module finds the kernels of a source and
 computes that layout; it does not preprocess (kernels declared through macros are not found).
 """
