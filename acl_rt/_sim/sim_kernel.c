@@ -142,6 +142,8 @@ typedef struct kthread {
     void *volatile pc;
     void *volatile sp;
     void *altstack;
+    void *ub;                              /* the Unified Buffer of Ascend C kernels (canna_sim_host.ub) */
+    size_t ub_size;
 } kthread_t;
 
 static pthread_key_t g_kkey;
@@ -167,6 +169,8 @@ static void kthread_destroy(void *p)
         }
         munmap(kt->altstack, SIM_ALTSTACK_SIZE);
     }
+    if (kt->ub)
+        munmap(kt->ub, kt->ub_size);
     free(kt);
 }
 
@@ -421,6 +425,23 @@ static const char *khost_kernel_name(void)
     return kt && kt->launch ? kt->launch->f->k->name : "";
 }
 
+/* the calling AI-core thread's Unified Buffer (one for every kernel binary; freed with the thread) */
+static void *khost_ub(void)
+{
+    kthread_t *kt = kthread_get();
+    if (!kt)
+        return NULL;
+    if (!kt->ub) {
+        size_t n = (size_t)g_cfg.profile->ub;
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        kt->ub = p;
+        kt->ub_size = n;
+    }
+    return kt->ub;
+}
+
 static int khost_gm_check(const void *p, size_t n, char *why, size_t why_size)
 {
     if (n == 0)
@@ -461,6 +482,7 @@ static void khost_init(void)   /* the configuration is loaded (binaries load aft
     g_khost.soc_name = g_cfg.profile->name;
     g_khost.kernel_name = khost_kernel_name;
     g_khost.gm_check = khost_gm_check;
+    g_khost.ub = khost_ub;
 }
 
 /* a binary that exports canna_sim_host_ gets the simulator's services (sim_kernel_abi.h) */

@@ -82,6 +82,9 @@ typedef struct canna_sim_host {
     /* 0 when [p, p + n) may be accessed: inside one live device allocation, or memory the simulator
      * does not track (host memory in the unified model); otherwise 1 with why (text) filled */
     int (*gm_check)(const void *p, size_t n, char *why, size_t why_size);
+    /* the calling thread's Unified Buffer, ub_bytes long (page aligned; the same for every binary on
+     * that thread, freed when the thread ends); NULL when out of memory */
+    void *(*ub)(void);
 } canna_sim_host;
 
 #ifdef __cplusplus

@@ -208,10 +208,12 @@ struct UB {
 inline UB &ub()
 {
     static thread_local UB u;
-    if (!u.base) {
+    if (!u.base) {   /* the simulator's buffer of this thread, else (loaded elsewhere) one of our own */
         const canna_sim_host *h = host();
         u.cap = h && h->ub_bytes ? h->ub_bytes : kDefaultUB;
-        u.base = static_cast<uint8_t *>(std::aligned_alloc(4096, (u.cap + 4095) / 4096 * 4096));
+        u.base = h && h->ub ? static_cast<uint8_t *>(h->ub()) : nullptr;
+        if (!u.base)
+            u.base = static_cast<uint8_t *>(std::aligned_alloc(4096, (u.cap + 4095) / 4096 * 4096));
         if (!u.base)
             throw std::bad_alloc();
     }
