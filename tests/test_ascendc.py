@@ -371,6 +371,43 @@ extern "C" __global__ __aicore__ void column_sums(GM_ADDR x, GM_ADDR out, uint32
     SetAtomicNone();
 }
 
+// ---- the less used forms: UB->UB strided copy, the DataCopyParams form of DataCopyPad, GetWithOffset,
+// ReduceMin with its index, CompareScalar, Axpy, Cast to int32 (floor), And on int16
+extern "C" __global__ __aicore__ void misc_forms(GM_ADDR x, GM_ADDR y, GM_ADDR ints, uint32_t n)
+{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> big, m, w;
+    pipe.InitBuffer(big, 4 * n * sizeof(float));
+    pipe.InitBuffer(m, 256);
+    pipe.InitBuffer(w, n * sizeof(float));
+    LocalTensor<float> a = big.GetWithOffset<float>(n, 0), b = big.GetWithOffset<float>(n, n * 4);
+    LocalTensor<float> c = big.GetWithOffset<float>(n, 2 * n * 4);
+    LocalTensor<int32_t> iv = big.GetWithOffset<int32_t>(n, 3 * n * 4);
+    LocalTensor<uint8_t> mask = m.Get<uint8_t>();
+    LocalTensor<float> work = w.Get<float>();
+    GlobalTensor<float> xGm, yGm;
+    GlobalTensor<int32_t> iGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x);
+    yGm.SetGlobalBuffer((__gm__ float *)y);
+    iGm.SetGlobalBuffer((__gm__ int32_t *)ints);
+    DataCopyPad(a, xGm, DataCopyParams(1, (uint16_t)(n * sizeof(float)), 0, 0), DataCopyPadParams(false, 0, 0, 0));
+    DataCopy(b, a, DataCopyParams((uint16_t)(n / 16), 1, 1, 1));   // every other 8-element block
+    DataCopy(yGm, b, n);                                            // y[0:n]
+    ReduceMin(c, a, work, n, true);
+    DataCopy(yGm[n], c, 8);                                         // y[n], index bits in y[n+1]
+    CompareScalar(mask, a, 0.0f, CMPMODE::LT, n);
+    Select(c, mask, a, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, n);  // min(x, 0)
+    Axpy(c, a, 2.0f, n);                                            // + 2x
+    DataCopy(yGm[n + 8], c, n);
+    Cast(iv, a, RoundMode::CAST_FLOOR, n);
+    DataCopy(iGm, iv, n);
+    LocalTensor<int16_t> h = iv.ReinterpretCast<int16_t>();
+    And(h, h, h, 2 * n);
+    Duplicate(h[2 * n - 16], (int16_t)0x0f0f, 16);
+    And(h[2 * n - 16], h[2 * n - 16], h[2 * n - 32], 16);
+    DataCopy(iGm[n], iv, n);
+}
+
 // ---- scalar access, unary math, printf and DumpTensor
 extern "C" __global__ __aicore__ void scalar_math(GM_ADDR x, GM_ADDR y, uint32_t n)
 {
@@ -671,6 +708,25 @@ def test_atomic_add_across_blocks(vec):
     vec.get_function("column_sums").launch(7, x, out, rows)
     sync()
     np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=0), rtol=1e-4, atol=1e-4)
+
+
+def test_less_used_forms(vec):
+    n = 256
+    x = (np.random.default_rng(11).standard_normal(n) * 10).astype(np.float32)
+    y = np.full(2 * n + 8, np.nan, np.float32)
+    ints = np.zeros(2 * n, np.int32)
+    vec.get_function("misc_forms").launch(1, x, y, ints, n)
+    sync()
+    blocks = x.reshape(-1, 8)
+    np.testing.assert_array_equal(y[:n].reshape(-1, 8)[::2], blocks[::2])   # every other block landed
+    assert y[n] == x.min() and y[n + 1:n + 2].view(np.uint32)[0] == x.argmin()
+    np.testing.assert_allclose(y[n + 8:], np.minimum(x.astype(np.float64), 0) + 2 * x.astype(np.float64),
+                               rtol=1e-6, atol=1e-5)
+    floors = np.floor(x).astype(np.int32)
+    np.testing.assert_array_equal(ints[:n], floors)
+    tail = floors.view(np.int16).copy()
+    tail[-16:] = tail[-32:-16] & 0x0f0f
+    np.testing.assert_array_equal(ints[n:].view(np.int16), tail)
 
 
 def test_compare_select(vec):
