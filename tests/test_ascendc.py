@@ -466,6 +466,7 @@ extern "C" __global__ __aicore__ void faulty(GM_ADDR x, uint32_t mode, uint32_t 
     if (mode == 12) { LocalTensor<float> u = t.Get<float>(); q.FreeTensor(u); }   // L:foreign
     if (mode == 13) { SyncAll(); }   // L:syncall
     if (mode == 14) { LocalTensor<float> sub = l[300]; (void)sub; }
+    if (mode == 15) { GlobalTensor<float> none; DataCopy(l, none, 64); }   // L:nullgm
 }
 '''
 
@@ -783,6 +784,7 @@ FAULT_CASES = {
     11: ("empty", r"Duplicate: the LocalTensor holds no buffer"),
     12: ("foreign", r"FreeTensor: the LocalTensor belongs to another queue or buffer"),
     13: ("syncall", r"SyncAll: synchronizing the 3 blocks of a launch is not supported by the simulator"),
+    15: ("nullgm", r"DataCopy: the global memory address is NULL \(a GlobalTensor without SetGlobalBuffer"),
 }
 
 

@@ -137,9 +137,12 @@ inline const canna_sim_host *host() { return static_cast<const canna_sim_host *>
 
 inline bool memcheck() { return host() && host()->check; }
 
-/* under CANNA_SIM_CHECK=1: [p, p + n) must lie in its global-memory allocation */
+/* never NULL; under CANNA_SIM_CHECK=1, [p, p + n) must lie in its global-memory allocation */
 inline void gm_check(const canna_sim::Loc &loc, const char *api, const void *p, size_t n)
 {
+    if (!p && n)
+        fault(loc, "%s: the global memory address is NULL (a GlobalTensor without SetGlobalBuffer, or a NULL "
+              "argument)", api);
     const canna_sim_host *h = host();
     if (!h || !h->check || !h->gm_check || n == 0)
         return;
