@@ -21,6 +21,7 @@ import cffi
 from acl_rt import DeviceBuffer
 
 from ._signature import SCALAR_TYPES, KernelParam
+from ._structs import pack_struct
 
 __all__ = ["make_packer", "gm_pointer", "ArgumentView"]
 
@@ -405,6 +406,12 @@ def _pointer_converter(p: KernelParam, on_device: bool, kernel: str):
     return conv
 
 
+def _struct_converter(p: KernelParam, kernel: str):
+    label = f"{kernel}(): {p.label}"
+    layout = p.layout
+    return lambda v: pack_struct(layout, v, label, SCALAR_TYPES)
+
+
 def make_packer(params: tuple, args_size: int, *, on_device: bool, kernel: str = "kernel"):
     """``pack(args) -> (bytes, keepalive list)`` for a kernel's parameters (raises TypeError,
     ValueError, OverflowError naming the parameter)."""
@@ -413,10 +420,10 @@ def make_packer(params: tuple, args_size: int, *, on_device: bool, kernel: str =
     for p in params:
         if p.offset > off:
             fmt.append(f"{p.offset - off}x")
-        fmt.append("Q" if p.kind == "pointer" else SCALAR_TYPES[p.scalar][1])
+        fmt.append("Q" if p.kind == "pointer" else f"{p.size}s" if p.kind == "struct" else SCALAR_TYPES[p.scalar][1])
         off = p.offset + p.size
         convs.append((p.kind == "pointer", _pointer_converter(p, on_device, kernel) if p.kind == "pointer"
-                      else _scalar_converter(p, kernel)))
+                      else _struct_converter(p, kernel) if p.kind == "struct" else _scalar_converter(p, kernel)))
     if args_size > off:
         fmt.append(f"{args_size - off}x")
     st = struct.Struct("".join(fmt))

@@ -13,12 +13,13 @@ device. **Not tested by canna's CI** (no Ascend toolchain there): the command li
 Ascend C build scripts and may need adjusting through ``options``.
 
 The cache key is a hash of the source, the options, the toolchain's identity (its path and its
-``--version`` output), the target and the generator's version (with the contents of
-``canna_kernel.h`` and ``sim_kernel_abi.h``). Binaries live in ``$CANNA_KERNEL_CACHE`` (default
-``~/.cache/canna/kernels``, or ``$XDG_CACHE_HOME/canna/kernels``). Writes are atomic (a temporary
+``--version`` output), the target and the generator's version (with the contents of the headers
+canna ships -- ``canna_kernel.h``, ``kernel_operator.h`` -- and ``sim_kernel_abi.h``). Binaries
+live in ``$CANNA_KERNEL_CACHE`` (default ``~/.cache/canna/kernels``, or
+``$XDG_CACHE_HOME/canna/kernels``). Writes are atomic (a temporary
 file renamed into place) and a per-key lock file serializes compiles of the same key across
 processes, so concurrent processes compile a kernel once and never see a partial file. Headers the
-source includes, other than ``canna_kernel.h``, are not part of the key.
+source includes, other than canna's own, are not part of the key.
 """
 from __future__ import annotations
 
@@ -209,6 +210,7 @@ def generate_entry(source: str | None, include_path: str | None, source_name: st
                 "    canna_sim_block_num_ = numBlocks;",
                 "#ifdef __cplusplus",
                 f"    try {{ {call} }}",
+                '    catch (const canna_sim_fault_ &e) { snprintf(msg, msgSize, "%s", e.msg); return 1; }',
                 '    catch (const std::exception &e) { snprintf(msg, msgSize, "uncaught C++ exception: %s", e.what()); '
                 "return 1; }",
                 '    catch (...) { snprintf(msg, msgSize, "uncaught C++ exception"); return 1; }',
@@ -306,7 +308,9 @@ def _hash_file(p: Path) -> str:
 @functools.lru_cache(maxsize=None)
 def _generator_id() -> str:
     # this file too: a change of the generated entry or of the build flags is a new binary
-    return hashlib.sha256((GENERATOR_VERSION + _hash_file(INCLUDE_DIR / "canna_kernel.h")
+    # every header canna ships (canna_kernel.h, kernel_operator.h) is part of the key
+    shipped = "".join(_hash_file(p) for p in sorted(INCLUDE_DIR.rglob("*.h")))
+    return hashlib.sha256((GENERATOR_VERSION + shipped
                            + _hash_file(SIM_ABI_DIR / "sim_kernel_abi.h")
                            + _hash_file(Path(__file__))).encode()).hexdigest()
 

@@ -145,7 +145,9 @@ class RawModule:
             raise TypeError(f"RawModule: code must be source text (str) or a binary (bytes), not "
                             f"{type(code).__name__}")
         if self._source is not None:
-            self._kernels = parse_kernels(self._source)
+            dirs = ([self._source_path.parent] if self._source_path else []) + \
+                [o[2:] for o in options if o.startswith("-I") and len(o) > 2]
+            self._kernels = parse_kernels(self._source, include_dirs=dirs)
             self._name = self._source_path.name if self._source_path else "kernel source"
         else:
             self._name = Path(self._binary_path).name if self._binary_path else "binary data"
@@ -504,7 +506,9 @@ class RawKernel:
             *args: one per parameter. GM pointers: a DeviceBuffer, an array (PyTorch, TensorFlow,
                 JAX or NumPy, through DLPack or the buffer protocol; C-contiguous; zero-copy), None
                 (NULL), or ``ctypes.c_void_p(address)``. Scalars: Python/NumPy numbers (or one-element
-                arrays), converted to the declared C type with range checks.
+                arrays), converted to the declared C type with range checks. Structs passed by value
+                (e.g. Ascend C tiling data): a dict of fields, a tuple of all fields, a
+                ``ctypes.Structure``, a NumPy structured scalar, or the struct's bytes.
             stream: the stream (default: the current stream of the current device).
             timeout: seconds the kernel may run before it is stopped and reported as an AI-core
                 timeout (``ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US``; default: none, or

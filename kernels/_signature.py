@@ -1,9 +1,10 @@
 """The parameter lists of custom kernels, read from their source (the dialect of docs/DESIGN.md §3.3).
 
 A kernel is a function marked ``CANNA_KERNEL`` (or, in Ascend C sources, ``__global__``), returning
-``void``, whose parameters are GM pointers (``GM_ADDR`` or any ``T *``) and scalars of fixed-width
-types. Its argument block -- what AscendCL's launch functions take, on the device and in the
-simulator -- is a C struct of the parameters in declaration order with natural alignment, GM
+``void``, whose parameters are GM pointers (``GM_ADDR`` or any ``T *``), scalars of fixed-width
+types and plain structs defined in the source or its headers (by value: Ascend C tiling data,
+kernels/_structs.py). Its argument block -- what AscendCL's launch functions take, on the device
+and in the simulator -- is a C struct of the parameters in declaration order with natural alignment, GM
 pointers 8 bytes (the argument block of ``aclrtLaunchKernelWithHostArgs``, AscendCL ``acl_rt.h``). This module finds the kernels of a source and
 computes that layout; it does not preprocess (kernels declared through macros are not found).
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import platform
 import re
+
+from ._structs import included_source, struct_layouts
 
 __all__ = ["KernelParam", "KernelSignature", "KernelSourceError", "parse_kernels", "parse_signature",
            "SCALAR_TYPES"]
@@ -68,12 +71,14 @@ class KernelParam:
         index: position (0-based).
         name: as written ("" when unnamed).
         ctype: the C type as written, e.g. ``"GM_ADDR"``, ``"const float *"``, ``"uint32_t"``.
-        kind: ``"pointer"`` (a GM pointer) or ``"scalar"``.
+        kind: ``"pointer"`` (a GM pointer), ``"scalar"`` or ``"struct"`` (a plain struct by value).
         scalar: the canonical scalar type (``"uint32"``, ``"float32"``, ...) for scalars, else None.
         element: for a typed pointer, the canonical element type (``"float32"``); None for
             ``GM_ADDR``, ``void *``, byte and unknown pointees (any array is accepted).
         is_const: a pointer to const data (the kernel promises not to write through it).
         offset, size, align: its place in the argument block, in bytes.
+        layout: for ``kind == "struct"`` (a plain struct passed by value, e.g. Ascend C tiling
+            data), its :class:`kernels._structs.StructLayout`; else None.
     """
     index: int
     name: str
@@ -85,6 +90,7 @@ class KernelParam:
     offset: int
     size: int
     align: int
+    layout: object = None
 
     @property
     def label(self) -> str:
@@ -228,7 +234,7 @@ def _canonical(words: list, typedefs: dict, depth=0):
     return None, 0
 
 
-def _parse_param(text: str, index: int, kernel: str, line: int, typedefs: dict) -> tuple:
+def _parse_param(text: str, index: int, kernel: str, line: int, typedefs: dict, structs=None) -> tuple:
     """(name, ctype, kind, scalar, element, is_const) of one parameter declaration."""
     raw = " ".join(_strip_attributes(text).split())
     where = f"kernel '{kernel}' (line {line}), parameter {index}"
@@ -259,12 +265,18 @@ def _parse_param(text: str, index: int, kernel: str, line: int, typedefs: dict) 
         toks = toks[:len(toks) - 1]
     if not type_idents:
         raise KernelSourceError(f"{where} `{raw}`: no type")
+    if structs and "*" not in toks and not array:   # a plain struct by value (kernels/_structs.py)
+        sname = type_idents[-1] if len(type_idents) == 2 and type_idents[0] in ("struct", "class") else \
+            type_idents[0] if len(type_idents) == 1 else None
+        if sname in structs:
+            return name, " ".join(toks), "struct", None, structs[sname], False
     if type_idents[0] in ("struct", "union", "enum", "class"):
         tname = " ".join(type_idents)
         if "*" not in toks and not array:
             raise KernelSourceError(
-                f"{where} `{raw}`: by-value {type_idents[0]} parameters are not supported; pass a pointer "
-                f"(GM_ADDR) to the {tname} in device memory, or its fields as separate scalars")
+                f"{where} `{raw}`: by-value {type_idents[0]} parameters need the {tname}'s definition in this "
+                f"source with data members of fixed-width scalar types (or arrays of them) only; else pass a "
+                f"pointer (GM_ADDR) to it in device memory, or its fields as separate scalars")
     stars = toks.count("*") + (1 if array else 0)
     gm = "GM_ADDR" in type_idents
     # const before the first '*' (or before GM_ADDR) qualifies the pointee
@@ -301,10 +313,15 @@ def _parse_param(text: str, index: int, kernel: str, line: int, typedefs: dict) 
 def _layout(kernel: str, decls: list, line: int) -> KernelSignature:
     params, off, max_align = [], 0, 1
     for i, (name, ctype, kind, scalar, element, is_const) in enumerate(decls):
-        size = 8 if kind == "pointer" else SCALAR_TYPES[scalar][0]
-        align = size
+        layout = None
+        if kind == "struct":   # element carries the StructLayout
+            layout, element = element, None
+            size, align = layout.size, layout.align
+        else:
+            size = 8 if kind == "pointer" else SCALAR_TYPES[scalar][0]
+            align = size
         off = (off + align - 1) // align * align
-        params.append(KernelParam(i, name, ctype, kind, scalar, element, is_const, off, size, align))
+        params.append(KernelParam(i, name, ctype, kind, scalar, element, is_const, off, size, align, layout))
         off += size
         max_align = max(max_align, align)
     size = (off + max_align - 1) // max_align * max_align if params else 0
@@ -330,7 +347,7 @@ def _split_params(text: str) -> list:
     return parts
 
 
-def _params_of(kernel: str, plist: str, line: int, typedefs: dict) -> list:
+def _params_of(kernel: str, plist: str, line: int, typedefs: dict, structs=None) -> list:
     stripped = " ".join(plist.split())
     if stripped in ("", "void"):
         return []
@@ -340,18 +357,22 @@ def _params_of(kernel: str, plist: str, line: int, typedefs: dict) -> list:
             raise KernelSourceError(f"kernel '{kernel}' (line {line}): variadic kernels are not supported")
         if not part.strip():
             raise KernelSourceError(f"kernel '{kernel}' (line {line}): empty parameter {i}")
-        decls.append(_parse_param(part, i, kernel, line, typedefs))
+        decls.append(_parse_param(part, i, kernel, line, typedefs, structs))
     return decls
 
 
-def parse_kernels(source: str) -> dict:
+def parse_kernels(source: str, include_dirs=()) -> dict:
     """Every kernel defined in ``source``: ``{name: KernelSignature}`` in source order.
+    ``include_dirs``: where the source's ``#include "..."`` headers are (for the definitions of
+    struct parameters passed by value).
 
     Raises:
         KernelSourceError: a kernel's declaration cannot be used (the message says why).
     """
     clean = clean_source(source)
     typedefs = _typedefs(clean)
+    headers = clean_source(included_source(source, include_dirs)) if include_dirs else ""
+    structs = struct_layouts(headers + "\n" + clean, SCALAR_TYPES, _C_TYPES, {**_typedefs(headers), **typedefs})
     markers = sorted({m.start() for m in re.finditer(r"\bCANNA_KERNEL\b|\b__global__\b", clean)})
     found: dict = {}
     declared: dict = {}
@@ -392,7 +413,7 @@ def parse_kernels(source: str) -> dict:
         if j >= len(clean):
             raise KernelSourceError(f"kernel '{name}' (line {line}): unterminated parameter list")
         rest = _strip_attributes(clean[j + 1:j + 400]).lstrip()
-        decls = _params_of(name, clean[paren + 1:j], line, typedefs)
+        decls = _params_of(name, clean[paren + 1:j], line, typedefs, structs)
         if rest.startswith("{"):
             if name in found:
                 raise KernelSourceError(f"kernel '{name}' is defined twice (lines {found[name].line} and {line})")
@@ -434,6 +455,8 @@ def parse_signature(text: str, name: str | None = None) -> KernelSignature:
 
 def looks_like_cxx(source: str) -> bool:
     """Whether a kernel source needs a C++ compiler (Ascend C style, namespaces, templates, ...)."""
+    if re.search(r'(?m)^\s*#\s*include\s*["<]kernel_operator\.h[">]', source):
+        return True   # Ascend C
     clean = clean_source(source)
     if re.search(r"\b(namespace|template|class|__global__|__aicore__|nullptr|constexpr|static_cast|"
                  r"reinterpret_cast)\b|::|extern\s+\"", clean):

@@ -465,7 +465,7 @@ def test_kernel_name_not_in_binary(add):
 
 @pytest.mark.parametrize("src,match", [
     ("CANNA_KERNEL int f(GM_ADDR x) { return 0; }", "must return void"),
-    ("struct S { int a; };\nCANNA_KERNEL void f(struct S s) {}", "by-value struct"),
+    ("struct S { int *p; };\nCANNA_KERNEL void f(struct S s) {}", "by-value struct"),
     ("CANNA_KERNEL void f(my_t x) {}", "unsupported type 'my_t'"),
     ("CANNA_KERNEL void f(GM_ADDR x, ...) {}", "variadic"),
     ("CANNA_KERNEL void f(GM_ADDR x);", "declared .* but not defined"),

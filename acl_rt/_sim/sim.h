@@ -120,6 +120,7 @@ typedef struct sim_profile {
     uint32_t vector_cores;
     uint32_t aicpus;
     uint64_t l2;
+    uint64_t ub;          /* Unified Buffer of one vector core, bytes (Ascend C's TPipe::InitBuffer limit) */
 } sim_profile_t;
 
 typedef struct sim_config {

@@ -278,10 +278,12 @@ const char *sim_kind_name(uint32_t kind)
 /* ------------------------------------------------------------------ configuration */
 
 static const sim_profile_t g_profiles[] = {
-    {"Ascend910B1", 64ull << 30, 24, 48, 6, 192ull << 20},
-    {"Ascend910B4", 32ull << 30, 20, 40, 6, 96ull << 20},
-    {"Ascend310P3", 24ull << 30, 8, 7, 8, 16ull << 20},
-    {"Ascend310B1", 16ull << 30, 1, 1, 4, 4ull << 20},
+    /* UB: 192 KiB per vector core on the Atlas A2 (Ascend 910B) parts; 256 KiB on the inference parts
+     * (Ascend C's GetRuntimeUBSize answers these on a device) */
+    {"Ascend910B1", 64ull << 30, 24, 48, 6, 192ull << 20, 192ull << 10},
+    {"Ascend910B4", 32ull << 30, 20, 40, 6, 96ull << 20, 192ull << 10},
+    {"Ascend310P3", 24ull << 30, 8, 7, 8, 16ull << 20, 256ull << 10},
+    {"Ascend310B1", 16ull << 30, 1, 1, 4, 4ull << 20, 256ull << 10},
 };
 
 bool sim_profile_has_hbm(void) { return strncmp(g_cfg.profile->name, "Ascend910", 9) == 0; }

@@ -142,6 +142,8 @@ typedef struct kthread {
     void *volatile pc;
     void *volatile sp;
     void *altstack;
+    void *ub;                              /* the Unified Buffer of Ascend C kernels (canna_sim_host.ub) */
+    size_t ub_size;
 } kthread_t;
 
 static pthread_key_t g_kkey;
@@ -167,6 +169,8 @@ static void kthread_destroy(void *p)
         }
         munmap(kt->altstack, SIM_ALTSTACK_SIZE);
     }
+    if (kt->ub)
+        munmap(kt->ub, kt->ub_size);
     free(kt);
 }
 
@@ -410,6 +414,85 @@ static bool alloc_before(uintptr_t a, sim_mem_info_t *mi)
 static const char *mem_kind(int state)
 {
     return (state == SIM_MEM_DEVICE || state == SIM_MEM_FREED_DEVICE) ? "device" : "aclrtMallocHost";
+}
+
+/* ------------------------------------------------------------------ services to kernels (canna_sim_host) */
+
+static const char *khost_kernel_name(void)
+{
+    pthread_once(&g_kkey_once, kkey_init);
+    kthread_t *kt = pthread_getspecific(g_kkey);
+    return kt && kt->launch ? kt->launch->f->k->name : "";
+}
+
+/* the calling AI-core thread's Unified Buffer (one for every kernel binary; freed with the thread) */
+static void *khost_ub(void)
+{
+    kthread_t *kt = kthread_get();
+    if (!kt)
+        return NULL;
+    if (!kt->ub) {
+        size_t n = (size_t)g_cfg.profile->ub;
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        kt->ub = p;
+        kt->ub_size = n;
+    }
+    return kt->ub;
+}
+
+static int khost_gm_check(const void *p, size_t n, char *why, size_t why_size)
+{
+    if (n == 0)
+        return 0;
+    uintptr_t a = (uintptr_t)p;
+    sim_mem_info_t mi;
+    sim_mem_lookup_info(p, &mi);
+    if (mi.state == SIM_MEM_FREED_DEVICE || mi.state == SIM_MEM_FREED_HOST) {
+        snprintf(why, why_size, "use after free: %p lies in the %s allocation at %p (%zu bytes), which was freed", p,
+                 mem_kind(mi.state), (void *)mi.lo, mi.size);
+        return 1;
+    }
+    if (mi.state == SIM_MEM_DEVICE || mi.state == SIM_MEM_HOST) {
+        if (a + n > mi.lo + mi.size) {
+            snprintf(why, why_size, "out of bounds: [%p, +%zu bytes) ends %zu bytes past the end of the %s allocation "
+                     "at %p (%zu bytes)", p, n, (size_t)(a + n - (mi.lo + mi.size)), mem_kind(mi.state),
+                     (void *)mi.lo, mi.size);
+            return 1;
+        }
+        return 0;
+    }
+    if (alloc_before(a, &mi)) {
+        snprintf(why, why_size, "out of bounds: %p is %zu bytes past the end of the %s allocation at %p (%zu bytes)", p,
+                 (size_t)(a - (mi.lo + mi.size)), mem_kind(mi.state), (void *)mi.lo, mi.size);
+        return 1;
+    }
+    return 0;   /* memory the simulator does not track */
+}
+
+static canna_sim_host g_khost;
+static pthread_once_t g_khost_once = PTHREAD_ONCE_INIT;
+
+static void khost_init(void)   /* the configuration is loaded (binaries load after aclInit) and fixed */
+{
+    g_khost.version = CANNA_SIM_HOST_VERSION;
+    g_khost.check = g_cfg.check != 0;
+    g_khost.ub_bytes = g_cfg.profile->ub;
+    g_khost.soc_name = g_cfg.profile->name;
+    g_khost.kernel_name = khost_kernel_name;
+    g_khost.gm_check = khost_gm_check;
+    g_khost.ub = khost_ub;
+}
+
+/* a binary that exports canna_sim_host_ gets the simulator's services (sim_kernel_abi.h) */
+static void khost_bind(void *dl)
+{
+    const canna_sim_host **slot = dlsym(dl, CANNA_SIM_HOST_SYMBOL);
+    if (!slot)
+        return;
+    pthread_once(&g_khost_once, khost_init);
+    *slot = &g_khost;
 }
 
 /* is [p] readable? (memcheck only: a foreign pointer in the unified model) */
@@ -728,7 +811,7 @@ static aclError kblock(uint32_t idx, uint32_t n, void *arg)
         pthread_mutex_unlock(&L->lock);
     }
     kt->launch = L;
-    char emsg[256];
+    char emsg[SIM_MSG_MAX - 160];
     volatile int erc = 0;
     if (sigsetjmp(kt->jb, 0) == 0) {
         kt->active = 1;
@@ -974,6 +1057,8 @@ static aclError bin_load_bytes(const char *api, const void *data, size_t length,
                      api, display, CANNA_SIM_BINARY_SYMBOL);
     else
         rc = validate_table(api, display, info);
+    if (!rc)
+        khost_bind(dl);
     sim_bin_t *b = NULL;
     sim_func_t **funcs = NULL;
     if (!rc) {

@@ -65,6 +65,28 @@ typedef struct canna_sim_binary {
     const char *producer;         /* free text: the compiler and options that built it */
 } canna_sim_binary;
 
+/* Services of the simulator to the kernels of a binary (optional). A binary that exports the data
+ * symbol CANNA_SIM_HOST_SYMBOL, a `const canna_sim_host *`, gets it set at load, before any launch:
+ * kernel_operator.h (Ascend C for the simulator) reads the SoC's Unified Buffer size and checks
+ * global-memory ranges through it. Fields may be added at the end (version grows). */
+#define CANNA_SIM_HOST_SYMBOL "canna_sim_host_"
+#define CANNA_SIM_HOST_VERSION 1u
+
+typedef struct canna_sim_host {
+    uint32_t version;             /* CANNA_SIM_HOST_VERSION */
+    uint32_t check;               /* 1 under CANNA_SIM_CHECK=1 (memcheck) */
+    uint64_t ub_bytes;            /* Unified Buffer of one vector core of the SoC profile, bytes */
+    const char *soc_name;         /* the SoC profile (aclrtGetSocName) */
+    /* the running kernel's name on the calling thread ("" outside a kernel block) */
+    const char *(*kernel_name)(void);
+    /* 0 when [p, p + n) may be accessed: inside one live device allocation, or memory the simulator
+     * does not track (host memory in the unified model); otherwise 1 with why (text) filled */
+    int (*gm_check)(const void *p, size_t n, char *why, size_t why_size);
+    /* the calling thread's Unified Buffer, ub_bytes long (page aligned; the same for every binary on
+     * that thread, freed when the thread ends); NULL when out of memory */
+    void *(*ub)(void);
+} canna_sim_host;
+
 #ifdef __cplusplus
 }
 #endif

@@ -95,9 +95,28 @@ extern __thread uint32_t canna_sim_block_num_ __attribute__((visibility("hidden"
 #ifdef __cplusplus
 }
 #endif
+/* the simulator's services to kernels (a `const canna_sim_host *`, acl_rt/_sim/sim_kernel_abi.h),
+ * set by the simulator when it loads the binary; NULL when loaded by something else */
+#ifdef __cplusplus
+extern "C" {
+#endif
+extern const void *canna_sim_host_ __attribute__((visibility("default")));
+#ifdef __cplusplus
+}
+#endif
 #define CANNA_SIM_DEFINE_BLOCK_STATE                                                     \
     __attribute__((visibility("hidden"))) __thread uint32_t canna_sim_block_idx_;      \
-    __attribute__((visibility("hidden"))) __thread uint32_t canna_sim_block_num_;
+    __attribute__((visibility("hidden"))) __thread uint32_t canna_sim_block_num_;      \
+    __attribute__((visibility("default"))) const void *canna_sim_host_ = 0;
+
+#ifdef __cplusplus
+/* A device fault a kernel's own checks found (kernel_operator.h's DataCopy alignment, queue
+ * discipline, Unified Buffer bounds...): thrown, caught by the generated entry, reported as the
+ * block's fault (a KernelError at the next synchronize) with this message. */
+struct canna_sim_fault_ {
+    char msg[320];
+};
+#endif
 
 /* as Ascend C: int64_t results */
 CANNA_INLINE_ int64_t GetBlockIdx(void) { return (int64_t)canna_sim_block_idx_; }
@@ -106,8 +125,8 @@ CANNA_INLINE_ int64_t GetBlockNum(void) { return (int64_t)canna_sim_block_num_; 
 #ifdef __cplusplus
 /* source compatibility with Ascend C code that spells AscendC::GetBlockIdx() */
 namespace AscendC {
-inline int64_t GetBlockIdx() { return ::GetBlockIdx(); }
-inline int64_t GetBlockNum() { return ::GetBlockNum(); }
+using ::GetBlockIdx;
+using ::GetBlockNum;
 }
 #endif
 
