@@ -22,7 +22,7 @@ from . import _runtime as rt
 from ._device import Device
 from ._errors import InvalidArgumentError, InvalidHandleError
 from ._lib import backend, ffi
-from ._stream import Event, Stream, _resolve_stream, drain
+from ._stream import Event, Stream, _resolve_stream, accept_stream, drain
 
 __all__ = ["MemoryResource", "DeviceMemoryResource", "DeviceBuffer", "HostBuffer", "alloc", "alloc_host"]
 
@@ -214,11 +214,12 @@ class DeviceBuffer:
         another stream.
 
         Raises:
-            TypeError: ``stream`` is not an :class:`acl_rt.Stream`.
+            TypeError: ``stream`` is not a stream (an :class:`acl_rt.Stream`, or an object with
+                ``__npu_stream__``: see :func:`acl_rt.lowlevel.accept_stream`).
             InvalidHandleError: the buffer was freed.
         """
         if not isinstance(stream, Stream):
-            raise TypeError(f"DeviceBuffer.record_stream: expected an acl_rt.Stream, not {type(stream).__name__}")
+            stream = accept_stream(stream, None, "DeviceBuffer.record_stream")
         self._live("DeviceBuffer.record_stream")
         if stream._h is self._stream._h or stream == self._stream:
             return
@@ -293,7 +294,7 @@ class DeviceBuffer:
         the stream it was allocated on, on every stream passed to :meth:`record_stream`, and on
         ``stream`` if given. Idempotent; using the buffer afterwards raises InvalidHandleError."""
         if stream is not None and not isinstance(stream, Stream):
-            raise TypeError(f"DeviceBuffer.close: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
+            stream = accept_stream(stream, None, "DeviceBuffer.close")
         ptr = self._ptr
         if ptr is None:
             return

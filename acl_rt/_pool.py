@@ -36,7 +36,7 @@ from ._device import Device
 from ._errors import InvalidArgumentError, InvalidHandleError, OutOfMemoryError, error_class
 from ._lib import backend, ffi
 from ._memory import DeviceBuffer, DeviceMemoryResource, MemoryResource, _check_nbytes
-from ._stream import Stream, _close_hooks, current_stream
+from ._stream import Stream, _close_hooks, accept_stream, current_stream
 
 _tls = rt.thread_state()
 _state = rt._state
@@ -257,7 +257,7 @@ class MemoryPool(MemoryResource):
                     stream = self._default = current_stream(self._device)
         elif type(stream) is not Stream:
             if not isinstance(stream, Stream):
-                raise TypeError(f"acl_rt.alloc: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
+                stream = accept_stream(stream, None, "acl_rt.alloc")
         gen = self._gen
         if stream._gen != gen or stream._h is None or stream._device is not self._device:
             self._check_stream(stream)

@@ -18,7 +18,7 @@ from ._device import Device
 from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotSupportedError
 from ._lib import backend, ffi
 
-__all__ = ["Stream", "Event", "current_stream", "synchronize"]
+__all__ = ["Stream", "Event", "current_stream", "synchronize", "accept_stream"]
 
 _EVENT_SYNC, _EVENT_TIME_LINE = 1, 8
 _STREAM_FLAGS = 1 | 2 | 4 | 8 | 16 | 32
@@ -543,7 +543,32 @@ _defaults: dict = {}
 
 def _resolve_stream(stream, device: Device | None, api: str) -> Stream:
     """``stream`` if given (type-checked, and on ``device`` when one is given), else the current
-    stream of ``device``."""
+    stream of ``device`` (see :func:`accept_stream`)."""
+    return accept_stream(stream, device, api)
+
+
+def accept_stream(stream, device: Device | None = None, api: str = "acl_rt", *, handles: bool = False) -> Stream:
+    """The one stream acceptor: what every ``stream=`` argument of canna may be, as a :class:`Stream`.
+
+    Args:
+        stream: ``None`` (the calling thread's current stream of ``device``); an
+            :class:`acl_rt.Stream`; an object with ``__npu_stream__()`` (canna's stream protocol,
+            the mirror of cuda.core's ``__cuda_stream__``: it returns ``(version, handle)``; a bare
+            int handle is taken too); an object with an ``npu_stream`` attribute (a torch_npu
+            ``torch.npu.Stream``: the ``aclrtStream`` as int, read at every call because torch_npu
+            drains its task queue there); with ``handles=True`` also an ``aclrtStream`` handle as
+            an int (``0``: the device's default stream), as DLPack's ``__dlpack__(stream=...)`` takes.
+        device: the device the stream must be on (an :class:`acl_rt.Device` or None: any; a
+            foreign handle is taken to be on ``device``, default the current device).
+        api: the name used in error messages.
+
+    A foreign handle is wrapped in a Stream that does not own it (closing it does nothing).
+
+    Raises:
+        TypeError: anything else (bools and negative ints included).
+        InvalidArgumentError: an acl_rt.Stream of another device than ``device`` (107003,
+            ACL_ERROR_RT_STREAM_CONTEXT).
+    """
     if stream is None:
         return current_stream(device)
     if isinstance(stream, Stream):
@@ -551,7 +576,34 @@ def _resolve_stream(stream, device: Device | None, api: str) -> Stream:
             raise InvalidArgumentError(107003, api, f"the stream is on device {stream._device._id} but the "
                                        f"memory is on device {Device(device)._id}")
         return stream
-    raise TypeError(f"{api}: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
+    handle = None
+    proto = getattr(type(stream), "__npu_stream__", None)
+    if proto is not None:
+        got = proto(stream)
+        handle = got[1] if isinstance(got, tuple) and len(got) == 2 else got
+        what = f"{type(stream).__name__}.__npu_stream__()"
+    elif hasattr(stream, "npu_stream") and not isinstance(stream, (int, str, bytes)):
+        handle = stream.npu_stream
+        what = f"{type(stream).__name__}.npu_stream"
+    elif handles and isinstance(stream, int) and not isinstance(stream, bool):
+        if stream < 0:
+            raise TypeError(f"{api}: stream must be an aclrtStream handle >= 0 (or None, an acl_rt.Stream, an "
+                            f"object with __npu_stream__), got {stream}")
+        handle, what = stream, "the stream handle"
+    else:
+        if handles:
+            raise TypeError(f"{api}: stream must be None, an int stream handle, an acl_rt.Stream or an object "
+                            f"with __npu_stream__, not {type(stream).__name__}")
+        raise TypeError(f"{api}: stream must be an acl_rt.Stream or None, not {type(stream).__name__} (streams of "
+                        "other libraries are taken through their __npu_stream__ protocol)")
+    if isinstance(handle, bool) or not hasattr(handle, "__index__") or handle.__index__() < 0:
+        raise TypeError(f"{api}: {what} must give an aclrtStream handle (an int >= 0), got {handle!r}")
+    handle = handle.__index__()
+    dev = Device(rt.current_device_id()) if device is None else Device(device)
+    d = dev.default_stream
+    if handle == 0 or handle == d._id:
+        return d
+    return Stream._wrap(dev, ffi.cast("aclrtStream", handle), False, 0)
 
 
 def synchronize(device=None) -> None:

@@ -29,10 +29,9 @@ import threading
 from pathlib import Path
 
 import acl_rt
-from acl_rt import _runtime as rt
-from acl_rt._errors import InvalidArgumentError
-from acl_rt._lib import backend, ffi
-from acl_rt._stream import _resolve_stream
+from acl_rt import InvalidArgumentError
+from acl_rt import lowlevel as rt
+from acl_rt.lowlevel import backend, ffi
 
 from . import _compiler
 from ._args import make_packer
@@ -532,7 +531,7 @@ class RawKernel:
         if len(args) != self._nparams:
             raise TypeError(f"{api}: {self._sig} takes {self._nparams} argument{'s' if self._nparams != 1 else ''}, "
                             f"got {len(args)}")
-        s = _resolve_stream(stream, None, api)
+        s = rt.accept_stream(stream, None, api)
         sh = s._handle(api)
         f = self._funcs.get((rt.generation(), s._device._id))
         if f is None:

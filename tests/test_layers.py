@@ -55,6 +55,8 @@ VIOLATIONS = [
     ("acl_rt/_stream.py", "import canna_dl", "acl_rt knows nothing above it"),
     ("canna_dl/torch/_common.py", "from ..jax import _ops", "canna_dl: the framework shims (independent of each other)"),
     ("kernels/_reduce.py", "from canna_dl.torch import _public", "kernels imports no framework shim"),
+    ("kernels/_signature.py", "from acl_rt._stream import current_stream",
+     "kernels and canna_dl reach below acl_rt's public API only through acl_rt.lowlevel"),
 ]
 
 
@@ -126,3 +128,25 @@ def test_shims_reexport_the_core_exchange():
     from canna_dl._frameworks import _torch
     assert ct.to_torch is _torch.to_torch and ct.from_torch is _torch.from_torch
     assert canna_dl.to_torch(canna_dl.asarray(torch.ones(2))).tolist() == [1.0, 1.0]
+
+
+def test_the_seam_contract_names_every_private_acl_rt_module():
+    """The seam contract forbids acl_rt's private modules one by one: a new one must be added."""
+    import tomllib
+    with open(Path(ROOT, "pyproject.toml"), "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    seam = next(c for c in contracts if c.get("id") == "acl-rt-seam")
+    here = Path(ROOT, "acl_rt")
+    private = {f"acl_rt.{p.stem}" for p in here.glob("_*.py") if p.stem != "__init__"}
+    private |= {f"acl_rt.{p.parent.name}" for p in here.glob("_*/__init__.py")}
+    assert private == set(seam["forbidden_modules"])
+
+
+def test_kernels_use_the_seam():
+    """The seam's names are the ones kernels call (a rename in acl_rt breaks here, not at run time)."""
+    from acl_rt import lowlevel
+    import kernels._core as core
+    import kernels._raw as raw
+    assert core.rt is lowlevel and raw.rt is lowlevel
+    for name in lowlevel.__all__:
+        assert hasattr(lowlevel, name), name
