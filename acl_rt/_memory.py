@@ -14,10 +14,9 @@ wait for their stream before returning. Copies with a :class:`HostBuffer` (page-
 from __future__ import annotations
 
 import abc
-import collections
-import threading
 import warnings
 
+from . import _keepalive
 from . import _runtime as rt
 from ._device import Device
 from ._errors import InvalidArgumentError, InvalidHandleError
@@ -353,52 +352,17 @@ def _memcpy(dst, dst_max, src, n, kind, stream: Stream, api, sync, keep):
     else:
         rt.check(backend().lib.aclrtMemcpyAsync(dst, dst_max, src, n, kind, h), "aclrtMemcpyAsync")
         if isinstance(keep, HostBuffer):
-            _keep_until_done(stream, keep._cdata)   # the memory itself, even if keep.close() is called
+            _keepalive.hold(h, keep._cdata)   # the memory itself, even if keep.close() is called
 
 
 # Host memory in an asynchronous copy must outlive the copy even when the user drops the last
-# reference right after queueing it (PyTorch's pinned-memory allocator does the same with events):
-# each such copy records an event, and the HostBuffer is held until the event has completed.
-_pending: collections.deque = collections.deque()     # (event, keep)
-_free_events: dict = {}                                 # device id -> [Event] for reuse
-_pending_lock = threading.Lock()
-
-
-def _reap_pending() -> None:
-    """Drop the references of copies that have completed (never waits)."""
-    with _pending_lock:
-        keep = collections.deque()
-        while _pending:
-            ev, obj = _pending.popleft()
-            try:
-                done = ev._gen != rt._state.generation or ev.query()
-            except Exception:
-                done = True
-            if done:
-                if ev._gen == rt._state.generation:
-                    _free_events.setdefault(ev.device.device_id, []).append(ev)
-            else:
-                keep.append((ev, obj))
-        _pending.extend(keep)
-
-
-def _keep_until_done(stream: Stream, obj) -> None:
-    if _pending:
-        _reap_pending()
-    with _pending_lock:
-        free = _free_events.get(stream.device.device_id)
-        ev = free.pop() if free else None
-    if ev is None or ev._gen != rt._state.generation:
-        ev = Event._create(stream.device, timing=False)
-    ev.record(stream)
-    with _pending_lock:
-        _pending.append((ev, obj))
-
+# reference right after queueing it: acl_rt's one keep-alive holds it until the stream has run
+# the copy (acl_rt/_keepalive.py).
 
 def pending_host_copies() -> int:
-    """How many asynchronous copies still hold a HostBuffer alive (after dropping completed ones)."""
-    _reap_pending()
-    return len(_pending)
+    """How many objects are still held until their stream passes (the host side of asynchronous
+    copies, and kernel operands; after dropping the completed ones)."""
+    return _keepalive.pending()
 
 
 class HostBuffer:

@@ -22,7 +22,6 @@ loaded with ``RawModule(path=...)``.
 """
 from __future__ import annotations
 
-import collections
 import hashlib
 import os
 import threading
@@ -316,71 +315,15 @@ class RawModule:
 
 
 # ---------------------------------------------------------------------------------------------
-# keeping arguments alive while a launch may still read them
+# keeping arguments alive while a launch may still read them: acl_rt's one keep-alive
+# (acl_rt/_keepalive.py, through the seam)
 
-_pending: collections.deque = collections.deque()   # (generation, event handle, keepalive)
-_event_pool: list = []
-_pending_lock = threading.Lock()
-
-
-_stream_status = ffi.new("aclrtStreamStatus *")    # used under _pending_lock
-_event_status = ffi.new("aclrtEventRecordedStatus *")
-
-
-def _hold(stream_handle, keep, lib) -> None:
-    """Keep ``keep`` alive until the work queued so far on the stream has run (an event marks the
-    point; completed entries are dropped at later launches)."""
-    gen = rt.generation()
-    with _pending_lock:
-        if _pending:
-            _reap(lib, gen)
-        st = _stream_status
-        if lib.aclrtStreamQuery(stream_handle, st) == 0 and st[0] == 0:
-            return   # already done (it ran inline): nothing to hold
-        ev = None
-        while _event_pool:
-            g, e = _event_pool.pop()
-            if g == gen:
-                ev = e
-                break
-        if ev is None:
-            cell = ffi.new("aclrtEvent *")
-            if lib.aclrtCreateEvent(cell) != 0:
-                lib.aclGetRecentErrMsg()
-                lib.aclrtSynchronizeStream(stream_handle)   # no event: wait instead of risking a dangling read
-                lib.aclGetRecentErrMsg()
-                return
-            ev = cell[0]
-        if lib.aclrtRecordEvent(ev, stream_handle) != 0:
-            lib.aclGetRecentErrMsg()
-            lib.aclrtSynchronizeStream(stream_handle)
-            lib.aclGetRecentErrMsg()
-            _event_pool.append((gen, ev))
-            return
-        _pending.append((gen, ev, keep))
-
-
-def _reap(lib, gen) -> None:
-    st = _event_status
-    while _pending:
-        g, ev, _keep = _pending[0]
-        if g != gen:
-            _pending.popleft()
-            continue
-        if lib.aclrtQueryEventStatus(ev, st) != 0:
-            lib.aclGetRecentErrMsg()
-        elif st[0] != 1:
-            return
-        _pending.popleft()
-        _event_pool.append((g, ev))
+_hold = rt.hold
 
 
 def pending_keepalives() -> int:
-    """Launches whose arguments are still held because they may not have run (for tests)."""
-    with _pending_lock:
-        if _pending and rt.is_initialized():
-            _reap(backend().lib, rt.generation())
-        return len(_pending)
+    """Objects still held because the launch (or copy) that uses them may not have run (for tests)."""
+    return rt.pending_holds()
 
 
 class RawKernel:
