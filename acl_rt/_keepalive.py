@@ -16,6 +16,7 @@ import collections
 import threading
 
 from . import _runtime as rt
+from ._constants import EventRecordedStatus, StreamStatus
 from ._lib import backend, ffi
 
 __all__ = ["hold", "pending"]
@@ -24,6 +25,8 @@ _pending: collections.deque = collections.deque()   # (generation, context, even
 _event_pool: dict = {}                               # context record -> [(generation, event handle)]
 _pending_lock = threading.Lock()
 
+_STREAM_COMPLETE = int(StreamStatus.ACL_STREAM_STATUS_COMPLETE)
+_EVENT_COMPLETE = int(EventRecordedStatus.ACL_EVENT_RECORDED_STATUS_COMPLETE)
 _stream_status = ffi.new("aclrtStreamStatus *")    # used under _pending_lock
 _event_status = ffi.new("aclrtEventRecordedStatus *")
 
@@ -47,7 +50,7 @@ def hold(stream_handle, keep, lib=None) -> None:
         if _pending:
             _reap(lib, gen)
         st = _stream_status
-        if lib.aclrtStreamQuery(stream_handle, st) == 0 and st[0] == 0:
+        if lib.aclrtStreamQuery(stream_handle, st) == 0 and st[0] == _STREAM_COMPLETE:
             return   # already done (it ran inline): nothing to hold
         ev = None
         free = _event_pool.get(ctx)
@@ -82,7 +85,7 @@ def _reap(lib, gen) -> None:
             continue
         if lib.aclrtQueryEventStatus(ev, st) != 0:
             lib.aclGetRecentErrMsg()
-        elif st[0] != 1:
+        elif st[0] != _EVENT_COMPLETE:
             return
         _pending.popleft()
         _event_pool.setdefault(ctx, []).append((g, ev))

@@ -18,6 +18,7 @@ import warnings
 
 from . import _keepalive
 from . import _runtime as rt
+from ._constants import ErrorCode as E, MemcpyKind
 from ._device import Device
 from ._errors import InvalidArgumentError, InvalidHandleError
 from ._lib import backend, ffi
@@ -26,7 +27,8 @@ from ._stream import Event, Stream, _resolve_stream, accept_stream, drain
 __all__ = ["MemoryResource", "DeviceMemoryResource", "DeviceBuffer", "HostBuffer", "alloc", "alloc_host"]
 
 # aclrtMemcpyKind
-_H2H, _H2D, _D2H, _D2D = 0, 1, 2, 3
+_H2H, _H2D, _D2H, _D2D = (int(k) for k in (MemcpyKind.ACL_MEMCPY_HOST_TO_HOST, MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
+                                           MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST, MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE))
 _MAX_ALLOC = 1 << 62
 
 
@@ -35,9 +37,10 @@ def _check_nbytes(nbytes, api, *, allow_zero=False) -> int:
         raise TypeError(f"{api}: size must be an int number of bytes, not {type(nbytes).__name__}")
     n = nbytes.__index__()
     if n < 0 or (n == 0 and not allow_zero):
-        raise InvalidArgumentError(100000, api, f"size must be {'>= 0' if allow_zero else '> 0'} bytes, got {n}")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                   f"size must be {'>= 0' if allow_zero else '> 0'} bytes, got {n}")
     if n > _MAX_ALLOC:
-        raise InvalidArgumentError(100000, api, f"size {n} bytes is larger than any device")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api, f"size {n} bytes is larger than any device")
     return n
 
 
@@ -110,9 +113,9 @@ def _host_view(obj, api, *, writable):
         raise TypeError(f"{api}: expected a DeviceBuffer, a HostBuffer or an object supporting the "
                         f"buffer protocol (bytes, bytearray, NumPy array, ...), not {type(obj).__name__}") from None
     if not mv.c_contiguous:
-        raise InvalidArgumentError(100000, api, "host buffer must be C-contiguous")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api, "host buffer must be C-contiguous")
     if writable and mv.readonly:
-        raise InvalidArgumentError(100000, api, "host destination is read-only")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api, "host destination is read-only")
     if mv.nbytes == 0:
         return ffi.NULL, 0, mv
     return ffi.from_buffer(mv, require_writable=writable), mv.nbytes, mv
@@ -195,9 +198,10 @@ class DeviceBuffer:
 
     def _live(self, api) -> int:
         if self._ptr is None:
-            raise InvalidHandleError(107017, api, "the buffer was freed")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api, "the buffer was freed")
         if self._gen != rt.generation():
-            raise InvalidHandleError(107017, api, "the buffer was allocated before acl_rt.finalize() and is no longer valid")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api,
+                                     "the buffer was allocated before acl_rt.finalize() and is no longer valid")
         return self._ptr
 
     def _cptr(self, api):
@@ -239,7 +243,8 @@ class DeviceBuffer:
         s = _resolve_stream(stream, self.device, api)
         sp, n, keep, sync = _other_side(src, api, writable=False)
         if n > self._size:
-            raise InvalidArgumentError(100000, api, f"source is {n} bytes but the destination buffer has only {self._size}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"source is {n} bytes but the destination buffer has only {self._size}")
         self._use_on(s, keep)
         _memcpy(dst, self._size, sp, n, _D2D if isinstance(keep, DeviceBuffer) else _H2D, s, api, sync, keep)
 
@@ -256,7 +261,8 @@ class DeviceBuffer:
         s = _resolve_stream(stream, self.device, api)
         dp, n, keep, sync = _other_side(dst, api, writable=True)
         if n > self._size:
-            raise InvalidArgumentError(100000, api, f"destination is {n} bytes but this buffer has only {self._size}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"destination is {n} bytes but this buffer has only {self._size}")
         self._use_on(s, keep)
         _memcpy(dp, n, src, n, _D2D if isinstance(keep, DeviceBuffer) else _D2H, s, api, sync, keep)
 
@@ -280,7 +286,7 @@ class DeviceBuffer:
             raise TypeError(f"{api}: value must be an int byte value, not {type(value).__name__}")
         v = value.__index__()
         if not 0 <= v <= 255:
-            raise InvalidArgumentError(100000, api, f"value must be a byte (0..255), got {v}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api, f"value must be a byte (0..255), got {v}")
         p = self._cptr(api)
         s = _resolve_stream(stream, self.device, api)
         if s._h is not self._stream._h:
@@ -411,7 +417,7 @@ class HostBuffer:
 
     def _cptr(self, api):
         if self._cdata is None:
-            raise InvalidHandleError(107017, api, "the host buffer was closed")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api, "the host buffer was closed")
         return self._cdata
 
     def view(self) -> memoryview:

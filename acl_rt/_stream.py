@@ -14,14 +14,17 @@ import threading
 import warnings
 
 from . import _runtime as rt
+from ._constants import ErrorCode as E, EventFlag, EventRecordedStatus, StreamFlag, StreamStatus
 from ._device import Device
 from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotSupportedError
 from ._lib import backend, ffi
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "accept_stream"]
 
-_EVENT_SYNC, _EVENT_TIME_LINE = 1, 8
-_STREAM_FLAGS = 1 | 2 | 4 | 8 | 16 | 32
+_EVENT_SYNC, _EVENT_TIME_LINE = int(EventFlag.ACL_EVENT_SYNC), int(EventFlag.ACL_EVENT_TIME_LINE)
+_STREAM_FLAGS = sum(int(f) for f in StreamFlag)   # every ACL_STREAM_* bit
+_STREAM_COMPLETE = int(StreamStatus.ACL_STREAM_STATUS_COMPLETE)
+_EVENT_COMPLETE = int(EventRecordedStatus.ACL_EVENT_RECORDED_STATUS_COMPLETE)
 
 
 def _timeout_ms(timeout, api) -> int:
@@ -30,10 +33,12 @@ def _timeout_ms(timeout, api) -> int:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{api}: timeout must be a number of seconds or None, not {type(timeout).__name__}")
     if not timeout >= 0 or math.isinf(timeout):
-        raise InvalidArgumentError(100000, api, f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                   f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
     ms = math.ceil(timeout * 1000)
     if ms > 2**31 - 1:
-        raise InvalidArgumentError(100000, api, f"timeout {timeout!r} s is too long (max {(2**31 - 1) / 1000:.0f} s)")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                   f"timeout {timeout!r} s is too long (max {(2**31 - 1) / 1000:.0f} s)")
     return ms
 
 
@@ -71,9 +76,12 @@ class Stream:
                 raise TypeError(f"{api}: {name} must be an int, not {type(v).__name__}")
         priority, flags = priority.__index__(), flags.__index__()
         if not 0 <= priority <= 7:
-            raise InvalidArgumentError(100000, api, f"priority must be in 0..7 (0 is highest), got {priority}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"priority must be in 0..7 (0 is highest), got {priority}")
         if flags & ~_STREAM_FLAGS or flags < 0:
-            raise InvalidArgumentError(100000, api, f"unknown stream flag bits {flags:#x} (valid: ACL_STREAM_* = {_STREAM_FLAGS:#x})")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"unknown stream flag bits {flags:#x} (valid: ACL_STREAM_* = "
+                                       f"{_STREAM_FLAGS:#x})")
         rt.activate(device._id, api)
         cell = ffi.new("aclrtStream *")
         rt.check(backend().lib.aclrtCreateStreamWithConfig(cell, priority, flags), "aclrtCreateStreamWithConfig")
@@ -132,9 +140,10 @@ class Stream:
     def _handle(self, api):
         """The live handle, with the device's context current; raises when destroyed/stale."""
         if self._h is None:
-            raise InvalidHandleError(107017, api, "the stream was destroyed")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api, "the stream was destroyed")
         if self._gen != rt._state.generation:
-            raise InvalidHandleError(107017, api, "the stream was created before acl_rt.finalize() and is no longer valid")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api,
+                                     "the stream was created before acl_rt.finalize() and is no longer valid")
         rt.activate(self._device._id, api)
         return self._h
 
@@ -163,7 +172,7 @@ class Stream:
         is done in slices so Ctrl-C (KeyboardInterrupt) is delivered while waiting."""
         h = self._handle(api)
         _wait_sliced(backend().lib.aclrtSynchronizeStreamWithTimeout, "aclrtSynchronizeStreamWithTimeout",
-                     h, ms, 507046)
+                     h, ms, E.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
 
     sync = synchronize
 
@@ -171,7 +180,7 @@ class Stream:
         """``True`` when all queued work has finished (``aclrtStreamQuery``); never waits."""
         out = ffi.new("aclrtStreamStatus *")
         rt.check(backend().lib.aclrtStreamQuery(self._handle("Stream.query"), out), "aclrtStreamQuery")
-        return out[0] == 0
+        return out[0] == _STREAM_COMPLETE
 
     @property
     def is_done(self) -> bool:
@@ -307,7 +316,7 @@ def drain(stream: "Stream") -> None:
     try:
         stream._sync_raw("acl_rt (freeing memory)")
     except AclError as e:
-        if e.code == 107000 and "inside" in e.message:   # waited from one of its own tasks: skip
+        if e.code == E.ACL_ERROR_RT_PARAM_INVALID and "inside" in e.message:   # waited from one of its own tasks: skip
             return
         with _host_errors_lock:
             _host_errors.setdefault((stream._gen, stream._id), (stream._device._id, []))[1].append(e)
@@ -405,9 +414,10 @@ class Event:
 
     def _handle(self, api):
         if self._h is None:
-            raise InvalidHandleError(107017, api, "the event was destroyed")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api, "the event was destroyed")
         if self._gen != rt._state.generation:
-            raise InvalidHandleError(107017, api, "the event was created before acl_rt.finalize() and is no longer valid")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api,
+                                     "the event was created before acl_rt.finalize() and is no longer valid")
         rt.activate(self._device._id, api)
         return self._h
 
@@ -421,7 +431,8 @@ class Event:
         api = "Event.record"
         stream = current_stream(self._device) if stream is None else _resolve_stream(stream, None, api)
         if stream._device is not self._device:
-            raise InvalidArgumentError(107003, api, f"the event is on device {self._device._id} but the "
+            raise InvalidArgumentError(E.ACL_ERROR_RT_STREAM_CONTEXT, api,
+                                       f"the event is on device {self._device._id} but the "
                                        f"stream is on device {stream._device._id}")
         sh = stream._handle(api)
         rt.check(backend().lib.aclrtRecordEvent(self._handle(api), sh), "aclrtRecordEvent")
@@ -439,11 +450,13 @@ class Event:
         h = self._handle(api)
         lib = backend().lib
         if lib.has("aclrtSynchronizeEventWithTimeout"):
-            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms, 507047)
+            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms,
+                         E.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT)
         elif ms < 0:  # an older CANN: not interruptible
             rt.check(lib.aclrtSynchronizeEvent(h), "aclrtSynchronizeEvent")
         else:
-            raise NotSupportedError(200001, api, "this CANN version has no aclrtSynchronizeEventWithTimeout")
+            raise NotSupportedError(E.ACL_ERROR_API_NOT_SUPPORT, api,
+                                    "this CANN version has no aclrtSynchronizeEventWithTimeout")
 
     sync = synchronize
 
@@ -451,7 +464,7 @@ class Event:
         """``True`` when the latest record has completed (or the event was never recorded)."""
         out = ffi.new("aclrtEventRecordedStatus *")
         rt.check(backend().lib.aclrtQueryEventStatus(self._handle("Event.query"), out), "aclrtQueryEventStatus")
-        return out[0] == 1  # ACL_EVENT_RECORDED_STATUS_COMPLETE
+        return out[0] == _EVENT_COMPLETE
 
     @property
     def is_done(self) -> bool:
@@ -470,13 +483,15 @@ class Event:
             raise TypeError(f"{api}: expected an acl_rt.Event, not {type(end).__name__}")
         self._handle(api), end._handle(api)
         if end._device is not self._device:
-            raise InvalidArgumentError(107003, api, f"the events are on different devices "
+            raise InvalidArgumentError(E.ACL_ERROR_RT_STREAM_CONTEXT, api, f"the events are on different devices "
                                        f"({self._device._id} and {end._device._id})")
         for e, which in ((self, "start"), (end, "end")):
             if not e._timing:
-                raise InvalidArgumentError(107006, api, f"the {which} event was created with timing=False")
+                raise InvalidArgumentError(E.ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, api,
+                                           f"the {which} event was created with timing=False")
             if not e._recorded:
-                raise InvalidArgumentError(107006, api, f"the {which} event was never recorded")
+                raise InvalidArgumentError(E.ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, api,
+                                           f"the {which} event was never recorded")
         out = ffi.new("float *")
         rt.check(backend().lib.aclrtEventElapsedTime(out, self._handle(api), end._handle(api)),
                  "aclrtEventElapsedTime")
@@ -573,7 +588,8 @@ def accept_stream(stream, device: Device | None = None, api: str = "acl_rt", *, 
         return current_stream(device)
     if isinstance(stream, Stream):
         if device is not None and stream._device is not device:
-            raise InvalidArgumentError(107003, api, f"the stream is on device {stream._device._id} but the "
+            raise InvalidArgumentError(E.ACL_ERROR_RT_STREAM_CONTEXT, api,
+                                       f"the stream is on device {stream._device._id} but the "
                                        f"memory is on device {Device(device)._id}")
         return stream
     handle = None

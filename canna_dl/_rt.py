@@ -11,7 +11,7 @@ import threading
 
 import acl_rt
 from acl_rt import lowlevel as _art
-from acl_rt.lowlevel import Stream, backend, ffi
+from acl_rt.lowlevel import MemcpyKind, Stream, backend, ffi
 
 from . import _native
 
@@ -19,7 +19,8 @@ __all__ = ["ensure", "memory_model", "is_unified", "alloc_storage", "memcpy", "s
            "KDL_CPU", "KDL_EXTDEV", "KDL_ASCEND", "H2D", "D2H", "D2D", "H2H"]
 
 KDL_CPU, KDL_EXTDEV, KDL_ASCEND = 1, 12, 21
-H2H, H2D, D2H, D2D = 0, 1, 2, 3
+H2H, H2D, D2H, D2D = (int(k) for k in (MemcpyKind.ACL_MEMCPY_HOST_TO_HOST, MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
+                                       MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST, MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE))
 
 _state = _art.state
 _tls = _art.thread_state()

@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 
 import acl_rt
+from acl_rt import ErrorCode as E
 from acl_rt import InvalidArgumentError
 from acl_rt import lowlevel as rt
 from acl_rt.lowlevel import backend, ffi
@@ -42,7 +43,7 @@ __all__ = ["RawModule", "RawKernel", "KernelNotFoundError", "CompileError", "Ker
 
 #: numBlocks limit of a launch (Ascend C: blockDim in [1, 65535])
 MAX_BLOCKS = 65535
-_ATTR_TIMEOUT_US = 8
+_ATTR_TIMEOUT_US = int(rt.LaunchKernelAttrId.ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US)
 
 
 class KernelNotFoundError(LookupError):
@@ -256,7 +257,7 @@ class RawModule:
         if f is None:
             cell = ffi.new("aclrtFuncHandle *")
             rc = backend().lib.aclrtBinaryGetFunction(ld.handle, name.encode(), cell)
-            if rc == 107042:   # ACL_ERROR_RT_SYMBOL_NOT_FOUND
+            if rc == E.ACL_ERROR_RT_SYMBOL_NOT_FOUND:   # ACL_ERROR_RT_SYMBOL_NOT_FOUND
                 msg = backend().lib.aclGetRecentErrMsg()
                 detail = ffi.string(msg).decode(errors="replace") if msg != ffi.NULL else ""
                 have = detail.rsplit("(it has: ", 1)[-1].rstrip(")") if "(it has: " in detail else ""
@@ -470,7 +471,8 @@ class RawKernel:
                 raise TypeError(f"{api}: num_blocks must be an int, not {type(num_blocks).__name__}")
             num_blocks = num_blocks.__index__()
         if not 1 <= num_blocks <= MAX_BLOCKS:
-            raise InvalidArgumentError(100000, api, f"num_blocks must be in 1..{MAX_BLOCKS}, got {num_blocks}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"num_blocks must be in 1..{MAX_BLOCKS}, got {num_blocks}")
         if len(args) != self._nparams:
             raise TypeError(f"{api}: {self._sig} takes {self._nparams} argument{'s' if self._nparams != 1 else ''}, "
                             f"got {len(args)}")
@@ -519,7 +521,8 @@ def _timeout_cfg(timeout, api):
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{api}: timeout must be a number of seconds or None, not {type(timeout).__name__}")
     if not 0 < timeout < 1e9:
-        raise InvalidArgumentError(100000, api, f"timeout must be a positive number of seconds, got {timeout!r}")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                   f"timeout must be a positive number of seconds, got {timeout!r}")
     us = max(1, int(timeout * 1e6))
     attr = ffi.new("aclrtLaunchKernelAttr[1]")
     attr[0].id = _ATTR_TIMEOUT_US
