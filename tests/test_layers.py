@@ -150,3 +150,44 @@ def test_kernels_use_the_seam():
     assert core.rt is lowlevel and raw.rt is lowlevel
     for name in lowlevel.__all__:
         assert hasattr(lowlevel, name), name
+
+
+# -- one DLPack importer: kernels reads GM pointer arguments through canna_dl ---------------------
+
+def test_kernel_arguments_read_capsules_with_canna_dls_reader(acl):
+    """A raw capsule passed to a kernel is read by canna_dl's capsule reader, in place and not
+    consumed (a launch may be repeated); DLPack producers are imported by canna_dl.from_dlpack."""
+    np = pytest.importorskip("numpy")
+    from canna_dl import _native
+    from kernels._args import gm_pointer
+    a = np.arange(12, dtype=np.float32)
+    for cap in (a.__dlpack__(), a.__dlpack__(max_version=(1, 0))):
+        v = gm_pointer(cap)
+        assert (v.ptr, v.dtype, v.host, v.readonly) == (a.ctypes.data, "float32", True, False)
+        assert _native.capsule_info(cap)["name"] in ("dltensor", "dltensor_versioned")   # not consumed
+    ro = a.copy()
+    ro.flags.writeable = False
+    assert gm_pointer(ro.__dlpack__(max_version=(1, 0))).readonly        # DLPack 1.x READ_ONLY flag
+    buf = bytearray(64)
+    with pytest.raises(TypeError, match="vector dtype \\(4 lanes\\)"):
+        gm_pointer(_native._test_capsule(buf, (4,), dtype=(2, 32, 4)))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        gm_pointer(_native._test_capsule(buf, (2, 2), strides=(1, 2)))
+    with pytest.raises(TypeError, match="lives on device 'cuda'"):
+        gm_pointer(_native._test_capsule(buf, (4,), device=(2, 0)))
+    used = a.__dlpack__()
+    import canna_dl
+    canna_dl.from_dlpack(used)
+    with pytest.raises(TypeError, match="already consumed"):
+        gm_pointer(used)
+    # a producer goes through canna_dl.from_dlpack: the view is canna_dl's DeviceArray of a's memory
+    assert gm_pointer(a).ptr == a.ctypes.data
+
+
+def test_only_canna_dl_declares_the_dlpack_abi():
+    """The DLPack structs are declared once, in canna_dl/_native (kernels/_args.py had its own cffi
+    copy and capsule parser)."""
+    for pkg in ("acl_rt", "kernels"):
+        for path in Path(ROOT, pkg).rglob("*.py"):
+            text = path.read_text()
+            assert "DLManagedTensor" not in text and "PyCapsule_GetPointer" not in text, path
