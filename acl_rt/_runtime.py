@@ -91,8 +91,8 @@ def check(rc: int, api: str) -> None:
 
 def _forked_error(api):
     return ForkedProcessError(
-        E.ACL_ERROR_RT_NO_PERMISSION, api, f"the runtime was initialized in process {_state.pid}; this forked child "
-        f"(pid {os.getpid()}) cannot use it. AscendCL does not support fork() after aclInit: start "
+        E.ACL_ERROR_RT_NO_PERMISSION, api, f"the runtime was initialized in process {_state.pid}; this forked "
+        f"child (pid {os.getpid()}) cannot use it. AscendCL does not support fork() after aclInit: start "
         "workers with multiprocessing's 'spawn' or 'forkserver' method")
 
 
@@ -116,7 +116,7 @@ def init() -> None:
             raise _forked_error("acl_rt.init")
         lib = backend().lib
         rc = lib.aclInit(ffi.NULL)
-        if rc not in (0, E.ACL_ERROR_REPEAT_INITIALIZE):  # ACL_ERROR_REPEAT_INITIALIZE is documented as ignorable
+        if rc not in (0, E.ACL_ERROR_REPEAT_INITIALIZE):  # documented as ignorable
             raise_error(rc, "aclInit")
         _state.generation += 1
         _state.pid = os.getpid()
@@ -260,7 +260,7 @@ def finalize() -> None:
         with _lock:
             _state.devices = {}
             _tls.__dict__.pop("ctx", None)
-            if rc in (0, E.ACL_ERROR_REPEAT_FINALIZE):  # ACL_ERROR_REPEAT_FINALIZE: already done
+            if rc in (0, E.ACL_ERROR_REPEAT_FINALIZE):  # already done
                 _state.ready = False
                 _state.finalized = True
         if rc not in (0, E.ACL_ERROR_REPEAT_FINALIZE):

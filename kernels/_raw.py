@@ -257,7 +257,7 @@ class RawModule:
         if f is None:
             cell = ffi.new("aclrtFuncHandle *")
             rc = backend().lib.aclrtBinaryGetFunction(ld.handle, name.encode(), cell)
-            if rc == E.ACL_ERROR_RT_SYMBOL_NOT_FOUND:   # ACL_ERROR_RT_SYMBOL_NOT_FOUND
+            if rc == E.ACL_ERROR_RT_SYMBOL_NOT_FOUND:
                 msg = backend().lib.aclGetRecentErrMsg()
                 detail = ffi.string(msg).decode(errors="replace") if msg != ffi.NULL else ""
                 have = detail.rsplit("(it has: ", 1)[-1].rstrip(")") if "(it has: " in detail else ""
