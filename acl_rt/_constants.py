@@ -13,7 +13,8 @@ The headers are the one definition (the simulator compiles them, cffi reads them
   ``IntFlag``); :class:`EventFlag` — the ``ACL_EVENT_*`` flags of ``aclrtCreateEventWithFlag``;
 - :class:`StreamStatus`, :class:`EventRecordedStatus` — what ``aclrtStreamQuery`` /
   ``aclrtQueryEventStatus`` report;
-- :class:`LaunchKernelAttrId` — ``aclrtLaunchKernelAttrId`` (kernel launch attributes).
+- :class:`LaunchKernelAttrId` — ``aclrtLaunchKernelAttrId`` (kernel launch attributes);
+- :class:`DataType`, :class:`Format` — aclnn's ``aclDataType`` and ``aclFormat`` (``nn_types.h``).
 
 Member names are CANN's, unchanged (``ErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION == 207001``).
 """
@@ -24,7 +25,7 @@ import re
 from pathlib import Path
 
 __all__ = ["ErrorCode", "AclnnStatus", "MemcpyKind", "StreamFlag", "EventFlag", "StreamStatus",
-           "EventRecordedStatus", "LaunchKernelAttrId", "defines", "enums"]
+           "EventRecordedStatus", "LaunchKernelAttrId", "DataType", "Format", "defines", "enums"]
 
 _CDEF = Path(__file__).resolve().parent / "_cdef"
 _INT = r"(-?(?:0[xX][0-9a-fA-F]+|\d+))[uUlL]*"
@@ -89,3 +90,11 @@ EventRecordedStatus.__doc__ = ("``aclrtEventRecordedStatus`` (``aclrtQueryEventS
 
 LaunchKernelAttrId = enum.IntEnum("LaunchKernelAttrId", _RT_ENUMS["aclrtLaunchKernelAttrId"], module=__name__)
 LaunchKernelAttrId.__doc__ = "``aclrtLaunchKernelAttrId``, from ``acl_rt/_cdef/rt_types.h``."
+
+_NN_ENUMS = enums("nn_types.h")
+
+DataType = enum.IntEnum("DataType", _NN_ENUMS["aclDataType"], module=__name__)
+DataType.__doc__ = "``aclDataType`` (tensor element types of aclnn), from ``acl_rt/_cdef/nn_types.h``."
+
+Format = enum.IntEnum("Format", _NN_ENUMS["aclFormat"], module=__name__)
+Format.__doc__ = "``aclFormat`` (tensor layouts of aclnn), from ``acl_rt/_cdef/nn_types.h``."

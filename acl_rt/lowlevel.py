@@ -28,19 +28,20 @@ Contents:
   a kernel's operands, the host side of an asynchronous copy), :func:`pending_holds`;
 - named constants, generated from the ``acl_rt/_cdef`` headers (:mod:`acl_rt._constants`):
   :class:`ErrorCode`, :class:`AclnnStatus`, :class:`MemcpyKind`, :class:`StreamFlag`,
-  :class:`EventFlag`, :class:`StreamStatus`, :class:`EventRecordedStatus`, :class:`LaunchKernelAttrId`.
+  :class:`EventFlag`, :class:`StreamStatus`, :class:`EventRecordedStatus`, :class:`LaunchKernelAttrId`,
+  :class:`DataType`, :class:`Format` (aclnn's element types and layouts).
 """
 from __future__ import annotations
 
 from ._lib import backend, ffi, op_library
 from ._runtime import (_state as state, activate, check, current_device_id, ensure, generation, is_initialized,
                        raise_error, thread_state)
-from ._constants import (AclnnStatus, ErrorCode, EventFlag, EventRecordedStatus, LaunchKernelAttrId, MemcpyKind,
-                         StreamFlag, StreamStatus)
+from ._constants import (AclnnStatus, DataType, ErrorCode, EventFlag, EventRecordedStatus, Format, LaunchKernelAttrId,
+                         MemcpyKind, StreamFlag, StreamStatus)
 from ._keepalive import hold, pending as pending_holds
 from ._stream import Stream, accept_stream, current_stream
 
 __all__ = ["backend", "ffi", "op_library", "state", "ensure", "is_initialized", "generation", "activate",
            "current_device_id", "thread_state", "check", "raise_error", "Stream", "current_stream", "accept_stream", "hold", "pending_holds",
            "ErrorCode", "AclnnStatus", "MemcpyKind", "StreamFlag", "EventFlag", "StreamStatus", "EventRecordedStatus",
-           "LaunchKernelAttrId"]
+           "LaunchKernelAttrId", "DataType", "Format"]

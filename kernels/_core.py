@@ -43,7 +43,7 @@ __all__ = ["AxisError", "result_kind", "result_type", "broadcast_shapes"]
 _state = rt.state
 _cfg = dl_rt.cfg
 
-ACL_FORMAT_ND, ACL_FORMAT_NCHW = 2, 0
+ACL_FORMAT_ND, ACL_FORMAT_NCHW = int(rt.Format.ACL_FORMAT_ND), int(rt.Format.ACL_FORMAT_NCHW)
 MAX_DIMS = 8   # aclnn tensors have at most 8 dimensions
 
 #: result kinds

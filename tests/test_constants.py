@@ -16,7 +16,7 @@ from acl_rt.lowlevel import backend
 from conftest import ROOT
 
 ENUMS = [C.ErrorCode, C.AclnnStatus, C.MemcpyKind, C.StreamFlag, C.EventFlag, C.StreamStatus,
-         C.EventRecordedStatus, C.LaunchKernelAttrId]
+         C.EventRecordedStatus, C.LaunchKernelAttrId, C.DataType, C.Format]
 
 
 @pytest.mark.parametrize("enum_", ENUMS, ids=lambda e: e.__name__)
@@ -84,3 +84,10 @@ def test_no_raw_error_code_literals_in_the_packages():
                     continue
                 found.append(f"{path.relative_to(ROOT)}:{line}: {text}")
     assert not found, "raw error codes (use acl_rt.ErrorCode):\n" + "\n".join(found)
+
+
+def test_dtypes_take_their_acl_ids_from_the_header():
+    import canna_dl
+    for d in canna_dl.all_dtypes():
+        assert isinstance(d.acl, int) and C.DataType(d.acl).name.startswith("ACL_"), d
+    assert canna_dl.float32.acl == C.DataType.ACL_FLOAT and canna_dl.bfloat16.acl == C.DataType.ACL_BF16
