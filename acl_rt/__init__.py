@@ -13,6 +13,7 @@ Devices, streams, events and memory, on a real CANN install or on canna's simula
 The runtime initializes itself on first use and finalizes at exit. Every failure raises an
 :class:`AclError` subclass carrying the ACL code, its name and the runtime's message.
 """
+from ._constants import AclnnStatus, ErrorCode, EventFlag, MemcpyKind, StreamFlag
 from ._errors import (AclError, AclTimeoutError, BackendNotFoundError, ContextError, DeviceError,
                       ForkedProcessError, InvalidArgumentError, InvalidHandleError, KernelError,
                       NotInitializedError, NotReadyError, NotSupportedError, OutOfMemoryError,
@@ -42,5 +43,5 @@ __all__ = [
     "MemoryPool", "MemoryHook", "DebugPrintHook", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
     "memory_snapshot", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache", "set_memory_limit",
-    "get_memory_limit", "monitor",
+    "get_memory_limit", "monitor", "ErrorCode", "AclnnStatus", "MemcpyKind", "StreamFlag", "EventFlag",
 ]

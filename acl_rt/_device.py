@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import _runtime as rt
+from ._constants import ErrorCode as E
 from ._lib import backend, ffi
 
 __all__ = ["Device", "DeviceProperties", "MemInfo", "Utilization", "current_device", "device_count"]
@@ -188,7 +189,7 @@ class Device:
         rt.activate(self._id, "Device.synchronize")
         lib = backend().lib
         _wait_sliced(lambda _h, ms: lib.aclrtSynchronizeDeviceWithTimeout(ms), "aclrtSynchronizeDeviceWithTimeout",
-                     None, -1, 507046)
+                     None, -1, E.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
         raise_device_host_errors(self._id)
 
     sync = synchronize
@@ -270,7 +271,7 @@ class Device:
         peer = Device(peer)
         if peer is self:
             from ._errors import InvalidArgumentError
-            raise InvalidArgumentError(100000, "Device.enable_peer_access",
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, "Device.enable_peer_access",
                                        f"device {self._id} cannot be its own peer")
         rt.activate(self._id, "Device.enable_peer_access")
         rt.check(backend().lib.aclrtDeviceEnablePeerAccess(peer._id, 0), "aclrtDeviceEnablePeerAccess")

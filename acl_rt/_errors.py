@@ -9,8 +9,8 @@ ordinary ``except MemoryError`` / ``except ValueError`` code keeps working.
 from __future__ import annotations
 
 import builtins
-import re
-from pathlib import Path
+
+from ._constants import AclnnStatus, ErrorCode as E
 
 __all__ = [
     "AclError",
@@ -32,16 +32,13 @@ __all__ = [
 
 
 def _load_code_names() -> dict[int, str]:
-    cdef = Path(__file__).resolve().parent / "_cdef"
+    # the headers' names (acl_rt/_constants.py reads them): runtime codes first, then the aclnn
+    # status codes of the op libraries; a value with two names keeps its first
     names: dict[int, str] = {}
-    for name, value in re.findall(r"^#define\s+(ACL_ERROR_\w+)\s+(\d+)", (cdef / "rt_errors.h").read_text(), re.M):
-        names.setdefault(int(value), name)
-    names.update({161001: "ACLNN_ERR_PARAM_NULLPTR", 161002: "ACLNN_ERR_PARAM_INVALID",
-                  361001: "ACLNN_ERR_RUNTIME_ERROR", 561000: "ACLNN_ERR_INNER"})
-    nn = cdef / "nn_errors.h"   # the aclnn status codes (op libraries)
-    if nn.exists():
-        for name, value in re.findall(r"^#define\s+(ACLNN_ERR_\w+)\s+(\d+)", nn.read_text(), re.M):
-            names.setdefault(int(value), name)
+    for enum in (E, AclnnStatus):
+        for name, member in enum.__members__.items():
+            if name.startswith(("ACL_ERROR_", "ACLNN_ERR_")):
+                names.setdefault(int(member), name)
     return names
 
 
@@ -150,16 +147,26 @@ class BackendNotFoundError(RuntimeError):
         super().__init__(message)
 
 
-_OOM = {200000, 207001, 207018, 245000}
-_INVALID = {100000, 107000, 107001, 107008, 107016, 107018, 200002, 200003, 207002, 161001, 161002,
-            100026, 107006}
-_HANDLE = {107017, 200005}
-_CONTEXT = {107002, 107003}
-_TIMEOUT = {507046, 507047, 107019, 107020, 507012}
-_KERNEL = {507014, 507015, 507016, 507034, 507035, 507036, 507042, 507043, 507044, 507045}
-_UNSUPPORTED = {200001, 200006, 207000}
-_RESOURCE = {207005, 207007, 207008, 207009, 207010, 207011, 207012}
-_NOT_READY = {507004, 507006}
+_OOM = {E.ACL_ERROR_BAD_ALLOC, E.ACL_ERROR_RT_MEMORY_ALLOCATION, E.ACL_ERROR_RT_DEVICE_OOM,
+        245000}   # the first of the graph engine's (GE) memory codes, which rt_errors.h does not declare
+_INVALID = {E.ACL_ERROR_INVALID_PARAM, E.ACL_ERROR_RT_PARAM_INVALID, E.ACL_ERROR_RT_INVALID_DEVICEID,
+            E.ACL_ERROR_RT_ADDR_UNALIGNED, E.ACL_ERROR_RT_INVALID_MEMORY_TYPE, E.ACL_ERROR_RT_INVALID_MALLOC_TYPE,
+            E.ACL_ERROR_INVALID_DEVICE, E.ACL_ERROR_MEMORY_ADDRESS_UNALIGNED, E.ACL_ERROR_RT_MEMORY_FREE,
+            AclnnStatus.ACLNN_ERR_PARAM_NULLPTR, AclnnStatus.ACLNN_ERR_PARAM_INVALID,
+            E.ACL_ERROR_UNSUPPORTED_DATA_TYPE, E.ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID}
+_HANDLE = {E.ACL_ERROR_RT_INVALID_HANDLE, E.ACL_ERROR_INVALID_RESOURCE_HANDLE}
+_CONTEXT = {E.ACL_ERROR_RT_CONTEXT_NULL, E.ACL_ERROR_RT_STREAM_CONTEXT}
+_TIMEOUT = {E.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, E.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, E.ACL_ERROR_RT_WAIT_TIMEOUT,
+            E.ACL_ERROR_RT_TASK_TIMEOUT, E.ACL_ERROR_RT_REPORT_TIMEOUT}
+_KERNEL = {E.ACL_ERROR_RT_AICORE_TIMEOUT, E.ACL_ERROR_RT_AICORE_EXCEPTION, E.ACL_ERROR_RT_AICORE_TRAP_EXCEPTION,
+           E.ACL_ERROR_RT_VECTOR_CORE_TIMEOUT, E.ACL_ERROR_RT_VECTOR_CORE_EXCEPTION,
+           E.ACL_ERROR_RT_VECTOR_CORE_TRAP_EXCEPTION, E.ACL_ERROR_RT_AICORE_TRAP_READ_OVERFLOW,
+           E.ACL_ERROR_RT_AICORE_TRAP_WRITE_OVERFLOW, E.ACL_ERROR_RT_VECTOR_CORE_TRAP_READ_OVERFLOW,
+           E.ACL_ERROR_RT_VECTOR_CORE_TRAP_WRITE_OVERFLOW}
+_UNSUPPORTED = {E.ACL_ERROR_API_NOT_SUPPORT, E.ACL_ERROR_FEATURE_UNSUPPORTED, E.ACL_ERROR_RT_FEATURE_NOT_SUPPORT}
+_RESOURCE = {E.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, E.ACL_ERROR_RT_NO_EVENT_RESOURCE, E.ACL_ERROR_RT_NO_STREAM_RESOURCE,
+             E.ACL_ERROR_RT_NO_NOTIFY_RESOURCE, E.ACL_ERROR_RT_NO_MODEL_RESOURCE, E.ACL_ERROR_RT_NO_CDQ_RESOURCE,
+             E.ACL_ERROR_RT_OVER_LIMIT}
 
 
 def error_class(code: int) -> type[AclError]:
@@ -170,7 +177,7 @@ def error_class(code: int) -> type[AclError]:
         return InvalidHandleError
     if code in _INVALID:
         return InvalidArgumentError
-    if code in (100001, 100037):
+    if code in (E.ACL_ERROR_UNINITIALIZE, E.ACL_ERROR_REPEAT_FINALIZE):
         return NotInitializedError
     if code in _CONTEXT:
         return ContextError
@@ -180,12 +187,12 @@ def error_class(code: int) -> type[AclError]:
         return KernelError
     if code in _UNSUPPORTED:
         return NotSupportedError
-    if code == 207006:
+    if code == E.ACL_ERROR_RT_NO_PERMISSION:
         return ForkedProcessError
     if code in _RESOURCE:
         return ResourceExhaustedError
     if code in _NOT_READY:
         return NotReadyError
-    if code >= 500000:
+    if code >= E.ACL_ERROR_INTERNAL_ERROR:   # 500000 starts the 5xxxxx class: internal and hardware errors
         return DeviceError
     return AclError

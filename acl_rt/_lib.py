@@ -21,6 +21,7 @@ import platform
 import threading
 from pathlib import Path
 
+from ._constants import ErrorCode as E
 from ._errors import BackendNotFoundError, NotSupportedError
 
 try:  # generated at install by setup.py (cffi_modules)
@@ -63,7 +64,7 @@ class _LazyLib:
                 continue
             self.__dict__[name] = value
             return value
-        raise NotSupportedError(200001, name, f"{name} is not available in {self._where}")
+        raise NotSupportedError(E.ACL_ERROR_API_NOT_SUPPORT, name, f"{name} is not available in {self._where}")
 
     def has(self, name: str) -> bool:
         """Whether the library exports ``name``."""

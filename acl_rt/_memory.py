@@ -14,20 +14,21 @@ wait for their stream before returning. Copies with a :class:`HostBuffer` (page-
 from __future__ import annotations
 
 import abc
-import collections
-import threading
 import warnings
 
+from . import _keepalive
 from . import _runtime as rt
+from ._constants import ErrorCode as E, MemcpyKind
 from ._device import Device
 from ._errors import InvalidArgumentError, InvalidHandleError
 from ._lib import backend, ffi
-from ._stream import Event, Stream, _resolve_stream, drain
+from ._stream import Event, Stream, _resolve_stream, accept_stream, drain
 
 __all__ = ["MemoryResource", "DeviceMemoryResource", "DeviceBuffer", "HostBuffer", "alloc", "alloc_host"]
 
 # aclrtMemcpyKind
-_H2H, _H2D, _D2H, _D2D = 0, 1, 2, 3
+_H2H, _H2D, _D2H, _D2D = (int(k) for k in (MemcpyKind.ACL_MEMCPY_HOST_TO_HOST, MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
+                                           MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST, MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE))
 _MAX_ALLOC = 1 << 62
 
 
@@ -36,9 +37,10 @@ def _check_nbytes(nbytes, api, *, allow_zero=False) -> int:
         raise TypeError(f"{api}: size must be an int number of bytes, not {type(nbytes).__name__}")
     n = nbytes.__index__()
     if n < 0 or (n == 0 and not allow_zero):
-        raise InvalidArgumentError(100000, api, f"size must be {'>= 0' if allow_zero else '> 0'} bytes, got {n}")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                   f"size must be {'>= 0' if allow_zero else '> 0'} bytes, got {n}")
     if n > _MAX_ALLOC:
-        raise InvalidArgumentError(100000, api, f"size {n} bytes is larger than any device")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api, f"size {n} bytes is larger than any device")
     return n
 
 
@@ -111,9 +113,9 @@ def _host_view(obj, api, *, writable):
         raise TypeError(f"{api}: expected a DeviceBuffer, a HostBuffer or an object supporting the "
                         f"buffer protocol (bytes, bytearray, NumPy array, ...), not {type(obj).__name__}") from None
     if not mv.c_contiguous:
-        raise InvalidArgumentError(100000, api, "host buffer must be C-contiguous")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api, "host buffer must be C-contiguous")
     if writable and mv.readonly:
-        raise InvalidArgumentError(100000, api, "host destination is read-only")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api, "host destination is read-only")
     if mv.nbytes == 0:
         return ffi.NULL, 0, mv
     return ffi.from_buffer(mv, require_writable=writable), mv.nbytes, mv
@@ -196,9 +198,10 @@ class DeviceBuffer:
 
     def _live(self, api) -> int:
         if self._ptr is None:
-            raise InvalidHandleError(107017, api, "the buffer was freed")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api, "the buffer was freed")
         if self._gen != rt.generation():
-            raise InvalidHandleError(107017, api, "the buffer was allocated before acl_rt.finalize() and is no longer valid")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api,
+                                     "the buffer was allocated before acl_rt.finalize() and is no longer valid")
         return self._ptr
 
     def _cptr(self, api):
@@ -214,11 +217,12 @@ class DeviceBuffer:
         another stream.
 
         Raises:
-            TypeError: ``stream`` is not an :class:`acl_rt.Stream`.
+            TypeError: ``stream`` is not a stream (an :class:`acl_rt.Stream`, or an object with
+                ``__npu_stream__``: see :func:`acl_rt.lowlevel.accept_stream`).
             InvalidHandleError: the buffer was freed.
         """
         if not isinstance(stream, Stream):
-            raise TypeError(f"DeviceBuffer.record_stream: expected an acl_rt.Stream, not {type(stream).__name__}")
+            stream = accept_stream(stream, None, "DeviceBuffer.record_stream")
         self._live("DeviceBuffer.record_stream")
         if stream._h is self._stream._h or stream == self._stream:
             return
@@ -239,7 +243,8 @@ class DeviceBuffer:
         s = _resolve_stream(stream, self.device, api)
         sp, n, keep, sync = _other_side(src, api, writable=False)
         if n > self._size:
-            raise InvalidArgumentError(100000, api, f"source is {n} bytes but the destination buffer has only {self._size}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"source is {n} bytes but the destination buffer has only {self._size}")
         self._use_on(s, keep)
         _memcpy(dst, self._size, sp, n, _D2D if isinstance(keep, DeviceBuffer) else _H2D, s, api, sync, keep)
 
@@ -256,7 +261,8 @@ class DeviceBuffer:
         s = _resolve_stream(stream, self.device, api)
         dp, n, keep, sync = _other_side(dst, api, writable=True)
         if n > self._size:
-            raise InvalidArgumentError(100000, api, f"destination is {n} bytes but this buffer has only {self._size}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"destination is {n} bytes but this buffer has only {self._size}")
         self._use_on(s, keep)
         _memcpy(dp, n, src, n, _D2D if isinstance(keep, DeviceBuffer) else _D2H, s, api, sync, keep)
 
@@ -280,7 +286,7 @@ class DeviceBuffer:
             raise TypeError(f"{api}: value must be an int byte value, not {type(value).__name__}")
         v = value.__index__()
         if not 0 <= v <= 255:
-            raise InvalidArgumentError(100000, api, f"value must be a byte (0..255), got {v}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api, f"value must be a byte (0..255), got {v}")
         p = self._cptr(api)
         s = _resolve_stream(stream, self.device, api)
         if s._h is not self._stream._h:
@@ -293,7 +299,7 @@ class DeviceBuffer:
         the stream it was allocated on, on every stream passed to :meth:`record_stream`, and on
         ``stream`` if given. Idempotent; using the buffer afterwards raises InvalidHandleError."""
         if stream is not None and not isinstance(stream, Stream):
-            raise TypeError(f"DeviceBuffer.close: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
+            stream = accept_stream(stream, None, "DeviceBuffer.close")
         ptr = self._ptr
         if ptr is None:
             return
@@ -352,52 +358,17 @@ def _memcpy(dst, dst_max, src, n, kind, stream: Stream, api, sync, keep):
     else:
         rt.check(backend().lib.aclrtMemcpyAsync(dst, dst_max, src, n, kind, h), "aclrtMemcpyAsync")
         if isinstance(keep, HostBuffer):
-            _keep_until_done(stream, keep._cdata)   # the memory itself, even if keep.close() is called
+            _keepalive.hold(h, keep._cdata)   # the memory itself, even if keep.close() is called
 
 
 # Host memory in an asynchronous copy must outlive the copy even when the user drops the last
-# reference right after queueing it (PyTorch's pinned-memory allocator does the same with events):
-# each such copy records an event, and the HostBuffer is held until the event has completed.
-_pending: collections.deque = collections.deque()     # (event, keep)
-_free_events: dict = {}                                 # device id -> [Event] for reuse
-_pending_lock = threading.Lock()
-
-
-def _reap_pending() -> None:
-    """Drop the references of copies that have completed (never waits)."""
-    with _pending_lock:
-        keep = collections.deque()
-        while _pending:
-            ev, obj = _pending.popleft()
-            try:
-                done = ev._gen != rt._state.generation or ev.query()
-            except Exception:
-                done = True
-            if done:
-                if ev._gen == rt._state.generation:
-                    _free_events.setdefault(ev.device.device_id, []).append(ev)
-            else:
-                keep.append((ev, obj))
-        _pending.extend(keep)
-
-
-def _keep_until_done(stream: Stream, obj) -> None:
-    if _pending:
-        _reap_pending()
-    with _pending_lock:
-        free = _free_events.get(stream.device.device_id)
-        ev = free.pop() if free else None
-    if ev is None or ev._gen != rt._state.generation:
-        ev = Event._create(stream.device, timing=False)
-    ev.record(stream)
-    with _pending_lock:
-        _pending.append((ev, obj))
-
+# reference right after queueing it: acl_rt's one keep-alive holds it until the stream has run
+# the copy (acl_rt/_keepalive.py).
 
 def pending_host_copies() -> int:
-    """How many asynchronous copies still hold a HostBuffer alive (after dropping completed ones)."""
-    _reap_pending()
-    return len(_pending)
+    """How many objects are still held until their stream passes (the host side of asynchronous
+    copies, and kernel operands; after dropping the completed ones)."""
+    return _keepalive.pending()
 
 
 class HostBuffer:
@@ -446,7 +417,7 @@ class HostBuffer:
 
     def _cptr(self, api):
         if self._cdata is None:
-            raise InvalidHandleError(107017, api, "the host buffer was closed")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api, "the host buffer was closed")
         return self._cdata
 
     def view(self) -> memoryview:

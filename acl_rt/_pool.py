@@ -33,11 +33,12 @@ import weakref
 
 from . import _native
 from . import _runtime as rt
+from ._constants import ErrorCode as E, EventRecordedStatus, StreamStatus
 from ._device import Device
-from ._errors import InvalidArgumentError, InvalidHandleError, OutOfMemoryError, error_class
+from ._errors import _OOM, InvalidArgumentError, InvalidHandleError, OutOfMemoryError, error_class
 from ._lib import backend, ffi
 from ._memory import DeviceBuffer, DeviceMemoryResource, MemoryResource, _check_nbytes
-from ._stream import Stream, _close_hooks, current_stream
+from ._stream import Stream, _close_hooks, accept_stream, current_stream
 
 _tls = rt.thread_state()
 _state = rt._state
@@ -50,7 +51,7 @@ __all__ = ["MemoryPool", "MemoryHook", "DebugPrintHook", "memory_stats", "memory
 _FN_NAMES = ("aclrtMalloc", "aclrtFree", "aclrtGetCurrentContext", "aclrtSetCurrentContext",
              "aclrtCreateEventWithFlag", "aclrtRecordEvent", "aclrtQueryEventStatus", "aclrtDestroyEvent",
              "aclrtStreamQuery", "aclGetRecentErrMsg")
-_OOM_CODES = {200000, 207001, 207018, 245000}
+_OOM_CODES = _OOM   # the codes OutOfMemoryError stands for
 _MAX_ALLOC = 1 << 62
 _new = object.__new__
 
@@ -63,7 +64,7 @@ _all_pools: "weakref.WeakSet[MemoryPool]" = weakref.WeakSet()   # every pool (st
 def _parse_limit(text: str, total: int, source: str) -> int:
     """Bytes from ``"1073741824"``, ``"512M"``, ``"2G"``, ``"50%"`` or a fraction ``"0.5"``."""
     s = text.strip()
-    err = InvalidArgumentError(100000, "acl_rt.set_memory_limit",
+    err = InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, "acl_rt.set_memory_limit",
                                f"{source}={text!r}: expected bytes (e.g. 1073741824, 512M, 2G), a percentage "
                                "of the device memory (50%) or a fraction in (0, 1] (0.5)")
     try:
@@ -273,7 +274,7 @@ class MemoryPool(MemoryResource):
                     stream = self._default = current_stream(self._device)
         elif type(stream) is not Stream:
             if not isinstance(stream, Stream):
-                raise TypeError(f"acl_rt.alloc: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
+                stream = accept_stream(stream, None, "acl_rt.alloc")
         gen = self._gen
         if stream._gen != gen or stream._h is None or stream._device is not self._device:
             self._check_stream(stream)
@@ -321,23 +322,25 @@ class MemoryPool(MemoryResource):
             kind, code, msg = e.args
             if self._core.info()["closed"]:
                 return
-            raise InvalidArgumentError(107000, "MemoryPool.deallocate", msg) from None
+            raise InvalidArgumentError(E.ACL_ERROR_RT_PARAM_INVALID, "MemoryPool.deallocate", msg) from None
 
     def _record_stream(self, buf: DeviceBuffer, stream: Stream) -> None:
         try:
             self._core.record_stream(buf._ptr, stream._id)
         except _native.Error as e:
-            raise InvalidArgumentError(107000, "DeviceBuffer.record_stream", e.args[2]) from None
+            raise InvalidArgumentError(E.ACL_ERROR_RT_PARAM_INVALID, "DeviceBuffer.record_stream", e.args[2]) from None
 
     # -- slow paths ----------------------------------------------------------------------------
     def _check_stream(self, stream: Stream):
         api = "acl_rt.alloc"
         if self._gen != rt.generation() or self._core.info()["closed"]:
-            raise InvalidHandleError(107017, api, "this memory pool belongs to a runtime session that was "
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api,
+                                     "this memory pool belongs to a runtime session that was "
                                      "finalized; use acl_rt.alloc() or Device(i).memory_resource")
         stream._handle(api)   # raises for a destroyed or stale stream
         if stream._device is not self._device:
-            raise InvalidArgumentError(100000, api, f"the stream is on device {stream._device._id} but the pool "
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"the stream is on device {stream._device._id} but the pool "
                                        f"allocates on device {self._id}")
 
     def _allocate_hooked(self, nbytes: int, stream: Stream) -> DeviceBuffer:
@@ -392,7 +395,7 @@ class MemoryPool(MemoryResource):
                     kind = self._raise_runtime(e)
                     reason = e.args[2] if kind == _native.E_RUNTIME else None
         self._core.count("oom")
-        raise OutOfMemoryError(207001, "acl_rt.alloc", self._oom_message(nbytes, kind, reason))
+        raise OutOfMemoryError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, "acl_rt.alloc", self._oom_message(nbytes, kind, reason))
 
     def _oom_message(self, nbytes: int, kind: int, reason: str | None = None) -> str:
         s = self._core.summary()
@@ -432,11 +435,12 @@ class MemoryPool(MemoryResource):
         status = ffi.new("int32_t *")
         for key in streams:
             h = ffi.cast("aclrtStream", key)
-            _poll(lambda: lib.aclrtStreamQuery(h, ffi.cast("aclrtStreamStatus *", status)) != 0 or status[0] == 0)
+            _poll(lambda: lib.aclrtStreamQuery(h, ffi.cast("aclrtStreamStatus *", status)) != 0
+                  or status[0] == StreamStatus.ACL_STREAM_STATUS_COMPLETE)
         for key in events:
             h = ffi.cast("aclrtEvent", key)
             _poll(lambda: lib.aclrtQueryEventStatus(h, ffi.cast("aclrtEventRecordedStatus *", status)) != 0
-                  or status[0] == 1)
+                  or status[0] == EventRecordedStatus.ACL_EVENT_RECORDED_STATUS_COMPLETE)
         if deferred:  # blocks freed after their stream was destroyed: wait for the whole device
             lib.aclrtSynchronizeDevice()
         lib.aclGetRecentErrMsg()
@@ -465,15 +469,18 @@ class MemoryPool(MemoryResource):
                             f"{type(limit).__name__}")
         if isinstance(limit, float):
             if not (math.isfinite(limit) and 0 < limit <= 1):
-                raise InvalidArgumentError(100000, api, f"a fraction must be in (0, 1], got {limit!r}")
+                raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                           f"a fraction must be in (0, 1], got {limit!r}")
             nbytes = int(limit * self._total)
         else:
             if limit <= 0:
-                raise InvalidArgumentError(100000, api, f"limit must be > 0 bytes (or None for no limit), got {limit}")
+                raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                           f"limit must be > 0 bytes (or None for no limit), got {limit}")
             nbytes = _check_limit(limit, "limit")
         allocated = self._core.summary()[1]
         if nbytes < allocated:
-            raise InvalidArgumentError(100000, api, f"limit {nbytes} bytes is below the {allocated} bytes allocated "
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"limit {nbytes} bytes is below the {allocated} bytes allocated "
                                        f"on device {self._id} now; free buffers first (the limit is unchanged)")
         self._set_limit_bytes(nbytes)
         if self._core.summary()[2] > nbytes:
@@ -716,7 +723,7 @@ def set_memory_limit(limit: int | float | str | None, device=None) -> None:
     """
     pool = _pool(device, "acl_rt.set_memory_limit")
     if pool is None:
-        raise InvalidArgumentError(100000, "acl_rt.set_memory_limit",
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, "acl_rt.set_memory_limit",
                                    "the device's memory resource is not a MemoryPool (CANNA_NO_MEMORY_CACHING?)")
     pool.set_limit(limit)
 

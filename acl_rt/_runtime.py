@@ -17,6 +17,7 @@ import os
 import threading
 import warnings
 
+from ._constants import ErrorCode as E
 from ._errors import ForkedProcessError, InvalidArgumentError, NotInitializedError, error_class
 from ._lib import backend, ffi
 
@@ -90,8 +91,8 @@ def check(rc: int, api: str) -> None:
 
 def _forked_error(api):
     return ForkedProcessError(
-        207006, api, f"the runtime was initialized in process {_state.pid}; this forked child "
-        f"(pid {os.getpid()}) cannot use it. AscendCL does not support fork() after aclInit: start "
+        E.ACL_ERROR_RT_NO_PERMISSION, api, f"the runtime was initialized in process {_state.pid}; this forked "
+        f"child (pid {os.getpid()}) cannot use it. AscendCL does not support fork() after aclInit: start "
         "workers with multiprocessing's 'spawn' or 'forkserver' method")
 
 
@@ -115,7 +116,7 @@ def init() -> None:
             raise _forked_error("acl_rt.init")
         lib = backend().lib
         rc = lib.aclInit(ffi.NULL)
-        if rc not in (0, 100002):  # ACL_ERROR_REPEAT_INITIALIZE is documented as ignorable
+        if rc not in (0, E.ACL_ERROR_REPEAT_INITIALIZE):  # documented as ignorable
             raise_error(rc, "aclInit")
         _state.generation += 1
         _state.pid = os.getpid()
@@ -135,7 +136,7 @@ def ensure(api: str = "acl_rt") -> None:
     if _state.forked:
         raise _forked_error(api)
     if _state.finalized:
-        raise NotInitializedError(100001, "acl_rt", "the runtime was finalized (acl_rt.finalize()); "
+        raise NotInitializedError(E.ACL_ERROR_UNINITIALIZE, "acl_rt", "the runtime was finalized (acl_rt.finalize()); "
                                   "call acl_rt.init() to start it again")
     init()
 
@@ -180,7 +181,8 @@ def check_device_index(device_id, api: str, count, owner: str) -> int:
     idx = device_id.__index__()
     n = count()
     if not 0 <= idx < n:
-        raise InvalidArgumentError(107001, api, f"device id {idx} is out of range: {owner} {n} "
+        raise InvalidArgumentError(E.ACL_ERROR_RT_INVALID_DEVICEID, api,
+                                   f"device id {idx} is out of range: {owner} {n} "
                                    f"device{'s' if n != 1 else ''} (0..{n - 1})")
     return idx
 
@@ -258,10 +260,10 @@ def finalize() -> None:
         with _lock:
             _state.devices = {}
             _tls.__dict__.pop("ctx", None)
-            if rc in (0, 100037):  # ACL_ERROR_REPEAT_FINALIZE: already done
+            if rc in (0, E.ACL_ERROR_REPEAT_FINALIZE):  # already done
                 _state.ready = False
                 _state.finalized = True
-        if rc not in (0, 100037):
+        if rc not in (0, E.ACL_ERROR_REPEAT_FINALIZE):
             raise_error(rc, "aclFinalize")
     finally:
         _tls.finalizing = False

@@ -14,14 +14,17 @@ import threading
 import warnings
 
 from . import _runtime as rt
+from ._constants import ErrorCode as E, EventFlag, EventRecordedStatus, StreamFlag, StreamStatus
 from ._device import Device, enter_block, exit_block
 from ._errors import AclError, InvalidArgumentError, InvalidHandleError, NotReadyError, NotSupportedError
 from ._lib import backend, ffi
 
-__all__ = ["Stream", "Event", "current_stream", "synchronize"]
+__all__ = ["Stream", "Event", "current_stream", "synchronize", "accept_stream"]
 
-_EVENT_SYNC, _EVENT_TIME_LINE = 1, 8
-_STREAM_FLAGS = 1 | 2 | 4 | 8 | 16 | 32
+_EVENT_SYNC, _EVENT_TIME_LINE = int(EventFlag.ACL_EVENT_SYNC), int(EventFlag.ACL_EVENT_TIME_LINE)
+_STREAM_FLAGS = sum(int(f) for f in StreamFlag)   # every ACL_STREAM_* bit
+_STREAM_COMPLETE = int(StreamStatus.ACL_STREAM_STATUS_COMPLETE)
+_EVENT_COMPLETE = int(EventRecordedStatus.ACL_EVENT_RECORDED_STATUS_COMPLETE)
 
 
 def _timeout_ms(timeout, api) -> int:
@@ -30,10 +33,12 @@ def _timeout_ms(timeout, api) -> int:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{api}: timeout must be a number of seconds or None, not {type(timeout).__name__}")
     if not timeout >= 0 or math.isinf(timeout):
-        raise InvalidArgumentError(100000, api, f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                   f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
     ms = math.ceil(timeout * 1000)
     if ms > 2**31 - 1:
-        raise InvalidArgumentError(100000, api, f"timeout {timeout!r} s is too long (max {(2**31 - 1) / 1000:.0f} s)")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                   f"timeout {timeout!r} s is too long (max {(2**31 - 1) / 1000:.0f} s)")
     return ms
 
 
@@ -71,9 +76,12 @@ class Stream:
                 raise TypeError(f"{api}: {name} must be an int, not {type(v).__name__}")
         priority, flags = priority.__index__(), flags.__index__()
         if not 0 <= priority <= 7:
-            raise InvalidArgumentError(100000, api, f"priority must be in 0..7 (0 is highest), got {priority}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"priority must be in 0..7 (0 is highest), got {priority}")
         if flags & ~_STREAM_FLAGS or flags < 0:
-            raise InvalidArgumentError(100000, api, f"unknown stream flag bits {flags:#x} (valid: ACL_STREAM_* = {_STREAM_FLAGS:#x})")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"unknown stream flag bits {flags:#x} (valid: ACL_STREAM_* = "
+                                       f"{_STREAM_FLAGS:#x})")
         rt.activate(device._id, api)
         cell = ffi.new("aclrtStream *")
         rt.check(backend().lib.aclrtCreateStreamWithConfig(cell, priority, flags), "aclrtCreateStreamWithConfig")
@@ -132,9 +140,10 @@ class Stream:
     def _handle(self, api):
         """The live handle, with the device's context current; raises when destroyed/stale."""
         if self._h is None:
-            raise InvalidHandleError(107017, api, "the stream was destroyed")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api, "the stream was destroyed")
         if self._gen != rt._state.generation:
-            raise InvalidHandleError(107017, api, "the stream was created before acl_rt.finalize() and is no longer valid")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api,
+                                     "the stream was created before acl_rt.finalize() and is no longer valid")
         rt.activate(self._device._id, api)
         return self._h
 
@@ -163,7 +172,7 @@ class Stream:
         is done in slices so Ctrl-C (KeyboardInterrupt) is delivered while waiting."""
         h = self._handle(api)
         _wait_sliced(backend().lib.aclrtSynchronizeStreamWithTimeout, "aclrtSynchronizeStreamWithTimeout",
-                     h, ms, 507046, f"stream {self._id:#x}")
+                     h, ms, E.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, f"stream {self._id:#x}")
 
     sync = synchronize
 
@@ -171,7 +180,7 @@ class Stream:
         """``True`` when all queued work has finished (``aclrtStreamQuery``); never waits."""
         out = ffi.new("aclrtStreamStatus *")
         rt.check(backend().lib.aclrtStreamQuery(self._handle("Stream.query"), out), "aclrtStreamQuery")
-        return out[0] == 0
+        return out[0] == _STREAM_COMPLETE
 
     @property
     def is_done(self) -> bool:
@@ -312,7 +321,7 @@ def drain(stream: "Stream") -> None:
     try:
         stream._sync_raw("acl_rt (freeing memory)")
     except AclError as e:
-        if e.code == 107000 and "inside" in e.message:   # waited from one of its own tasks: skip
+        if e.code == E.ACL_ERROR_RT_PARAM_INVALID and "inside" in e.message:   # waited from one of its own tasks: skip
             return
         with _host_errors_lock:
             _host_errors.setdefault((stream._gen, stream._id), (stream._device._id, []))[1].append(e)
@@ -414,9 +423,10 @@ class Event:
 
     def _handle(self, api):
         if self._h is None:
-            raise InvalidHandleError(107017, api, "the event was destroyed")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api, "the event was destroyed")
         if self._gen != rt._state.generation:
-            raise InvalidHandleError(107017, api, "the event was created before acl_rt.finalize() and is no longer valid")
+            raise InvalidHandleError(E.ACL_ERROR_RT_INVALID_HANDLE, api,
+                                     "the event was created before acl_rt.finalize() and is no longer valid")
         rt.activate(self._device._id, api)
         return self._h
 
@@ -430,7 +440,8 @@ class Event:
         api = "Event.record"
         stream = current_stream(self._device) if stream is None else _resolve_stream(stream, None, api)
         if stream._device is not self._device:
-            raise InvalidArgumentError(107003, api, f"the event is on device {self._device._id} but the "
+            raise InvalidArgumentError(E.ACL_ERROR_RT_STREAM_CONTEXT, api,
+                                       f"the event is on device {self._device._id} but the "
                                        f"stream is on device {stream._device._id}")
         sh = stream._handle(api)
         rt.check(backend().lib.aclrtRecordEvent(self._handle(api), sh), "aclrtRecordEvent")
@@ -448,12 +459,13 @@ class Event:
         h = self._handle(api)
         lib = backend().lib
         if lib.has("aclrtSynchronizeEventWithTimeout"):
-            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms, 507047,
-                         f"event {self.handle:#x}")
+            _wait_sliced(lib.aclrtSynchronizeEventWithTimeout, "aclrtSynchronizeEventWithTimeout", h, ms,
+                         E.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, f"event {self.handle:#x}")
         elif ms < 0:  # an older CANN: not interruptible
             rt.check(lib.aclrtSynchronizeEvent(h), "aclrtSynchronizeEvent")
         else:
-            raise NotSupportedError(200001, api, "this CANN version has no aclrtSynchronizeEventWithTimeout")
+            raise NotSupportedError(E.ACL_ERROR_API_NOT_SUPPORT, api,
+                                    "this CANN version has no aclrtSynchronizeEventWithTimeout")
 
     sync = synchronize
 
@@ -461,7 +473,7 @@ class Event:
         """``True`` when the latest record has completed (or the event was never recorded)."""
         out = ffi.new("aclrtEventRecordedStatus *")
         rt.check(backend().lib.aclrtQueryEventStatus(self._handle("Event.query"), out), "aclrtQueryEventStatus")
-        return out[0] == 1  # ACL_EVENT_RECORDED_STATUS_COMPLETE
+        return out[0] == _EVENT_COMPLETE
 
     @property
     def is_done(self) -> bool:
@@ -481,16 +493,18 @@ class Event:
             raise TypeError(f"{api}: expected an acl_rt.Event, not {type(end).__name__}")
         self._handle(api), end._handle(api)
         if end._device is not self._device:
-            raise InvalidArgumentError(107003, api, f"the events are on different devices "
+            raise InvalidArgumentError(E.ACL_ERROR_RT_STREAM_CONTEXT, api, f"the events are on different devices "
                                        f"({self._device._id} and {end._device._id})")
         for e, which in ((self, "start"), (end, "end")):
             if not e._timing:
-                raise InvalidArgumentError(107006, api, f"the {which} event was created with timing=False")
+                raise InvalidArgumentError(E.ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, api,
+                                           f"the {which} event was created with timing=False")
             if not e._recorded:
-                raise InvalidArgumentError(107006, api, f"the {which} event was never recorded")
+                raise InvalidArgumentError(E.ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, api,
+                                           f"the {which} event was never recorded")
         out = ffi.new("float *")
         rc = backend().lib.aclrtEventElapsedTime(out, self._handle(api), end._handle(api))
-        if rc == 507006:   # ACL_ERROR_RT_EVENT_NOT_COMPLETE: say which, and what to do
+        if rc == E.ACL_ERROR_RT_EVENT_NOT_COMPLETE:   # say which, and what to do
             backend().lib.aclGetRecentErrMsg()
             which = [name for e, name in ((end, "end"), (self, "start")) if not e.query()] or ["end"]
             raise NotReadyError(rc, api, f"the {' and the '.join(which)} event{'s have' if len(which) > 1 else ' has'} "
@@ -564,15 +578,68 @@ _defaults: dict = {}
 
 def _resolve_stream(stream, device: Device | None, api: str) -> Stream:
     """``stream`` if given (type-checked, and on ``device`` when one is given), else the current
-    stream of ``device``."""
+    stream of ``device`` (see :func:`accept_stream`)."""
+    return accept_stream(stream, device, api)
+
+
+def accept_stream(stream, device: Device | None = None, api: str = "acl_rt", *, handles: bool = False) -> Stream:
+    """The one stream acceptor: what every ``stream=`` argument of canna may be, as a :class:`Stream`.
+
+    Args:
+        stream: ``None`` (the calling thread's current stream of ``device``); an
+            :class:`acl_rt.Stream`; an object with ``__npu_stream__()`` (canna's stream protocol,
+            the mirror of cuda.core's ``__cuda_stream__``: it returns ``(version, handle)``; a bare
+            int handle is taken too); an object with an ``npu_stream`` attribute (a torch_npu
+            ``torch.npu.Stream``: the ``aclrtStream`` as int, read at every call because torch_npu
+            drains its task queue there); with ``handles=True`` also an ``aclrtStream`` handle as
+            an int (``0``: the device's default stream), as DLPack's ``__dlpack__(stream=...)`` takes.
+        device: the device the stream must be on (an :class:`acl_rt.Device` or None: any; a
+            foreign handle is taken to be on ``device``, default the current device).
+        api: the name used in error messages.
+
+    A foreign handle is wrapped in a Stream that does not own it (closing it does nothing).
+
+    Raises:
+        TypeError: anything else (bools and negative ints included).
+        InvalidArgumentError: an acl_rt.Stream of another device than ``device`` (107003,
+            ACL_ERROR_RT_STREAM_CONTEXT).
+    """
     if stream is None:
         return current_stream(device)
     if isinstance(stream, Stream):
         if device is not None and stream._device is not device:
-            raise InvalidArgumentError(107003, api, f"the stream is on device {stream._device._id} but the "
+            raise InvalidArgumentError(E.ACL_ERROR_RT_STREAM_CONTEXT, api,
+                                       f"the stream is on device {stream._device._id} but the "
                                        f"memory is on device {Device(device)._id}")
         return stream
-    raise TypeError(f"{api}: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
+    handle = None
+    proto = getattr(type(stream), "__npu_stream__", None)
+    if proto is not None:
+        got = proto(stream)
+        handle = got[1] if isinstance(got, tuple) and len(got) == 2 else got
+        what = f"{type(stream).__name__}.__npu_stream__()"
+    elif hasattr(stream, "npu_stream") and not isinstance(stream, (int, str, bytes)):
+        handle = stream.npu_stream
+        what = f"{type(stream).__name__}.npu_stream"
+    elif handles and isinstance(stream, int) and not isinstance(stream, bool):
+        if stream < 0:
+            raise TypeError(f"{api}: stream must be an aclrtStream handle >= 0 (or None, an acl_rt.Stream, an "
+                            f"object with __npu_stream__), got {stream}")
+        handle, what = stream, "the stream handle"
+    else:
+        if handles:
+            raise TypeError(f"{api}: stream must be None, an int stream handle, an acl_rt.Stream or an object "
+                            f"with __npu_stream__, not {type(stream).__name__}")
+        raise TypeError(f"{api}: stream must be an acl_rt.Stream or None, not {type(stream).__name__} (streams of "
+                        "other libraries are taken through their __npu_stream__ protocol)")
+    if isinstance(handle, bool) or not hasattr(handle, "__index__") or handle.__index__() < 0:
+        raise TypeError(f"{api}: {what} must give an aclrtStream handle (an int >= 0), got {handle!r}")
+    handle = handle.__index__()
+    dev = Device(rt.current_device_id()) if device is None else Device(device)
+    d = dev.default_stream
+    if handle == 0 or handle == d._id:
+        return d
+    return Stream._wrap(dev, ffi.cast("aclrtStream", handle), False, 0)
 
 
 def synchronize(device=None) -> None:

@@ -289,9 +289,11 @@ def serve(port: int, host: str = "127.0.0.1", ids=None):
     """
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from ._constants import ErrorCode as E
     from ._errors import InvalidArgumentError
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise InvalidArgumentError(100000, "acl_rt.smi.serve", f"port must be an int in 0..65535, got {port!r}")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, "acl_rt.smi.serve",
+                                   f"port must be an int in 0..65535, got {port!r}")
     registry = CollectorRegistry()
     registry.register(make_collector(ids))
     return start_http_server(port, addr=host, registry=registry)

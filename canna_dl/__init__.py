@@ -10,8 +10,9 @@
     u = canna_dl.to_torch(b)           # back to PyTorch, still no copy
     canna_dl.copy_stats()              # every copy canna made, and why
 
-Depends only on ``acl_rt``; NumPy and the frameworks are imported lazily, when used. Framework
-adapters live in ``canna_dl.torch``, ``canna_dl.tf`` and ``canna_dl.jax``.
+Depends only on ``acl_rt``; NumPy and the frameworks are imported lazily, when used (exchanging a
+tensor imports its framework, never ``kernels`` or a shim). The autograd shims live in
+``canna_dl.torch``, ``canna_dl.tf`` and ``canna_dl.jax`` (which need ``kernels``).
 
 Memory models (``canna_dl.memory_model()``): in the simulator's default ``unified`` model device
 memory is host-coherent, so canna exports its buffers as ``kDLCPU`` and imports CPU tensors of
@@ -61,16 +62,17 @@ def _lazy(module: str, name: str):
             globals()[name] = cache[0]  # later calls of canna_dl.<name> go straight to it
         return cache[0](*args, **kwargs)
     stub.__name__ = stub.__qualname__ = name
-    stub.__doc__ = f"See :func:`canna_dl{module}.{name}` (imports the framework on first use)."
+    stub.__doc__ = (f"See :func:`canna_dl.{module.rsplit('._', 1)[1]}.{name}` (imports the framework on first use, "
+                    "not the shim package).")
     return stub
 
 
-to_torch = _lazy(".torch", "to_torch")
-from_torch = _lazy(".torch", "from_torch")
-to_tf = _lazy(".tf", "to_tf")
-from_tf = _lazy(".tf", "from_tf")
-to_jax = _lazy(".jax", "to_jax")
-from_jax = _lazy(".jax", "from_jax")
+to_torch = _lazy("._frameworks._torch", "to_torch")
+from_torch = _lazy("._frameworks._torch", "from_torch")
+to_tf = _lazy("._frameworks._tf", "to_tf")
+from_tf = _lazy("._frameworks._tf", "from_tf")
+to_jax = _lazy("._frameworks._jax", "to_jax")
+from_jax = _lazy("._frameworks._jax", "from_jax")
 
 __all__ = [
     "DType", "dtype", "all_dtypes", "DeviceArray", "DLDeviceType", "CopyRequiredError",

@@ -476,7 +476,7 @@ class DeviceArray(_native.ArrayBase):
         buffer is freed in order on it."""
         import acl_rt
         if not isinstance(stream, acl_rt.Stream):
-            raise TypeError(f"record_stream: expected an acl_rt.Stream, not {type(stream).__name__}")
+            stream = _rt.accept_stream(stream, None, "record_stream")
         self.storage.stream = stream
         owner = self.owner
         if isinstance(owner, acl_rt.DeviceBuffer):
@@ -557,18 +557,14 @@ def _copy_of(a, reason):
 
 
 def _resolve_stream(stream, a):
-    """The consumer stream of a device export: an acl_rt.Stream or a raw handle (int)."""
-    import acl_rt
-    if stream is None or stream == 0:
+    """The consumer stream of a device export, as an acl_rt.Stream (None and 0: the device's
+    default stream; raw handles and ``__npu_stream__`` objects are taken, see
+    :func:`acl_rt.lowlevel.accept_stream`)."""
+    if stream is None:
         return a.device.default_stream
-    if isinstance(stream, acl_rt.Stream):
+    if type(stream) is _rt.Stream:   # any device: the wait works across devices
         return stream
-    if hasattr(stream, "__npu_stream__"):
-        return int(stream.__npu_stream__()[1])
-    if _is_int(stream):
-        return operator.index(stream)
-    raise TypeError(f"__dlpack__: stream must be None, -1, an int stream handle or an acl_rt.Stream, "
-                    f"not {type(stream).__name__}")
+    return _rt.accept_stream(stream, a.device, "__dlpack__", handles=True)
 
 
 def _export(a, stream, max_version, dl_device, copy):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import builtins
 import struct
 
+from acl_rt.lowlevel import DataType as _ACL
+
 from . import _native
 
 __all__ = ["DType", "dtype", "all_dtypes"]
@@ -144,26 +146,26 @@ class DType(_native.DTypeBase):
 
 _LITTLE = struct.pack("=H", 1)[0] == 1
 
-#           name         code bits acl
-_TABLE = [("bool",        6,   8, 12),
-          ("int8",        0,   8,  2),
-          ("int16",       0,  16,  6),
-          ("int32",       0,  32,  3),
-          ("int64",       0,  64,  9),
-          ("uint8",       1,   8,  4),
-          ("uint16",      1,  16,  7),
-          ("uint32",      1,  32,  8),
-          ("uint64",      1,  64, 10),
-          ("float16",     2,  16,  1),
-          ("bfloat16",    4,  16, 27),
-          ("float32",     2,  32,  0),
-          ("float64",     2,  64, 11),
-          ("complex64",   5,  64, 16),
-          ("complex128",  5, 128, 17)]
+#           name         code bits acl (aclDataType, acl_rt/_cdef/nn_types.h)
+_TABLE = [("bool",        6,   8, _ACL.ACL_BOOL),
+          ("int8",        0,   8, _ACL.ACL_INT8),
+          ("int16",       0,  16, _ACL.ACL_INT16),
+          ("int32",       0,  32, _ACL.ACL_INT32),
+          ("int64",       0,  64, _ACL.ACL_INT64),
+          ("uint8",       1,   8, _ACL.ACL_UINT8),
+          ("uint16",      1,  16, _ACL.ACL_UINT16),
+          ("uint32",      1,  32, _ACL.ACL_UINT32),
+          ("uint64",      1,  64, _ACL.ACL_UINT64),
+          ("float16",     2,  16, _ACL.ACL_FLOAT16),
+          ("bfloat16",    4,  16, _ACL.ACL_BF16),
+          ("float32",     2,  32, _ACL.ACL_FLOAT),
+          ("float64",     2,  64, _ACL.ACL_DOUBLE),
+          ("complex64",   5,  64, _ACL.ACL_COMPLEX64),
+          ("complex128",  5, 128, _ACL.ACL_COMPLEX128)]
 
 _BY_NAME: dict[str, DType] = {}
 for _name, _code, _bits, _acl in _TABLE:
-    _dt = DType(_name, _code, _bits, _acl)
+    _dt = DType(_name, _code, _bits, int(_acl))
     _native.register_dtype(_dt)
     _BY_NAME[_name] = _dt
 del _name, _code, _bits, _acl, _dt

@@ -1,8 +1,9 @@
 """Import (from_dlpack, asarray), creation (empty, zeros, ...) and the NumPy exchange.
 
-Framework-specific code lives in the lazily imported ``canna_dl.torch``, ``canna_dl.tf`` and
-``canna_dl.jax`` modules; this module only dispatches to them by the object's type, so importing
-canna_dl needs no framework, NumPy included.
+Framework-specific exchange code lives in the lazily imported ``canna_dl._frameworks._torch``,
+``._tf`` and ``._jax`` modules (part of the core: they load the framework, never ``kernels`` or the
+``canna_dl.torch/.tf/.jax`` shims); this module only dispatches to them by the object's type, so
+importing canna_dl needs no framework, NumPy included.
 """
 from __future__ import annotations
 
@@ -87,11 +88,11 @@ def _importer_for(t):
     mod = (getattr(t, "__module__", "") or "").split(".")[0]
     fn = None
     if mod == "torch" and "torch" in sys.modules and issubclass(t, sys.modules["torch"].Tensor):
-        from .torch._exchange import _import_tensor as fn
+        from ._frameworks._torch import _import_tensor as fn
     elif mod == "tensorflow" and "tensorflow" in sys.modules:
-        from .tf._exchange import _import_tensor as fn
+        from ._frameworks._tf import _import_tensor as fn
     elif mod in ("jax", "jaxlib") and "jax" in sys.modules:
-        from .jax._exchange import _import_array as fn
+        from ._frameworks._jax import _import_array as fn
     elif mod == "numpy" and "numpy" in sys.modules and issubclass(t, sys.modules["numpy"].ndarray):
         fn = _import_numpy
     _IMPORTERS[t] = fn

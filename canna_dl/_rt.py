@@ -1,7 +1,8 @@
 """canna_dl's link to acl_rt: the memory model, allocation, synchronous copies, stream waits.
 
 This is the only canna_dl module that reaches below acl_rt's public API (context activation,
-``aclrtMemcpy`` with arbitrary pointers, stream handles), so changes there stay in one place.
+``aclrtMemcpy`` with arbitrary pointers, stream handles), and it does so through acl_rt's one seam,
+:mod:`acl_rt.lowlevel`, so changes there stay in one place.
 Device memory comes only from :func:`acl_rt.alloc` (the caching pool when installed).
 """
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import threading
 
 import acl_rt
-from acl_rt import _runtime as _art
-from acl_rt._lib import backend, ffi
+from acl_rt import lowlevel as _art
+from acl_rt.lowlevel import MemcpyKind, Stream, backend, ffi
 
 from . import _native
 
@@ -18,10 +19,11 @@ __all__ = ["ensure", "memory_model", "is_unified", "alloc_storage", "memcpy", "s
            "KDL_CPU", "KDL_EXTDEV", "KDL_ASCEND", "H2D", "D2H", "D2D", "H2H"]
 
 KDL_CPU, KDL_EXTDEV, KDL_ASCEND = 1, 12, 21
-H2H, H2D, D2H, D2D = 0, 1, 2, 3
+H2H, H2D, D2H, D2D = (int(k) for k in (MemcpyKind.ACL_MEMCPY_HOST_TO_HOST, MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
+                                       MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST, MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE))
 
-_state = _art._state
-_tls = _art._tls
+_state = _art.state
+_tls = _art.thread_state()
 _lock = threading.Lock()
 
 
@@ -113,13 +115,14 @@ def memcpy(dst: int, src: int, nbytes: int, kind: int, device_id: int) -> None:
 
 
 def stream_wait(consumer, producer) -> None:
-    """Make ``consumer`` (an acl_rt.Stream, or a raw ``aclrtStream`` handle as int) wait for the work
-    queued so far on ``producer`` (an acl_rt.Stream), without blocking the host."""
-    if isinstance(consumer, acl_rt.Stream):
-        consumer.wait(producer)
-        return
-    ev = producer.record(producer.device.create_event(timing=False))
-    lib = backend().lib
-    _art.activate(producer.device.device_id, "canna_dl stream wait")
-    _art.check(lib.aclrtStreamWaitEvent(ffi.cast("aclrtStream", consumer), ev._handle("canna_dl stream wait")),
-               "aclrtStreamWaitEvent")
+    """Make ``consumer`` (anything :func:`acl_rt.lowlevel.accept_stream` takes, raw handles
+    included) wait for the work queued so far on ``producer`` (an acl_rt.Stream), without blocking
+    the host."""
+    if not isinstance(consumer, acl_rt.Stream):
+        consumer = _art.accept_stream(consumer, producer.device, "canna_dl stream wait", handles=True)
+    consumer.wait(producer)
+
+
+def accept_stream(stream, device, api: str, *, handles: bool = False):
+    """acl_rt's stream acceptor (:func:`acl_rt.lowlevel.accept_stream`) for canna_dl's ``stream=``."""
+    return _art.accept_stream(stream, device, api, handles=handles)

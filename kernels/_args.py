@@ -1,10 +1,10 @@
 """Turning Python arguments into a kernel's argument block.
 
-GM pointer parameters take device memory: an ``acl_rt.DeviceBuffer``, or an array -- anything that
-``canna_dl.asarray`` takes once canna_dl provides it (see :func:`_as_array`, the one place that
-decides), meanwhile any object with ``__dlpack__`` (PyTorch, TensorFlow, JAX, NumPy, CuPy-style
-producers), a DLPack capsule, or a C-contiguous buffer-protocol object -- always zero-copy: the
-kernel receives the address of the object's own memory. ``None`` is NULL and
+GM pointer parameters take device memory: an ``acl_rt.DeviceBuffer``, or an array -- any object
+with ``__dlpack__`` (PyTorch, TensorFlow, JAX, NumPy, CuPy-style producers: imported by
+``canna_dl.from_dlpack``, canna's one DLPack importer; see :func:`_as_array`), a DLPack capsule
+(read in place by canna_dl's capsule reader, not consumed), or a C-contiguous buffer-protocol
+object -- always zero-copy: the kernel receives the address of the object's own memory. ``None`` is NULL and
 ``ctypes.c_void_p(addr)`` passes a raw address. Scalar parameters take Python and NumPy scalars
 (or one-element arrays), converted to the parameter's C type with range checks (NumPy's
 ``OverflowError`` convention for out-of-range integers).
@@ -26,38 +26,24 @@ from ._structs import pack_struct
 __all__ = ["make_packer", "gm_pointer", "ArgumentView"]
 
 # ---------------------------------------------------------------------------------------------
-# DLPack (the ABI of dlpack.h v1.x, declared here from the spec; canna_dl will own this)
+# DLPack: canna_dl owns the protocol and the ABI. DLPack producers go through
+# canna_dl.from_dlpack (see _as_array); a raw capsule is read in place, without consuming it (a
+# launch may be repeated), by canna_dl's C reader of the DLPack structs (capsule_info).
 
-_dl = cffi.FFI()
-_dl.cdef("""
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype; int64_t *shape;
-                 int64_t *strides; uint64_t byte_offset; } DLTensor;
-typedef struct { DLTensor dl_tensor; void *manager_ctx; void (*deleter)(void *); } DLManagedTensor;
-typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
-typedef struct { DLPackVersion version; void *manager_ctx; void (*deleter)(void *); uint64_t flags;
-                 DLTensor dl_tensor; } DLManagedTensorVersioned;
-""")
-_kDLCPU, _kDLCUDAHost, _kDLExtDev, _kDLAscend = 1, 3, 12, 21
+from canna_dl import _native as _dl_native, all_dtypes as _all_dtypes  # noqa: E402  (kernels sits on canna_dl)
+from canna_dl._rt import KDL_ASCEND as _kDLAscend, KDL_CPU as _kDLCPU, KDL_EXTDEV as _kDLExtDev  # noqa: E402
+
+_ffi = cffi.FFI()   # from_buffer/cast for buffer-protocol objects
+_kDLCUDAHost = 3
 _HOST_DEVICES = {_kDLCPU, _kDLCUDAHost}
 _NPU_DEVICES = {_kDLExtDev, _kDLAscend}
 _DL_READ_ONLY = 1
 _DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi",
                  10: "rocm", 11: "rocm_host", 12: "ext_dev (npu)", 13: "cuda_managed", 14: "oneapi",
                  15: "webgpu", 16: "hexagon", 17: "maia", 21: "ascend"}
-# DLDataType (code, bits) -> canonical type
-_DL_TYPES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
-             (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
-             (2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16", (6, 8): "bool"}
-
-_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_get.restype = ctypes.c_void_p
-_capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_capsule_name = ctypes.pythonapi.PyCapsule_GetName
-_capsule_name.restype = ctypes.c_char_p
-_capsule_name.argtypes = [ctypes.py_object]
-import datetime as _datetime
+# DLDataType (code, bits) -> canonical type: canna_dl's dtype table, restricted to kernel element types
+_DL_TYPES = {(d.code, d.bits): d.name for d in _all_dtypes() if d.name in SCALAR_TYPES or d.name == "bfloat16"}
+import datetime as _datetime  # noqa: E402
 
 _PyCapsule = type(_datetime.datetime_CAPI)   # types.CapsuleType on Python >= 3.13
 
@@ -75,7 +61,7 @@ class ArgumentView:
 
 
 def _contiguous(ndim, shape, strides) -> bool:
-    if strides == _dl.NULL or ndim == 0:
+    if strides is None or ndim == 0:
         return True
     expected = 1
     for d in range(ndim - 1, -1, -1):
@@ -89,32 +75,28 @@ def _contiguous(ndim, shape, strides) -> bool:
 
 
 def _from_capsule(capsule, what: str, label: str) -> ArgumentView:
-    name = _capsule_name(capsule)
-    if name == b"dltensor_versioned":
-        m = _dl.cast("DLManagedTensorVersioned *", _capsule_get(capsule, name))
-        t, readonly = m.dl_tensor, bool(m.flags & _DL_READ_ONLY)
-    elif name == b"dltensor":
-        m = _dl.cast("DLManagedTensor *", _capsule_get(capsule, name))
-        t, readonly = m.dl_tensor, False
-    elif name in (b"used_dltensor", b"used_dltensor_versioned"):
+    try:
+        t = _dl_native.capsule_info(capsule)   # canna_dl's reader of the DLPack structs; does not consume
+    except ValueError as e:
+        raise TypeError(f"{label}: {what} is not a DLPack tensor ({e})") from None
+    if t["name"].startswith("used_"):
         raise TypeError(f"{label}: the DLPack capsule was already consumed by another library")
-    else:
-        raise TypeError(f"{label}: {what} is a capsule named {name!r}, not a DLPack tensor")
-    dev = t.device.device_type
+    readonly = bool(t.get("flags", 0) & _DL_READ_ONLY)
+    dev = t["device"][0]
     if dev not in _HOST_DEVICES and dev not in _NPU_DEVICES:
         raise TypeError(f"{label}: {what} lives on device '{_DEVICE_NAMES.get(dev, dev)}', which an Ascend kernel "
                         f"cannot access")
-    if t.dtype.lanes != 1:
-        raise TypeError(f"{label}: {what} has a vector dtype ({t.dtype.lanes} lanes)")
-    if not _contiguous(t.ndim, t.shape, t.strides):
+    code, bits, lanes = t["dtype"]
+    if lanes != 1:
+        raise TypeError(f"{label}: {what} has a vector dtype ({lanes} lanes)")
+    if not _contiguous(t["ndim"], t["shape"], t["strides"]):
         raise ValueError(f"{label}: {what} is not C-contiguous; the kernel would read it as if it were "
                          f"(pass a contiguous copy)")
     count = 1
-    for d in range(t.ndim):
-        count *= t.shape[d]
-    dtype = _DL_TYPES.get((t.dtype.code, t.dtype.bits))
-    ptr = int(_dl.cast("uintptr_t", t.data)) + int(t.byte_offset)
-    return ArgumentView(ptr, dtype, readonly, dev in _HOST_DEVICES, count * t.dtype.bits // 8, capsule)
+    for n in t["shape"] or ():
+        count *= n
+    ptr = t["data"] + t["byte_offset"]
+    return ArgumentView(ptr, _DL_TYPES.get((code, bits)), readonly, dev in _HOST_DEVICES, count * bits // 8, capsule)
 
 
 _TORCH_TYPES = {"torch.float16": "float16", "torch.float32": "float32", "torch.float64": "float64",
@@ -127,18 +109,6 @@ _FORMATS = {"b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32"
 
 
 _UNRESOLVED = object()
-_asarray = _UNRESOLVED
-
-
-def _canna_dl_asarray():
-    global _asarray
-    if _asarray is _UNRESOLVED:
-        try:
-            import canna_dl
-            _asarray = getattr(canna_dl, "asarray", None)
-        except ImportError:
-            _asarray = None
-    return _asarray
 
 
 def _as_array(obj, label):
@@ -149,7 +119,7 @@ def _as_array(obj, label):
     — memory the kernel cannot reach (host memory in the discrete model) is an error naming the
     parameter instead. NumPy arrays, PyTorch tensors, DeviceArrays and DeviceBuffers are read
     directly; anything else is tried as a buffer-protocol object below."""
-    if _canna_dl_asarray() is None or not hasattr(obj, "__dlpack__"):
+    if not hasattr(obj, "__dlpack__"):
         return obj   # capsules are viewed below without being consumed (a launch may be repeated)
     import canna_dl
     try:
@@ -171,8 +141,8 @@ def _numpy_view(arr, label):
                          f"were (pass numpy.ascontiguousarray(a))")
     if arr.nbytes == 0:
         return 0, _NP_CHARS.get(arr.dtype.char), not arr.flags.writeable, True, arr
-    cbuf = _dl.from_buffer(arr)
-    return int(_dl.cast("uintptr_t", cbuf)), _NP_CHARS.get(arr.dtype.char), not arr.flags.writeable, True, arr
+    cbuf = _ffi.from_buffer(arr)
+    return int(_ffi.cast("uintptr_t", cbuf)), _NP_CHARS.get(arr.dtype.char), not arr.flags.writeable, True, arr
 
 
 _torch_dtypes: dict = {}
@@ -245,24 +215,9 @@ def _gm(obj, label):
         return reader(arr, label)
     if isinstance(arr, DeviceBuffer):
         return arr._live(label), None, False, False, arr
-    what = f"the {tp.__name__}"
     if type(arr) is _PyCapsule:
         v = _from_capsule(arr, "the capsule", label)
         return v.ptr, v.dtype, v.readonly, v.host, v.keep
-    if hasattr(arr, "__dlpack__"):
-        try:
-            dev = arr.__dlpack_device__() if hasattr(arr, "__dlpack_device__") else (_kDLCPU, 0)
-            if dev[0] not in _HOST_DEVICES and dev[0] not in _NPU_DEVICES:
-                raise TypeError(f"{label}: {what} lives on device '{_DEVICE_NAMES.get(dev[0], dev[0])}', which an "
-                                f"Ascend kernel cannot access")
-            try:
-                cap = arr.__dlpack__(max_version=(1, 0))
-            except TypeError:
-                cap = arr.__dlpack__()
-        except (BufferError, RuntimeError) as e:
-            raise TypeError(f"{label}: {what} cannot be exported through DLPack: {e}") from None
-        v = _from_capsule(cap, what, label)
-        return v.ptr, v.dtype, v.readonly, v.host, (cap, arr)
     try:
         mv = memoryview(arr)
     except TypeError:
@@ -274,8 +229,8 @@ def _gm(obj, label):
     fmt = _FORMATS.get(mv.format.lstrip("@=<>!"))
     if mv.nbytes == 0:
         return 0, fmt, mv.readonly, True, mv
-    cbuf = _dl.from_buffer(mv)
-    return int(_dl.cast("uintptr_t", cbuf)), fmt, mv.readonly, True, (mv, cbuf)
+    cbuf = _ffi.from_buffer(mv)
+    return int(_ffi.cast("uintptr_t", cbuf)), fmt, mv.readonly, True, (mv, cbuf)
 
 
 def gm_pointer(obj, label: str = "argument") -> ArgumentView:

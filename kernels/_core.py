@@ -29,9 +29,8 @@ import threading
 
 import acl_rt
 import canna_dl
-from acl_rt import _runtime as rt
-from acl_rt._lib import backend, ffi, op_library
-from acl_rt._stream import Stream, current_stream
+from acl_rt import lowlevel as rt
+from acl_rt.lowlevel import Stream, backend, current_stream, ffi, op_library
 from canna_dl import DeviceArray
 from canna_dl import _copy as dl_copy
 from canna_dl import _rt as dl_rt
@@ -41,10 +40,10 @@ from ._raw import _hold
 
 __all__ = ["AxisError", "result_kind", "result_type", "broadcast_shapes"]
 
-_state = rt._state
+_state = rt.state
 _cfg = dl_rt.cfg
 
-ACL_FORMAT_ND, ACL_FORMAT_NCHW = 2, 0
+ACL_FORMAT_ND, ACL_FORMAT_NCHW = int(rt.Format.ACL_FORMAT_ND), int(rt.Format.ACL_FORMAT_NCHW)
 MAX_DIMS = 8   # aclnn tensors have at most 8 dimensions
 
 #: result kinds
@@ -520,9 +519,7 @@ def device_and_stream(api, arrays, stream):
     Device memory of another device than the stream's is refused (host-coherent memory, as in the
     unified memory model, is an operand of every device)."""
     if stream is not None:
-        if not isinstance(stream, Stream):
-            raise TypeError(f"{api}: stream must be an acl_rt.Stream or None, not {type(stream).__name__}")
-        s = stream
+        s = stream if type(stream) is Stream else rt.accept_stream(stream, None, api)
     else:
         dev = None
         for a in arrays:

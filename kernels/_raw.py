@@ -22,17 +22,16 @@ loaded with ``RawModule(path=...)``.
 """
 from __future__ import annotations
 
-import collections
 import hashlib
 import os
 import threading
 from pathlib import Path
 
 import acl_rt
-from acl_rt import _runtime as rt
-from acl_rt._errors import InvalidArgumentError
-from acl_rt._lib import backend, ffi
-from acl_rt._stream import _resolve_stream
+from acl_rt import ErrorCode as E
+from acl_rt import InvalidArgumentError
+from acl_rt import lowlevel as rt
+from acl_rt.lowlevel import backend, ffi
 
 from . import _compiler
 from ._args import make_packer
@@ -44,7 +43,7 @@ __all__ = ["RawModule", "RawKernel", "KernelNotFoundError", "CompileError", "Ker
 
 #: numBlocks limit of a launch (Ascend C: blockDim in [1, 65535])
 MAX_BLOCKS = 65535
-_ATTR_TIMEOUT_US = 8
+_ATTR_TIMEOUT_US = int(rt.LaunchKernelAttrId.ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US)
 
 
 class KernelNotFoundError(LookupError):
@@ -260,7 +259,7 @@ class RawModule:
         if f is None:
             cell = ffi.new("aclrtFuncHandle *")
             rc = backend().lib.aclrtBinaryGetFunction(ld.handle, name.encode(), cell)
-            if rc == 107042:   # ACL_ERROR_RT_SYMBOL_NOT_FOUND
+            if rc == E.ACL_ERROR_RT_SYMBOL_NOT_FOUND:
                 msg = backend().lib.aclGetRecentErrMsg()
                 detail = ffi.string(msg).decode(errors="replace") if msg != ffi.NULL else ""
                 have = detail.rsplit("(it has: ", 1)[-1].rstrip(")") if "(it has: " in detail else ""
@@ -319,71 +318,15 @@ class RawModule:
 
 
 # ---------------------------------------------------------------------------------------------
-# keeping arguments alive while a launch may still read them
+# keeping arguments alive while a launch may still read them: acl_rt's one keep-alive
+# (acl_rt/_keepalive.py, through the seam)
 
-_pending: collections.deque = collections.deque()   # (generation, event handle, keepalive)
-_event_pool: list = []
-_pending_lock = threading.Lock()
-
-
-_stream_status = ffi.new("aclrtStreamStatus *")    # used under _pending_lock
-_event_status = ffi.new("aclrtEventRecordedStatus *")
-
-
-def _hold(stream_handle, keep, lib) -> None:
-    """Keep ``keep`` alive until the work queued so far on the stream has run (an event marks the
-    point; completed entries are dropped at later launches)."""
-    gen = rt.generation()
-    with _pending_lock:
-        if _pending:
-            _reap(lib, gen)
-        st = _stream_status
-        if lib.aclrtStreamQuery(stream_handle, st) == 0 and st[0] == 0:
-            return   # already done (it ran inline): nothing to hold
-        ev = None
-        while _event_pool:
-            g, e = _event_pool.pop()
-            if g == gen:
-                ev = e
-                break
-        if ev is None:
-            cell = ffi.new("aclrtEvent *")
-            if lib.aclrtCreateEvent(cell) != 0:
-                lib.aclGetRecentErrMsg()
-                lib.aclrtSynchronizeStream(stream_handle)   # no event: wait instead of risking a dangling read
-                lib.aclGetRecentErrMsg()
-                return
-            ev = cell[0]
-        if lib.aclrtRecordEvent(ev, stream_handle) != 0:
-            lib.aclGetRecentErrMsg()
-            lib.aclrtSynchronizeStream(stream_handle)
-            lib.aclGetRecentErrMsg()
-            _event_pool.append((gen, ev))
-            return
-        _pending.append((gen, ev, keep))
-
-
-def _reap(lib, gen) -> None:
-    st = _event_status
-    while _pending:
-        g, ev, _keep = _pending[0]
-        if g != gen:
-            _pending.popleft()
-            continue
-        if lib.aclrtQueryEventStatus(ev, st) != 0:
-            lib.aclGetRecentErrMsg()
-        elif st[0] != 1:
-            return
-        _pending.popleft()
-        _event_pool.append((g, ev))
+_hold = rt.hold
 
 
 def pending_keepalives() -> int:
-    """Launches whose arguments are still held because they may not have run (for tests)."""
-    with _pending_lock:
-        if _pending and rt.is_initialized():
-            _reap(backend().lib, rt.generation())
-        return len(_pending)
+    """Objects still held because the launch (or copy) that uses them may not have run (for tests)."""
+    return rt.pending_holds()
 
 
 class RawKernel:
@@ -532,11 +475,12 @@ class RawKernel:
                 raise TypeError(f"{api}: num_blocks must be an int, not {type(num_blocks).__name__}")
             num_blocks = num_blocks.__index__()
         if not 1 <= num_blocks <= MAX_BLOCKS:
-            raise InvalidArgumentError(100000, api, f"num_blocks must be in 1..{MAX_BLOCKS}, got {num_blocks}")
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                       f"num_blocks must be in 1..{MAX_BLOCKS}, got {num_blocks}")
         if len(args) != self._nparams:
             raise TypeError(f"{api}: {self._sig} takes {self._nparams} argument{'s' if self._nparams != 1 else ''}, "
                             f"got {len(args)}")
-        s = _resolve_stream(stream, None, api)
+        s = rt.accept_stream(stream, None, api)
         sh = s._handle(api)
         f = self._funcs.get((rt.generation(), s._device._id))
         if f is None:
@@ -581,7 +525,8 @@ def _timeout_cfg(timeout, api):
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{api}: timeout must be a number of seconds or None, not {type(timeout).__name__}")
     if not 0 < timeout < 1e9:
-        raise InvalidArgumentError(100000, api, f"timeout must be a positive number of seconds, got {timeout!r}")
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, api,
+                                   f"timeout must be a positive number of seconds, got {timeout!r}")
     us = max(1, int(timeout * 1e6))
     attr = ffi.new("aclrtLaunchKernelAttr[1]")
     attr[0].id = _ATTR_TIMEOUT_US
