@@ -510,14 +510,19 @@ class RawKernel:
                 timeout (``ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US``; default: none, or
                 ``$CANNA_SIM_KERNEL_TIMEOUT`` on the simulator).
 
-        The arguments are kept alive until the launch has run. Faults inside the kernel (invalid
+        DeviceArray arguments follow the built-in ops' stream ordering: the launch waits (on the
+        device) for their pending writes on other streams, and becomes the pending write of those
+        passed to non-const pointer parameters. The arguments are kept alive until the launch has
+        run. Faults inside the kernel (invalid
         accesses, a timeout) are asynchronous: :class:`acl_rt.KernelError` at the next synchronize.
 
         Raises:
             TypeError: wrong number of arguments, or an argument that cannot be converted (the
                 message names the parameter), a multi-element array for a scalar.
             OverflowError: a scalar out of its C type's range.
-            ValueError: a non-contiguous array; a read-only array for a non-const typed pointer (``float *``; untyped ``GM_ADDR`` parameters accept read-only arrays such as TF and JAX tensors).
+            ValueError: a non-contiguous array; a read-only or immutable object (a TF or JAX tensor,
+                ``bytes``, a read-only NumPy array) for a pointer parameter that is not ``const``
+                (``GM_ADDR`` and ``float *`` may be written; ``const GM_ADDR``, ``const float *`` not).
             acl_rt.InvalidArgumentError: num_blocks out of range; a pointer into freed memory (or not
                 device memory in the discrete model / memcheck), named by the runtime.
             CompileError: the first launch compiles the source.
@@ -545,7 +550,9 @@ class RawKernel:
                 else None
             pack = self._pack = make_packer(self._sig.params, self._sig.args_size, on_device=not b.is_sim,
                                             kernel=self._name)
-        data, keep = pack(args)
+        data, keep, arrays = pack(args)
+        if arrays:   # the built-in ops' rule: wait for the arrays' pending writes on other streams
+            _order_inputs()(s, [a for a, _w in arrays])
         cfg, _cfg_keep = (ffi.NULL, None) if timeout is None else _timeout_cfg(timeout, api)
         launch = self._launch_fn
         if launch is not None:
@@ -554,6 +561,9 @@ class RawKernel:
                 rt.raise_error(rc, "aclrtLaunchKernelWithHostArgs")
         else:   # CANN 8.2-8.3: the argument builder (untested here: the simulator has the newer call)
             self._launch_with_builder(f, num_blocks, sh, cfg, data)
+        for a, writable in arrays:
+            if writable:   # ... and record this launch as their pending write, as an op's output
+                a.storage.stream = s
         if keep:
             _hold(sh, keep, backend().lib)
 
@@ -570,6 +580,13 @@ class RawKernel:
         rt.check(lib.aclrtKernelArgsFinalize(cell[0]), "aclrtKernelArgsFinalize")
         rt.check(lib.aclrtLaunchKernelWithConfig(f, num_blocks, sh, cfg, cell[0], ffi.NULL),
                  "aclrtLaunchKernelWithConfig")
+
+
+def _order_inputs():
+    """kernels._core.order_inputs, the stream-ordering rule of DeviceArray operands (imported late:
+    _core imports this module)."""
+    from ._core import order_inputs
+    return order_inputs
 
 
 def _timeout_cfg(timeout, api):

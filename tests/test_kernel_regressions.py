@@ -1,0 +1,107 @@
+"""Custom kernels (kernels.RawKernel / RawModule): regressions of issue 12 (hostile inputs).
+
+Anything that could kill the process (a damaged binary, an out-of-bounds write into host memory)
+runs in a subprocess, so a crash is a failed test and not a dead pytest.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import acl_rt
+import canna_dl as cd
+import kernels
+
+from conftest import run_python
+
+COPY = r'''
+#include "canna_kernel.h"
+CANNA_KERNEL void copy(const float *x, float *y, uint32_t n) { for (uint32_t i = 0; i < n; ++i) y[i] = x[i]; }
+CANNA_KERNEL void poke(GM_ADDR out, uint32_t n) { for (uint32_t i = 0; i < n; ++i) out[i] = 1; }
+CANNA_KERNEL void peek(const GM_ADDR in, GM_ADDR out, uint32_t n) { for (uint32_t i = 0; i < n; ++i) out[i] = in[i]; }
+'''
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_cache(tmp_path_factory):
+    """A private on-disk kernel cache for this module (and the subprocesses it starts)."""
+    d = tmp_path_factory.mktemp("kcache")
+    old = os.environ.get("CANNA_KERNEL_CACHE")
+    os.environ["CANNA_KERNEL_CACHE"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("CANNA_KERNEL_CACHE", None)
+    else:
+        os.environ["CANNA_KERNEL_CACHE"] = old
+
+
+@pytest.fixture(scope="module")
+def mod(kernel_cache):
+    acl_rt.init()
+    acl_rt.Device(0).set_current()
+    return kernels.RawModule(COPY)
+
+
+# -- item 7: a launch waits for the pending writes of its DeviceArray arguments on other streams
+
+def test_launch_waits_for_a_pending_write_on_another_stream(mod):
+    cp = mod.get_function("copy")
+    dev = acl_rt.Device(0)
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    try:
+        x = cd.asarray(np.arange(64, dtype=np.float32))
+        gate = threading.Event()
+        s1.launch_host_func(gate.wait, 60)      # s1 is held until the gate opens
+        w = kernels.add(x, 9, stream=s1)         # pending on s1: fresh memory (NaN poison) until then
+        out = cd.zeros(64)
+        cp.launch(1, w, out, 64, stream=s2)
+        # open the gate later: a launch on s2 that did not wait has read the poison by then (the
+        # result does not depend on the delay once the launch waits)
+        threading.Timer(0.2, gate.set).start()
+        s2.synchronize()
+        np.testing.assert_array_equal(out.numpy(), np.arange(64) + 9)
+        # the launch is the pending write of its non-const DeviceArray arguments, as an op's output:
+        # an op on s1 waits for it
+        gate2 = threading.Event()
+        s2.launch_host_func(gate2.wait, 60)
+        out2 = cd.zeros(64)
+        cp.launch(1, x, out2, 64, stream=s2)
+        assert out2.stream is s2 and x.stream is not s2    # x is const: only read
+        r = kernels.add(out2, 1, stream=s1)
+        threading.Timer(0.2, gate2.set).start()
+        s1.synchronize()
+        np.testing.assert_array_equal(r.numpy(), np.arange(64) + 1)
+    finally:
+        s1.synchronize()
+        s2.synchronize()
+        s1.close()
+        s2.close()
+
+
+# -- item 8: immutable objects are refused for pointer parameters the kernel may write
+
+def test_immutable_objects_refused_for_writable_pointers(mod):
+    poke, peek = mod.get_function("poke"), mod.get_function("peek")
+    ro = np.zeros(16, np.uint8)
+    ro.flags.writeable = False
+    immutables = [("bytes", bytes(16)), ("ndarray", ro)]
+    jnp = pytest.importorskip("jax.numpy")
+    tf = pytest.importorskip("tensorflow")
+    immutables += [("ArrayImpl", jnp.zeros(4)), ("EagerTensor", tf.zeros(4))]
+    for what, obj in immutables:
+        with pytest.raises(ValueError, match=rf"parameter 0 'out' \(GM_ADDR\): the {what} is read-only"):
+            poke.launch(1, obj, 16)
+        out = np.full(16, 7, np.uint8)
+        peek.launch(1, obj, out, 16)           # a const parameter takes it
+        acl_rt.current_stream().synchronize()
+        assert (out == 0).all(), what
+    assert bytes(16) == b"\0" * 16
+    assert (np.asarray(jnp.zeros(4)) == 0).all() and (tf.zeros(4).numpy() == 0).all()
+    # a writable array is written
+    w = np.zeros(16, np.uint8)
+    poke.launch(1, w, 16)
+    acl_rt.current_stream().synchronize()
+    assert (w == 1).all()
