@@ -105,3 +105,81 @@ def test_immutable_objects_refused_for_writable_pointers(mod):
     poke.launch(1, w, 16)
     acl_rt.current_stream().synchronize()
     assert (w == 1).all()
+
+
+# -- item 1: a damaged binary is a parse error, a damaged cache entry is rebuilt (never SIGBUS)
+
+K42 = r'''
+#include "canna_kernel.h"
+CANNA_KERNEL void k(GM_ADDR x) { ((float *)x)[0] = 42; }
+'''
+
+
+def test_truncated_binary_is_a_parse_error_not_a_crash(tmp_path):
+    r = run_python(f"""
+        import acl_rt, kernels
+        acl_rt.init(); acl_rt.Device(0).set_current()
+        SRC = {K42!r}
+        data = open(kernels.RawModule(SRC).binary_path, "rb").read()
+        lengths = sorted(set([4096, len(data) - 1, len(data) // 2, 64, 1] + list(range(65, len(data), 211))))
+        for n in lengths:
+            for how in ("bytes", "path"):
+                try:
+                    if how == "bytes":
+                        m = kernels.RawModule(data[:n])
+                    else:
+                        p = {str(tmp_path)!r} + f"/t{{n}}.so"
+                        open(p, "wb").write(data[:n])
+                        m = kernels.RawModule(path=p)
+                    m.get_function("k")
+                except acl_rt.AclError as e:
+                    assert e.code == 100006, (n, how, e)   # ACL_ERROR_PARSE_FILE
+                    if n == 4096 and how == "bytes":
+                        print(e)
+                else:
+                    raise AssertionError(f"a binary truncated to {{n}} bytes loaded ({{how}})")
+        print("ok", len(lengths))
+    """)
+    assert "damaged ELF shared object" in r.stdout and "extends past the end" in r.stdout
+    assert "ok" in r.stdout
+
+
+def _run_k42(cache):
+    return run_python(f"""
+        import warnings, numpy as np, acl_rt, kernels
+        warnings.simplefilter("always")
+        acl_rt.init(); acl_rt.Device(0).set_current()
+        m = kernels.RawModule({K42!r})
+        x = np.zeros(1, np.float32)
+        m.get_function("k").launch(1, x)
+        acl_rt.current_stream().synchronize()
+        print(m.cache, x[0], m.binary_path)
+    """, env={"CANNA_KERNEL_CACHE": str(cache)})
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "bit flip", "directory", "no checksum"])
+def test_damaged_cache_entry_is_rebuilt_with_a_warning(tmp_path, damage):
+    cache = tmp_path / "cache"
+    r = _run_k42(cache)
+    how, value, path = r.stdout.split()
+    assert (how, value) == ("compiled", "42.0") and "RuntimeWarning" not in r.stderr
+    data = open(path, "rb").read()
+    if damage == "truncated":
+        open(path, "wb").write(data[:4096])
+    elif damage == "garbage":
+        open(path, "wb").write(os.urandom(len(data)))
+    elif damage == "empty":
+        open(path, "wb").close()
+    elif damage == "bit flip":
+        open(path, "wb").write(data[:3000] + bytes([data[3000] ^ 0x10]) + data[3001:])
+    elif damage == "directory":
+        os.unlink(path)
+        os.mkdir(path)
+        open(os.path.join(path, "x"), "w").close()
+    else:
+        os.unlink(path + ".sha256")
+    r = _run_k42(cache)
+    assert r.stdout.split()[:2] == ["compiled", "42.0"], r.stdout
+    assert "RuntimeWarning" in r.stderr and "rebuilding it from source" in r.stderr and path in r.stderr
+    r = _run_k42(cache)   # the entry is whole again: the next process hits it
+    assert r.stdout.split()[:2] == ["disk", "42.0"] and "RuntimeWarning" not in r.stderr
