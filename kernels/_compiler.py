@@ -31,6 +31,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -523,3 +524,85 @@ def _build(source, options, tc, kernels, source_name, source_path, soc, d: Path,
         os.replace(out, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# what the preprocessor keeps: the kernels of a source are read from its active lines only
+
+_CONDITIONAL = re.compile(r"(?m)^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|elifdef|elifndef)\b")
+_LINE_CONTROL = re.compile(r"(?m)^[ \t]*#[ \t]*(line\b|\d)")
+_MARKER = re.compile(r'# (\d+) "((?:[^"\\]|\\.)*)"')
+_live_memo: dict = {}
+
+
+def has_conditionals(source: str) -> bool:
+    """Whether ``source`` has conditional preprocessor directives (``#if``, ``#ifdef``...)."""
+    return bool(_CONDITIONAL.search(source))
+
+
+def _unescape_marker(name: str) -> str:
+    return re.sub(r"\\(.)", r"\1", name)
+
+
+def live_source(source: str, *, options: tuple, toolchain: Toolchain, source_name: str = "kernel.c",
+                source_path: Path | None = None) -> str:
+    """``source`` with the lines the preprocessor drops (inactive ``#if``/``#ifdef`` branches)
+    blanked, newlines kept (line numbers still match): the text whose kernels get entries.
+
+    The host compiler's own preprocessor decides (``-E -fdirectives-only``: conditionals are
+    evaluated with the build's options, includes and predefined macros, nothing is expanded), on
+    the translation unit the build compiles (``canna_kernel.h``, then the source). Sources without
+    conditional directives, with ``#line`` directives, the Ascend toolchain, and a preprocessor
+    that fails (the build will report why) give ``source`` unchanged."""
+    if toolchain.kind != "cc" or not has_conditionals(source) or _LINE_CONTROL.search(source):
+        return source
+    memo_key = (source, tuple(options), toolchain, str(source_path) if source_path else None)
+    with _lock:
+        hit = _live_memo.get(memo_key)
+    if hit is not None:
+        return hit
+    tmp = Path(tempfile.mkdtemp(prefix="canna-scan-"))
+    try:
+        ext = ".cpp" if toolchain.language == "c++" else ".c"
+        if source_path is not None:
+            main = Path(source_path)
+        else:
+            main = tmp / f"kernel_source{ext}"
+            main.write_text(source)
+        tu = tmp / f"canna_scan{ext}"
+        tu.write_text(f'#include "canna_kernel.h"\n#include {_c_string(str(main))}\n')
+        out = tmp / "scan.i"
+        include_dirs = [str(source_path.parent)] if source_path is not None else []
+        cmd = _sim_command(toolchain, tu, out, options, include_dirs)
+        cmd[1:1] = ["-E", "-fdirectives-only"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp),
+                                  env=dict(os.environ, LC_ALL="C", LANG="C"), timeout=120)
+            text = out.read_text(errors="replace") if proc.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            text = None
+        if text is None:
+            return source
+        kept, line, in_main, seen = set(), 0, False, False
+        want = str(main)
+        for row in text.split("\n"):
+            m = _MARKER.match(row)
+            if m:
+                line = int(m.group(1))
+                in_main = _unescape_marker(m.group(2)) == want
+                seen = seen or in_main
+                continue
+            if in_main and row.strip():
+                kept.add(line)
+            line += 1
+        if not seen:
+            return source
+        lines = source.split("\n")
+        result = "\n".join(ln if i + 1 in kept else "" for i, ln in enumerate(lines))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    with _lock:
+        if len(_live_memo) > 256:
+            _live_memo.clear()
+        _live_memo[memo_key] = result
+    return result

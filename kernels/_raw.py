@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -37,7 +38,8 @@ from acl_rt._stream import _resolve_stream
 from . import _compiler
 from ._args import make_packer
 from ._compiler import CompileError
-from ._signature import KernelSignature, KernelSourceError, looks_like_cxx, parse_kernels, parse_signature
+from ._signature import (KernelSignature, KernelSourceError, clean_source, looks_like_cxx, parse_kernels,
+                         parse_signature)
 
 __all__ = ["RawModule", "RawKernel", "KernelNotFoundError", "CompileError", "KernelSourceError",
            "kernel_cache_info", "MAX_BLOCKS"]
@@ -52,11 +54,11 @@ class KernelNotFoundError(LookupError):
 
     Attributes: ``name`` (the name asked for), ``available`` (the kernels there are)."""
 
-    def __init__(self, name: str, available, where: str):
+    def __init__(self, name: str, available, where: str, note: str = ""):
         self.name = name
         self.available = tuple(available)
         have = ", ".join(self.available) if self.available else "none"
-        super().__init__(f"no kernel named {name!r} in {where} (kernels there: {have})")
+        super().__init__(f"no kernel named {name!r} in {where} (kernels there: {have}){note}")
 
 
 def kernel_cache_info() -> dict:
@@ -145,7 +147,7 @@ class RawModule:
             raise TypeError(f"RawModule: code must be source text (str) or a binary (bytes), not "
                             f"{type(code).__name__}")
         if self._source is not None:
-            self._kernels = parse_kernels(self._source)
+            self._kernels = parse_kernels(self._live_source())
             self._name = self._source_path.name if self._source_path else "kernel source"
         else:
             self._name = Path(self._binary_path).name if self._binary_path else "binary data"
@@ -199,12 +201,8 @@ class RawModule:
             if self._binary_path is not None:
                 return self._binary_path
             rt.ensure("RawModule.compile")
-            b = backend()
-            language = "c++" if (any(o.startswith(("-std=c++", "-std=gnu++")) or o == "-xc++" for o in self._options)
-                                 or "-x" in self._options and "c++" in self._options
-                                 or (self._source_path is not None and self._source_path.suffix != ".c")
-                                 or looks_like_cxx(self._source)) else "c"
-            tc = _compiler.find_toolchain(self._backend, language=language, simulator=b.is_sim)
+            tc = self._toolchain()
+            language = tc.language
             soc = None
             if tc.kind == "bisheng":
                 soc = acl_rt.Device(rt.current_device_id()).soc_name
@@ -215,6 +213,27 @@ class RawModule:
             self._cache = how
             self._binary_path = path
             return path
+
+    def _toolchain(self) -> _compiler.Toolchain:
+        """The toolchain that builds this source (raises CompileError when it is not installed)."""
+        language = "c++" if (any(o.startswith(("-std=c++", "-std=gnu++")) or o == "-xc++" for o in self._options)
+                             or "-x" in self._options and "c++" in self._options
+                             or (self._source_path is not None and self._source_path.suffix != ".c")
+                             or looks_like_cxx(self._source)) else "c"
+        return _compiler.find_toolchain(self._backend, language=language, simulator=backend().is_sim)
+
+    def _live_source(self) -> str:
+        """The source as the preprocessor keeps it (inactive #if branches blanked): the text the
+        kernels are read from, so a kernel in `#if 0` is not one (``_compiler.live_source``)."""
+        if not _compiler.has_conditionals(self._source):
+            return self._source
+        try:
+            tc = self._toolchain()
+        except CompileError:
+            return self._source   # the build will report the missing compiler
+        name = self._source_path.name if self._source_path else ("kernel.cpp" if tc.language == "c++" else "kernel.c")
+        return _compiler.live_source(self._source, options=self._options, toolchain=tc, source_name=name,
+                                     source_path=self._source_path)
 
     def _binary_id(self):
         if self._id is None:
@@ -310,7 +329,11 @@ class RawModule:
         elif self._kernels is not None:
             sig = self._kernels.get(name)
             if sig is None:
-                raise KernelNotFoundError(name, self._kernels, self._name)
+                note = ""
+                if _compiler.has_conditionals(self._source) and re.search(
+                        rf"\b(CANNA_KERNEL|__global__)\b[^;{{}}]*\b{re.escape(name)}\s*\(", clean_source(self._source)):
+                    note = ": it is defined in a preprocessor branch that is not compiled (#if / #ifdef)"
+                raise KernelNotFoundError(name, self._kernels, self._name, note)
         else:
             sig = self._binary_signature(name)
         return RawKernel._from_module(self, name, sig)

@@ -5,7 +5,9 @@ A kernel is a function marked ``CANNA_KERNEL`` (or, in Ascend C sources, ``__glo
 types. Its argument block -- what AscendCL's launch functions take, on the device and in the
 simulator -- is a C struct of the parameters in declaration order with natural alignment, GM
 pointers 8 bytes (shared/reference/acl_api.md §5.2). This module finds the kernels of a source and
-computes that layout; it does not preprocess (kernels declared through macros are not found).
+computes that layout; it does not preprocess (kernels declared through macros are not found):
+``RawModule`` first blanks the lines the preprocessor drops (``kernels._compiler.live_source``), so
+a kernel in an inactive ``#if`` branch is not one.
 """
 from __future__ import annotations
 

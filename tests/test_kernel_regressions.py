@@ -183,3 +183,53 @@ def test_damaged_cache_entry_is_rebuilt_with_a_warning(tmp_path, damage):
     assert "RuntimeWarning" in r.stderr and "rebuilding it from source" in r.stderr and path in r.stderr
     r = _run_k42(cache)   # the entry is whole again: the next process hits it
     assert r.stdout.split()[:2] == ["disk", "42.0"] and "RuntimeWarning" not in r.stderr
+
+
+# -- item 19: kernels are read from what the preprocessor keeps
+
+DEAD = r'''
+#include "canna_kernel.h"
+#if 0
+CANNA_KERNEL void dead(GM_ADDR x, not_a_type y) { this does not compile; }
+#endif
+/* CANNA_KERNEL void in_comment(GM_ADDR x) { nor this; } */
+#ifdef CANNA_TEST_UNDEFINED_MACRO
+CANNA_KERNEL void dead2(GM_ADDR x) { nor this; }
+#elif defined(CANNA_TARGET_SIM) && TILE > 2
+CANNA_KERNEL void live(GM_ADDR x) { ((float *)x)[0] = TILE; }
+#else
+CANNA_KERNEL void live(GM_ADDR x) { ((float *)x)[0] = -1; }
+#endif
+'''
+
+
+def _run1(k):
+    x = np.zeros(1, np.float32)
+    k.launch(1, x)
+    acl_rt.current_stream().synchronize()
+    return x[0]
+
+
+def test_kernel_in_an_inactive_preprocessor_branch(kernel_cache, tmp_path):
+    acl_rt.init()
+    acl_rt.Device(0).set_current()
+    m = kernels.RawModule(DEAD, options=("-DTILE=8",))
+    assert m.kernel_names == ("live",)
+    assert _run1(m.get_function("live")) == 8
+    for name in ("dead", "dead2"):
+        with pytest.raises(kernels.KernelNotFoundError, match=rf"no kernel named '{name}'.*kernels there: live.*"
+                                                              r"preprocessor branch that is not compiled"):
+            m.get_function(name)
+    with pytest.raises(kernels.KernelNotFoundError, match="'in_comment'"):
+        m.get_function("in_comment")
+    # the options decide, as in the build: the other branch
+    assert _run1(kernels.RawKernel(DEAD, "live", options=("-DTILE=1",))) == -1
+    # macros from headers the source includes (relative to a source file), and C++
+    (tmp_path / "cfg.h").write_text("#define CANNA_TEST_FEATURE 3\n")
+    (tmp_path / "k.cpp").write_text('#include "canna_kernel.h"\n#include "cfg.h"\n'
+                                    "#if CANNA_TEST_FEATURE == 3\n"
+                                    "CANNA_KERNEL void f(GM_ADDR x) { ((float *)x)[0] = CANNA_TEST_FEATURE; }\n"
+                                    "#else\nCANNA_KERNEL void f(GM_ADDR x, int broken) { }\n#endif\n"
+                                    "#ifdef __CCE_AICORE__\nCANNA_KERNEL void device_only(GM_ADDR x, __ubuf__ half *u) { }\n#endif\n")
+    k = kernels.RawKernel(tmp_path / "k.cpp", "f")
+    assert k.num_params == 1 and _run1(k) == 3
