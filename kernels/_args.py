@@ -287,7 +287,10 @@ def gm_pointer(obj, label: str = "argument") -> ArgumentView:
         InvalidHandleError: a DeviceBuffer that was freed.
     """
     ptr, dtype, readonly, host, keep = _gm(obj, label)
-    nbytes = getattr(keep, "nbytes", None) if keep is not None and not isinstance(keep, tuple) else None
+    if isinstance(keep, tuple):   # (memoryview, cdata) of a buffer; (capsule, producer) of a DLPack export
+        nbytes = keep[0].nbytes if isinstance(keep[0], memoryview) else None
+    else:
+        nbytes = getattr(keep, "nbytes", None) if keep is not None else None
     return ArgumentView(ptr, dtype, readonly, host, nbytes, keep)
 
 

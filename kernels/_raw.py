@@ -23,9 +23,11 @@ loaded with ``RawModule(path=...)``.
 from __future__ import annotations
 
 import collections
+import ctypes
 import hashlib
 import os
 import re
+import struct
 import threading
 from pathlib import Path
 
@@ -576,6 +578,11 @@ class RawKernel:
         data, keep, arrays = pack(args)
         if arrays:   # the built-in ops' rule: wait for the arrays' pending writes on other streams
             _order_inputs()(s, [a for a, _w in arrays])
+        staged = None
+        if _memcheck():
+            data, staged = _stage_host_operands(self._sig.params, args, data, s, self._name)
+            if staged:
+                keep.append(staged)
         cfg, _cfg_keep = (ffi.NULL, None) if timeout is None else _timeout_cfg(timeout, api)
         launch = self._launch_fn
         if launch is not None:
@@ -584,6 +591,8 @@ class RawKernel:
                 rt.raise_error(rc, "aclrtLaunchKernelWithHostArgs")
         else:   # CANN 8.2-8.3: the argument builder (untested here: the simulator has the newer call)
             self._launch_with_builder(f, num_blocks, sh, cfg, data)
+        if staged:
+            _unstage(staged, s)
         for a, writable in arrays:
             if writable:   # ... and record this launch as their pending write, as an op's output
                 a.storage.stream = s
@@ -603,6 +612,103 @@ class RawKernel:
         rt.check(lib.aclrtKernelArgsFinalize(cell[0]), "aclrtKernelArgsFinalize")
         rt.check(lib.aclrtLaunchKernelWithConfig(f, num_blocks, sh, cfg, cell[0], ffi.NULL),
                  "aclrtLaunchKernelWithConfig")
+
+
+# ---------------------------------------------------------------------------------------------
+# memcheck (CANNA_SIM_CHECK=1): host operands are staged in guarded device memory
+
+_check_mode = None
+
+
+def _memcheck() -> bool:
+    """Whether the simulator runs in memcheck mode (fixed at its first aclInit)."""
+    global _check_mode
+    if _check_mode is None:
+        b = backend()
+        _check_mode = bool(b.is_sim and b.lib.aclsimGetCheckMode() == 1)
+    return _check_mode
+
+
+class _Staging:
+    """A device allocation holding a copy of host operands during one launch (freed when the
+    launch has run: it is part of the launch's keepalive)."""
+    __slots__ = ("ptr", "size", "pad", "lo", "hi", "writable", "gen")
+
+    def __init__(self, lo, hi, writable):
+        self.lo, self.hi, self.writable = lo, hi, writable
+        self.pad = lo % 16      # the staged copy keeps the host addresses' alignment (mod 16)
+        self.size = self.pad + hi - lo
+        self.gen = rt.generation()
+        cell = ffi.new("void **")
+        rt.check(backend().lib.aclrtMalloc(cell, self.size, 0), "aclrtMalloc (memcheck staging of a host operand)")
+        self.ptr = int(ffi.cast("uintptr_t", cell[0]))
+
+    def at(self, host_ptr: int) -> int:
+        return self.ptr + self.pad + host_ptr - self.lo
+
+    def __del__(self):
+        ptr, self.ptr = self.ptr, 0
+        try:
+            if ptr and rt.generation() == self.gen and rt.is_initialized():
+                lib = backend().lib
+                if lib.aclrtFree(ffi.cast("void *", ptr)) != 0:
+                    lib.aclGetRecentErrMsg()
+        except Exception:   # noqa: BLE001 - interpreter shutdown: the runtime frees it
+            pass
+
+
+def _stage_host_operands(params, args, data: bytes, s, kernel: str):
+    """Memcheck: every pointer argument in host memory of known size (NumPy arrays, CPU tensors,
+    buffers) is replaced by a copy in a device allocation, which ends at a guard page (or poisoned
+    slack): an out-of-bounds access is then reported like one into device memory (kernel, block,
+    address) instead of corrupting the host heap. Host operands that overlap share one copy.
+    Returns ``(argument block, stagings)``; the copies in and back are stream tasks around the
+    launch (:func:`_unstage`)."""
+    from ._args import gm_pointer
+    lib = backend().lib
+    dev = s._device._id
+    is_dev = ffi.new("int32_t *")
+    ranges = []
+    for p in params:
+        if p.kind != "pointer":
+            continue
+        v = gm_pointer(args[p.index], p.label)
+        n = v.nbytes
+        if not v.ptr or not n:
+            continue   # NULL, raw addresses (size unknown), DLPack capsules: checked by the runtime only
+        if lib.aclsimCheckKernelOperand(ffi.cast("void *", v.ptr), n, dev, b"operand", is_dev) != 0:
+            lib.aclGetRecentErrMsg()   # the launch reports it (naming the parameter)
+            continue
+        if not is_dev[0]:
+            ranges.append((v.ptr, v.ptr + n, p))
+    if not ranges:
+        return data, None
+    ranges.sort(key=lambda r: r[0])
+    groups = []   # [lo, hi, writable, params]
+    for lo, hi, p in ranges:
+        if groups and lo < groups[-1][1]:
+            g = groups[-1]
+            g[1] = max(g[1], hi)
+            g[2] = g[2] or not p.is_const
+            g[3].append((lo, p))
+        else:
+            groups.append([lo, hi, not p.is_const, [(lo, p)]])
+    block = bytearray(data)
+    stagings = []
+    for lo, hi, writable, members in groups:
+        st = _Staging(lo, hi, writable)
+        stagings.append(st)
+        for ptr, p in members:
+            struct.pack_into("=Q", block, p.offset, st.at(ptr))
+        s.launch_host_func(ctypes.memmove, st.ptr + st.pad, lo, hi - lo)
+    return bytes(block), stagings
+
+
+def _unstage(stagings, s) -> None:
+    """After the launch, in stream order: copy the staged operands the kernel may have written back."""
+    for st in stagings:
+        if st.writable:
+            s.launch_host_func(ctypes.memmove, st.lo, st.ptr + st.pad, st.hi - st.lo)
 
 
 def _order_inputs():

@@ -233,3 +233,61 @@ def test_kernel_in_an_inactive_preprocessor_branch(kernel_cache, tmp_path):
                                     "#ifdef __CCE_AICORE__\nCANNA_KERNEL void device_only(GM_ADDR x, __ubuf__ half *u) { }\n#endif\n")
     k = kernels.RawKernel(tmp_path / "k.cpp", "f")
     assert k.num_params == 1 and _run1(k) == 3
+
+
+# -- item 3: under memcheck, writes past a host operand are reported (it is staged in guarded memory)
+
+def test_memcheck_reports_writes_past_host_operands():
+    r = run_python(r'''
+        import numpy as np, acl_rt, kernels
+        acl_rt.init(); acl_rt.Device(0).set_current()
+        assert acl_rt._lib.backend().lib.aclsimGetCheckMode() == 1
+        m = kernels.RawModule(r"""
+        #include "canna_kernel.h"
+        CANNA_KERNEL void fill(float *x, uint32_t n) {
+            uint32_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+            for (uint32_t i = lo; i < n && i < lo + per; ++i) x[i] = 1.0f;
+        }
+        CANNA_KERNEL void add(const float *x, const float *y, float *z, uint32_t n) {
+            for (uint32_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+        }
+        CANNA_KERNEL void bump(GM_ADDR x, uint32_t n) { for (uint32_t i = 0; i < n; ++i) x[i] += 1; }
+        """)
+        fill, add, bump = m.get_function("fill"), m.get_function("add"), m.get_function("bump")
+        s = acl_rt.current_stream()
+
+        def report(arr, n, blocks=8):
+            fill.launch(blocks, arr, n)
+            try:
+                s.synchronize()
+            except acl_rt.KernelError as e:
+                return e.code, str(e)
+            return None, "not reported"
+
+        # 12 bytes past a 4096-byte array: the guard page after its staged copy, in the last block
+        buf = np.zeros(1024 + 16, np.float32)
+        off = (-buf.ctypes.data % 64) // 4
+        code, msg = report(buf[off:off + 1024], 1024 + 3)   # 64-byte aligned: its copy ends at the guard
+        print("GUARD", code, "kernel 'fill' block 7 of 8" in msg, "past the end" in msg)
+        # 4 bytes past a 4000-byte array: in the poisoned slack, found after the kernel
+        code, msg = report(np.zeros(1000, np.float32), 1001, 2)
+        print("SLACK", code, "parameter 0 ('x')" in msg, "bytes 0..3 past the end" in msg)
+        # in bounds: the results come back to the host operands, which stay usable
+        x = np.zeros(1000, np.float32)
+        fill.launch(3, x, 1000); s.synchronize()
+        a = np.arange(8, dtype=np.float32)
+        add.launch(1, a, a, a, 8); s.synchronize()          # one operand three times (in place)
+        b = bytearray(range(16))
+        bump.launch(1, memoryview(b)[4:12], 8); s.synchronize()
+        print("VALUES", x.sum(), a.tolist(), list(b))
+        # the staging copies are given back once the launches ran
+        import gc; gc.collect()
+        from kernels._raw import pending_keepalives
+        print("PENDING", pending_keepalives())
+    ''', env={"CANNA_SIM_CHECK": "1"})
+    out = r.stdout
+    assert "GUARD 507043 True True" in out, out
+    assert "SLACK 507043 True True" in out, out
+    assert "VALUES 1000.0 [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0] [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 12, 13, " \
+           "14, 15]" in out, out
+    assert "PENDING 0" in out
