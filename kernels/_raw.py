@@ -632,10 +632,11 @@ def _memcheck() -> bool:
 class _Staging:
     """A device allocation holding a copy of host operands during one launch (freed when the
     launch has run: it is part of the launch's keepalive)."""
-    __slots__ = ("ptr", "size", "pad", "lo", "hi", "writable", "gen")
+    __slots__ = ("ptr", "size", "pad", "lo", "hi", "writable", "gen", "args")
 
-    def __init__(self, lo, hi, writable):
+    def __init__(self, lo, hi, writable, args):
         self.lo, self.hi, self.writable = lo, hi, writable
+        self.args = args        # the host operands stay alive while a copy may still run
         self.pad = lo % 16      # the staged copy keeps the host addresses' alignment (mod 16)
         self.size = self.pad + hi - lo
         self.gen = rt.generation()
@@ -696,19 +697,29 @@ def _stage_host_operands(params, args, data: bytes, s, kernel: str):
     block = bytearray(data)
     stagings = []
     for lo, hi, writable, members in groups:
-        st = _Staging(lo, hi, writable)
+        st = _Staging(lo, hi, writable, args)
         stagings.append(st)
         for ptr, p in members:
             struct.pack_into("=Q", block, p.offset, st.at(ptr))
-        s.launch_host_func(ctypes.memmove, st.ptr + st.pad, lo, hi - lo)
+        # the task holds the staging (and through it the operands) until it ran, even when the
+        # launch itself is then refused
+        s.launch_host_func(_copy_in, st)
     return bytes(block), stagings
+
+
+def _copy_in(st) -> None:
+    ctypes.memmove(st.ptr + st.pad, st.lo, st.hi - st.lo)
+
+
+def _copy_back(st) -> None:
+    ctypes.memmove(st.lo, st.ptr + st.pad, st.hi - st.lo)
 
 
 def _unstage(stagings, s) -> None:
     """After the launch, in stream order: copy the staged operands the kernel may have written back."""
     for st in stagings:
         if st.writable:
-            s.launch_host_func(ctypes.memmove, st.lo, st.ptr + st.pad, st.hi - st.lo)
+            s.launch_host_func(_copy_back, st)
 
 
 def _order_inputs():

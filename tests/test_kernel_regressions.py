@@ -280,8 +280,18 @@ def test_memcheck_reports_writes_past_host_operands():
         b = bytearray(range(16))
         bump.launch(1, memoryview(b)[4:12], 8); s.synchronize()
         print("VALUES", x.sum(), a.tolist(), list(b))
+        # a launch the runtime refuses after its operands were staged: the queued copy still runs safely
+        import ctypes, gc
+        for _ in range(20):
+            tmp = np.zeros(100000, np.float32)
+            try:
+                add.launch(1, tmp, ctypes.c_void_p(0x10), tmp, 4)
+            except acl_rt.InvalidArgumentError:
+                pass
+            del tmp; gc.collect()
+        s.synchronize()
         # the staging copies are given back once the launches ran
-        import gc; gc.collect()
+        gc.collect()
         from kernels._raw import pending_keepalives
         print("PENDING", pending_keepalives())
     ''', env={"CANNA_SIM_CHECK": "1"})
