@@ -538,8 +538,10 @@ class RawKernel:
         DeviceArray arguments follow the built-in ops' stream ordering: the launch waits (on the
         device) for their pending writes on other streams, and becomes the pending write of those
         passed to non-const pointer parameters. The arguments are kept alive until the launch has
-        run. Faults inside the kernel (invalid
-        accesses, a timeout) are asynchronous: :class:`acl_rt.KernelError` at the next synchronize.
+        run. Faults inside the kernel (invalid accesses, a timeout) are asynchronous:
+        :class:`acl_rt.KernelError` at the next synchronize. In the simulator's memcheck mode
+        (``CANNA_SIM_CHECK=1``) host operands are staged in guarded device memory for the launch,
+        so accesses past their end are reported too.
 
         Raises:
             TypeError: wrong number of arguments, or an argument that cannot be converted (the
@@ -578,12 +580,12 @@ class RawKernel:
         data, keep, arrays = pack(args)
         if arrays:   # the built-in ops' rule: wait for the arrays' pending writes on other streams
             _order_inputs()(s, [a for a, _w in arrays])
+        cfg, _cfg_keep = (ffi.NULL, None) if timeout is None else _timeout_cfg(timeout, api)
         staged = None
         if _memcheck():
-            data, staged = _stage_host_operands(self._sig.params, args, data, s, self._name)
+            data, staged = _stage_host_operands(self._sig.params, args, data, s)
             if staged:
                 keep.append(staged)
-        cfg, _cfg_keep = (ffi.NULL, None) if timeout is None else _timeout_cfg(timeout, api)
         launch = self._launch_fn
         if launch is not None:
             rc = launch(f, num_blocks, sh, cfg, ffi.from_buffer(data) if data else ffi.NULL, len(data), ffi.NULL, 0)
@@ -658,7 +660,7 @@ class _Staging:
             pass
 
 
-def _stage_host_operands(params, args, data: bytes, s, kernel: str):
+def _stage_host_operands(params, args, data: bytes, s):
     """Memcheck: every pointer argument in host memory of known size (NumPy arrays, CPU tensors,
     buffers) is replaced by a copy in a device allocation, which ends at a guard page (or poisoned
     slack): an out-of-bounds access is then reported like one into device memory (kernel, block,
