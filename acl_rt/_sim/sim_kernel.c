@@ -839,17 +839,33 @@ static aclError check_elf_extents(const char *api, const unsigned char *h, size_
         bad = "its program header table is malformed";
     else if (!elf_fits(e.e_phoff, (uint64_t)e.e_phnum * sizeof(Elf64_Phdr), n))
         bad = "its program header table extends past the end of the data";
+    uint64_t load_end = 0;   /* end of the previous PT_LOAD in memory (they ascend, never overlap) */
+    unsigned nload = 0;
     for (unsigned i = 0; !bad && i < e.e_phnum; i++) {
         Elf64_Phdr ph;
         memcpy(&ph, h + e.e_phoff + (uint64_t)i * sizeof ph, sizeof ph);
-        if (ph.p_type == PT_LOAD && ph.p_filesz > ph.p_memsz) {
-            bad = "a loadable segment is larger in the file than in memory";
+        if (ph.p_type == PT_LOAD) {
+            uint64_t a = ph.p_align;
+            if (ph.p_filesz > ph.p_memsz)
+                bad = "a loadable segment is larger in the file than in memory";
+            else if (ph.p_memsz > (1ull << 32) || ph.p_vaddr > (1ull << 40))
+                bad = "a loadable segment has an absurd size or address";
+            else if (a > 1 && ((a & (a - 1)) || (ph.p_offset % a) != (ph.p_vaddr % a)))
+                bad = "a loadable segment is misaligned";
+            else if (nload++ && ph.p_vaddr < load_end)
+                bad = "the loadable segments overlap or are out of order";
+            load_end = ph.p_vaddr + ph.p_memsz;
+        }
+        if (bad) {
+            snprintf(detail, sizeof detail, " (segment %u)", i);
         } else if (ph.p_filesz && !elf_fits(ph.p_offset, ph.p_filesz, n)) {
             bad = "a segment extends past the end of the data";
             snprintf(detail, sizeof detail, " (segment %u: bytes %llu..%llu)", i, (unsigned long long)ph.p_offset,
                      (unsigned long long)(ph.p_offset + ph.p_filesz));
         }
     }
+    if (!bad && nload == 0)
+        bad = "it has no loadable segment";
     if (!bad && e.e_shoff) {
         if (e.e_shentsize != sizeof(Elf64_Shdr) || e.e_shnum == 0)
             bad = "its section header table is malformed";
