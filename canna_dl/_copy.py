@@ -151,6 +151,21 @@ def _devid(a) -> int:
     return d.device_id if d is not None else _rt.current_device_id()
 
 
+def _overlap(dst, src) -> bool:
+    """Whether writing ``dst`` may change ``src`` before it is read: their byte extents intersect
+    (conservative: interleaved views that share no element count too), unless they are the very
+    same view (each element is then read before it is written)."""
+    it = dst.itemsize
+    d_lo, d_n = span(dst)
+    s_lo, s_n = span(src)
+    d0 = dst.base_ptr + d_lo * it
+    s0 = src.base_ptr + s_lo * src.itemsize
+    if not (d0 < s0 + s_n * src.itemsize and s0 < d0 + d_n * it):
+        return False
+    return not (dst.ptr == src.ptr and dst.itemsize == src.itemsize
+                and all(n <= 1 or a == b for n, a, b in zip(dst.shape, dst.strides, src.strides)))
+
+
 def copy_into(dst, src) -> None:
     """Copy the elements of ``src`` into ``dst`` (same shape and dtype; ``src`` may broadcast with
     zero strides). Waits for pending work on both; not counted (callers count)."""
@@ -162,6 +177,16 @@ def copy_into(dst, src) -> None:
     sync_for_host(dst)
     it = dst.itemsize
     dh, sh = _host_ok(dst.storage), _host_ok(src.storage)
+    if dh == sh and _overlap(dst, src):
+        # NumPy's rule for overlapping assignment (``a[:] = a[::-1]``): the source is read before
+        # it is overwritten, so it is copied to a temporary first
+        if sh:
+            tmp = new_host_array(type(src), src.shape, src.dtype)
+            _native.strided_copy(tmp.ptr, _bstrides(tmp), src.ptr, _bstrides(src), src.shape, it)
+            src = tmp
+        else:
+            src, _, _ = _stage(src)
+            sh = True
     if dh and sh:
         _native.strided_copy(dst.ptr, _bstrides(dst), src.ptr, _bstrides(src), dst.shape, it)
         return

@@ -243,7 +243,10 @@ def gm_pointer(obj, label: str = "argument") -> ArgumentView:
         InvalidHandleError: a DeviceBuffer that was freed.
     """
     ptr, dtype, readonly, host, keep = _gm(obj, label)
-    nbytes = getattr(keep, "nbytes", None) if keep is not None and not isinstance(keep, tuple) else None
+    if isinstance(keep, tuple):   # (memoryview, cdata) of a buffer; (capsule, producer) of a DLPack export
+        nbytes = keep[0].nbytes if isinstance(keep[0], memoryview) else None
+    else:
+        nbytes = getattr(keep, "nbytes", None) if keep is not None else None
     return ArgumentView(ptr, dtype, readonly, host, nbytes, keep)
 
 
@@ -347,11 +350,13 @@ def _pointer_converter(p: KernelParam, on_device: bool, kernel: str):
 
     def conv(v):
         ptr, dtype, readonly, host, keep = _gm(v, label)
-        if readonly and not const and element is not None:
-            # typed non-const pointers promise a write; untyped GM_ADDR parameters (Ascend C's
-            # convention for inputs and outputs alike) take read-only arrays such as TF/JAX tensors
-            raise ValueError(f"{label}: the array is read-only but the parameter is not const; declare it "
-                             f"`const` if the kernel only reads it, or pass a writable copy")
+        if readonly and not const:
+            # the kernel may write through any non-const pointer (GM_ADDR included): immutable
+            # objects (TF and JAX tensors, bytes, read-only NumPy arrays) are refused, as by the
+            # built-in ops' out= (a `const` parameter -- `const float *`, `const GM_ADDR` -- takes them)
+            raise ValueError(f"{label}: the {type(v).__name__} is read-only (immutable) but the kernel may write "
+                             f"through this non-const parameter; declare it `const` (e.g. `const GM_ADDR` or "
+                             f"`const float *`) if the kernel only reads it, or pass a writable copy")
         if element is not None and dtype is not None and dtype != element:
             raise TypeError(f"{label}: expected an array of {element}, got {dtype}")
         if on_device and host and ptr:
@@ -368,8 +373,10 @@ def _struct_converter(p: KernelParam, kernel: str):
 
 
 def make_packer(params: tuple, args_size: int, *, on_device: bool, kernel: str = "kernel"):
-    """``pack(args) -> (bytes, keepalive list)`` for a kernel's parameters (raises TypeError,
-    ValueError, OverflowError naming the parameter)."""
+    """``pack(args) -> (bytes, keepalive list, arrays)`` for a kernel's parameters (raises
+    TypeError, ValueError, OverflowError naming the parameter). ``arrays``: ``(DeviceArray,
+    writable)`` for each DeviceArray argument (a canna_dl array, or what a DLPack producer was
+    imported as), so the launch can order itself after their pending writes and record its own."""
     fmt, off = ["="], 0
     convs = []
     for p in params:
@@ -378,21 +385,27 @@ def make_packer(params: tuple, args_size: int, *, on_device: bool, kernel: str =
         fmt.append("Q" if p.kind == "pointer" else f"{p.size}s" if p.kind == "struct" else SCALAR_TYPES[p.scalar][1])
         off = p.offset + p.size
         convs.append((p.kind == "pointer", _pointer_converter(p, on_device, kernel) if p.kind == "pointer"
-                      else _struct_converter(p, kernel) if p.kind == "struct" else _scalar_converter(p, kernel)))
+                      else _struct_converter(p, kernel) if p.kind == "struct" else _scalar_converter(p, kernel),
+                     p.kind == "pointer" and not p.is_const))
     if args_size > off:
         fmt.append(f"{args_size - off}x")
     st = struct.Struct("".join(fmt))
     assert st.size == args_size, (st.size, args_size)
 
+    fast = _fast
+    arrays_reader = _device_array_view
+
     def pack(args):
-        values, keep = [], []
-        for (is_ptr, conv), a in zip(convs, args):
+        values, keep, arrays = [], [], []
+        for (is_ptr, conv, writable), a in zip(convs, args):
             if is_ptr:
                 ptr, k = conv(a)
                 values.append(ptr)
                 if k is not None:
                     keep.append(k)
+                    if fast.get(type(k)) is arrays_reader:
+                        arrays.append((k, writable))
             else:
                 values.append(conv(a))
-        return st.pack(*values), keep
+        return st.pack(*values), keep, arrays
     return pack

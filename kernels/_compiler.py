@@ -18,8 +18,11 @@ canna ships -- ``canna_kernel.h``, ``kernel_operator.h`` -- and ``sim_kernel_abi
 live in ``$CANNA_KERNEL_CACHE`` (default ``~/.cache/canna/kernels``, or
 ``$XDG_CACHE_HOME/canna/kernels``). Writes are atomic (a temporary
 file renamed into place) and a per-key lock file serializes compiles of the same key across
-processes, so concurrent processes compile a kernel once and never see a partial file. Headers the
-source includes, other than canna's own, are not part of the key.
+processes, so concurrent processes compile a kernel once and never see a partial file. Each binary
+has a checksum file (``<key>.so.sha256``, written first); an entry that does not match it
+(truncated, emptied, overwritten, a directory in its place) is rebuilt from source with a
+``RuntimeWarning``. Headers the source includes, other than canna's own, are not part of
+the key.
 """
 from __future__ import annotations
 
@@ -29,8 +32,10 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -250,7 +255,7 @@ def generate_entry(source: str | None, include_path: str | None, source_name: st
 # the cache
 
 _stats = {"compiles": 0, "disk_hits": 0, "memory_hits": 0}
-_memory: dict = {}           # key -> path of the binary
+_memory: dict = {}           # key -> (path of the binary, its stat stamp when verified)
 _key_locks: dict = {}
 _lock = threading.Lock()
 _fallback_dir: Path | None = None
@@ -383,32 +388,105 @@ def compile_source(source: str, *, options: tuple, toolchain: Toolchain, kernels
     target = (soc or "") if toolchain.kind == "bisheng" else "sim"
     key = cache_key(source, options, toolchain, target)
     with _lock:
-        path = _memory.get(key)
-        if path is not None and os.path.exists(path):
+        hit = _memory.get(key)
+        if hit is not None and _same_file(hit):
             _stats["memory_hits"] += 1
-            return path, "memory"
+            return hit[0], "memory"
         klock = _key_locks.setdefault(key, threading.Lock())
     with klock:
         with _lock:
-            path = _memory.get(key)
-            if path is not None and os.path.exists(path):
+            hit = _memory.get(key)
+            if hit is not None and _same_file(hit):
                 _stats["memory_hits"] += 1
-                return path, "memory"
+                return hit[0], "memory"
         d = _writable_cache_dir()
         final = d / f"{key}{toolchain.suffix}"
-        if final.is_file():
+        stamp = _verified(final)
+        if stamp is not None:
             how = "disk"
         else:
             with _file_lock(d / f"{key}.lock"):
-                if final.is_file():
+                stamp = _verified(final)
+                if stamp is not None:
                     how = "disk"
                 else:
+                    _discard_damaged(final, source_name)
                     _build(source, options, toolchain, kernels, source_name, source_path, soc, d, final)
+                    stamp = _verified(final)
+                    if stamp is None:
+                        raise CompileError(f"the compiled binary of {source_name} changed in the kernel cache while "
+                                           f"it was written ({final}): is another program writing there?",
+                                           source_name=source_name)
                     how = "compiled"
         with _lock:
-            _memory[key] = str(final)
+            _memory[key] = (str(final), stamp)
             _stats["disk_hits" if how == "disk" else "compiles"] += 1
         return str(final), how
+
+
+# -- cache entries are verified, never trusted blindly: a binary is used only when its checksum
+# file (written before the binary was renamed into place) matches its contents. A truncated,
+# emptied, overwritten entry, or a directory in its place, is rebuilt from source with a warning.
+
+_SUM_SUFFIX = ".sha256"
+
+
+def _stat_stamp(st) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _same_file(hit) -> bool:
+    """Whether a binary verified earlier in this process is still the same file."""
+    try:
+        return _stat_stamp(os.stat(hit[0])) == hit[1]
+    except OSError:
+        return False
+
+
+def _checksum_line(data: bytes) -> str:
+    return f"{hashlib.sha256(data).hexdigest()} {len(data)}\n"
+
+
+def _verified(final: Path):
+    """The stat stamp of the cache entry ``final`` if it is intact, else None (missing or damaged)."""
+    try:
+        with open(final, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+                return None
+            data = f.read()
+        expected = Path(str(final) + _SUM_SUFFIX).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if _checksum_line(data) != expected:
+        return None
+    return _stat_stamp(st)
+
+
+def _discard_damaged(final: Path, source_name: str) -> None:
+    """Remove a damaged cache entry (called under the entry's lock), with a warning."""
+    if not os.path.lexists(final):
+        return
+    if final.is_dir() and not final.is_symlink():
+        what = "is a directory"
+    elif not os.path.exists(str(final) + _SUM_SUFFIX):
+        what = "has no checksum file (not written by this version of canna, or an interrupted write)"
+    else:
+        try:
+            size = final.stat().st_size
+            what = "is empty" if size == 0 else f"does not match its checksum ({size} bytes: truncated or overwritten?)"
+        except OSError as e:
+            what = f"cannot be read ({e.strerror})"
+    warnings.warn(f"kernels: the cached binary of {source_name} ({final}) {what}; rebuilding it from source",
+                  RuntimeWarning, stacklevel=5)
+    try:
+        if final.is_dir() and not final.is_symlink():
+            shutil.rmtree(final)
+        else:
+            final.unlink()
+    except OSError as e:
+        raise CompileError(f"the kernel cache entry {final} is damaged and cannot be removed ({e.strerror}): delete "
+                           f"it, or set CANNA_KERNEL_CACHE to another folder", source_name=source_name) from None
 
 
 def _build(source, options, tc, kernels, source_name, source_path, soc, d: Path, final: Path):
@@ -442,6 +520,93 @@ def _build(source, options, tc, kernels, source_name, source_path, soc, d: Path,
         if proc.returncode != 0 or not out.is_file():
             raise CompileError(f"{source_name} did not compile ({Path(cmd[0]).name} exit code {proc.returncode}):\n"
                                f"{log.strip()}", log, cmd, source_name)
-        os.replace(out, final)   # atomic: other processes see the whole file or none
+        # the checksum first, then the binary (each atomic: a temporary file renamed into place), so
+        # readers see a whole file or none and never a binary without its checksum
+        sums = tmp / "kernel.sha256"
+        sums.write_text(_checksum_line(out.read_bytes()))
+        os.replace(sums, str(final) + _SUM_SUFFIX)
+        os.replace(out, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# what the preprocessor keeps: the kernels of a source are read from its active lines only
+
+_CONDITIONAL = re.compile(r"(?m)^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|elifdef|elifndef)\b")
+_LINE_CONTROL = re.compile(r"(?m)^[ \t]*#[ \t]*(line\b|\d)")
+_MARKER = re.compile(r'# (\d+) "((?:[^"\\]|\\.)*)"')
+_live_memo: dict = {}
+
+
+def has_conditionals(source: str) -> bool:
+    """Whether ``source`` has conditional preprocessor directives (``#if``, ``#ifdef``...)."""
+    return bool(_CONDITIONAL.search(source))
+
+
+def _unescape_marker(name: str) -> str:
+    return re.sub(r"\\(.)", r"\1", name)
+
+
+def live_source(source: str, *, options: tuple, toolchain: Toolchain, source_name: str = "kernel.c",
+                source_path: Path | None = None) -> str:
+    """``source`` with the lines the preprocessor drops (inactive ``#if``/``#ifdef`` branches)
+    blanked, newlines kept (line numbers still match): the text whose kernels get entries.
+
+    The host compiler's own preprocessor decides (``-E -fdirectives-only``: conditionals are
+    evaluated with the build's options, includes and predefined macros, nothing is expanded), on
+    the translation unit the build compiles (``canna_kernel.h``, then the source). Sources without
+    conditional directives, with ``#line`` directives, the Ascend toolchain, and a preprocessor
+    that fails (the build will report why) give ``source`` unchanged."""
+    if toolchain.kind != "cc" or not has_conditionals(source) or _LINE_CONTROL.search(source):
+        return source
+    memo_key = (source, tuple(options), toolchain, str(source_path) if source_path else None)
+    with _lock:
+        hit = _live_memo.get(memo_key)
+    if hit is not None:
+        return hit
+    tmp = Path(tempfile.mkdtemp(prefix="canna-scan-"))
+    try:
+        ext = ".cpp" if toolchain.language == "c++" else ".c"
+        if source_path is not None:
+            main = Path(source_path)
+        else:
+            main = tmp / f"kernel_source{ext}"
+            main.write_text(source)
+        tu = tmp / f"canna_scan{ext}"
+        tu.write_text(f'#include "canna_kernel.h"\n#include {_c_string(str(main))}\n')
+        out = tmp / "scan.i"
+        include_dirs = [str(source_path.parent)] if source_path is not None else []
+        cmd = _sim_command(toolchain, tu, out, options, include_dirs)
+        cmd[1:1] = ["-E", "-fdirectives-only"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp),
+                                  env=dict(os.environ, LC_ALL="C", LANG="C"), timeout=120)
+            text = out.read_text(errors="replace") if proc.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            text = None
+        if text is None:
+            return source
+        kept, line, in_main, seen = set(), 0, False, False
+        want = str(main)
+        for row in text.split("\n"):
+            m = _MARKER.match(row)
+            if m:
+                line = int(m.group(1))
+                in_main = _unescape_marker(m.group(2)) == want
+                seen = seen or in_main
+                continue
+            if in_main and row.strip():
+                kept.add(line)
+            line += 1
+        if not seen:
+            return source
+        lines = source.split("\n")
+        result = "\n".join(ln if i + 1 in kept else "" for i, ln in enumerate(lines))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    with _lock:
+        if len(_live_memo) > 256:
+            _live_memo.clear()
+        _live_memo[memo_key] = result
+    return result

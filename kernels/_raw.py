@@ -22,8 +22,12 @@ loaded with ``RawModule(path=...)``.
 """
 from __future__ import annotations
 
+import collections
+import ctypes
 import hashlib
 import os
+import re
+import struct
 import threading
 from pathlib import Path
 
@@ -36,7 +40,8 @@ from acl_rt.lowlevel import backend, ffi
 from . import _compiler
 from ._args import make_packer
 from ._compiler import CompileError
-from ._signature import KernelSignature, KernelSourceError, looks_like_cxx, parse_kernels, parse_signature
+from ._signature import (KernelSignature, KernelSourceError, clean_source, looks_like_cxx, parse_kernels,
+                         parse_signature)
 
 __all__ = ["RawModule", "RawKernel", "KernelNotFoundError", "CompileError", "KernelSourceError",
            "kernel_cache_info", "MAX_BLOCKS"]
@@ -51,11 +56,11 @@ class KernelNotFoundError(LookupError):
 
     Attributes: ``name`` (the name asked for), ``available`` (the kernels there are)."""
 
-    def __init__(self, name: str, available, where: str):
+    def __init__(self, name: str, available, where: str, note: str = ""):
         self.name = name
         self.available = tuple(available)
         have = ", ".join(self.available) if self.available else "none"
-        super().__init__(f"no kernel named {name!r} in {where} (kernels there: {have})")
+        super().__init__(f"no kernel named {name!r} in {where} (kernels there: {have}){note}")
 
 
 def kernel_cache_info() -> dict:
@@ -146,7 +151,7 @@ class RawModule:
         if self._source is not None:
             dirs = ([self._source_path.parent] if self._source_path else []) + \
                 [o[2:] for o in options if o.startswith("-I") and len(o) > 2]
-            self._kernels = parse_kernels(self._source, include_dirs=dirs)
+            self._kernels = parse_kernels(self._live_source(), include_dirs=dirs)
             self._name = self._source_path.name if self._source_path else "kernel source"
         else:
             self._name = Path(self._binary_path).name if self._binary_path else "binary data"
@@ -200,12 +205,8 @@ class RawModule:
             if self._binary_path is not None:
                 return self._binary_path
             rt.ensure("RawModule.compile")
-            b = backend()
-            language = "c++" if (any(o.startswith(("-std=c++", "-std=gnu++")) or o == "-xc++" for o in self._options)
-                                 or "-x" in self._options and "c++" in self._options
-                                 or (self._source_path is not None and self._source_path.suffix != ".c")
-                                 or looks_like_cxx(self._source)) else "c"
-            tc = _compiler.find_toolchain(self._backend, language=language, simulator=b.is_sim)
+            tc = self._toolchain()
+            language = tc.language
             soc = None
             if tc.kind == "bisheng":
                 soc = acl_rt.Device(rt.current_device_id()).soc_name
@@ -216,6 +217,27 @@ class RawModule:
             self._cache = how
             self._binary_path = path
             return path
+
+    def _toolchain(self) -> _compiler.Toolchain:
+        """The toolchain that builds this source (raises CompileError when it is not installed)."""
+        language = "c++" if (any(o.startswith(("-std=c++", "-std=gnu++")) or o == "-xc++" for o in self._options)
+                             or "-x" in self._options and "c++" in self._options
+                             or (self._source_path is not None and self._source_path.suffix != ".c")
+                             or looks_like_cxx(self._source)) else "c"
+        return _compiler.find_toolchain(self._backend, language=language, simulator=backend().is_sim)
+
+    def _live_source(self) -> str:
+        """The source as the preprocessor keeps it (inactive #if branches blanked): the text the
+        kernels are read from, so a kernel in `#if 0` is not one (``_compiler.live_source``)."""
+        if not _compiler.has_conditionals(self._source):
+            return self._source
+        try:
+            tc = self._toolchain()
+        except CompileError:
+            return self._source   # the build will report the missing compiler
+        name = self._source_path.name if self._source_path else ("kernel.cpp" if tc.language == "c++" else "kernel.c")
+        return _compiler.live_source(self._source, options=self._options, toolchain=tc, source_name=name,
+                                     source_path=self._source_path)
 
     def _binary_id(self):
         if self._id is None:
@@ -311,7 +333,11 @@ class RawModule:
         elif self._kernels is not None:
             sig = self._kernels.get(name)
             if sig is None:
-                raise KernelNotFoundError(name, self._kernels, self._name)
+                note = ""
+                if _compiler.has_conditionals(self._source) and re.search(
+                        rf"\b(CANNA_KERNEL|__global__)\b[^;{{}}]*\b{re.escape(name)}\s*\(", clean_source(self._source)):
+                    note = ": it is defined in a preprocessor branch that is not compiled (#if / #ifdef)"
+                raise KernelNotFoundError(name, self._kernels, self._name, note)
         else:
             sig = self._binary_signature(name)
         return RawKernel._from_module(self, name, sig)
@@ -457,14 +483,21 @@ class RawKernel:
                 timeout (``ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US``; default: none, or
                 ``$CANNA_SIM_KERNEL_TIMEOUT`` on the simulator).
 
-        The arguments are kept alive until the launch has run. Faults inside the kernel (invalid
-        accesses, a timeout) are asynchronous: :class:`acl_rt.KernelError` at the next synchronize.
+        DeviceArray arguments follow the built-in ops' stream ordering: the launch waits (on the
+        device) for their pending writes on other streams, and becomes the pending write of those
+        passed to non-const pointer parameters. The arguments are kept alive until the launch has
+        run. Faults inside the kernel (invalid accesses, a timeout) are asynchronous:
+        :class:`acl_rt.KernelError` at the next synchronize. In the simulator's memcheck mode
+        (``CANNA_SIM_CHECK=1``) host operands are staged in guarded device memory for the launch,
+        so accesses past their end are reported too.
 
         Raises:
             TypeError: wrong number of arguments, or an argument that cannot be converted (the
                 message names the parameter), a multi-element array for a scalar.
             OverflowError: a scalar out of its C type's range.
-            ValueError: a non-contiguous array; a read-only array for a non-const typed pointer (``float *``; untyped ``GM_ADDR`` parameters accept read-only arrays such as TF and JAX tensors).
+            ValueError: a non-contiguous array; a read-only or immutable object (a TF or JAX tensor,
+                ``bytes``, a read-only NumPy array) for a pointer parameter that is not ``const``
+                (``GM_ADDR`` and ``float *`` may be written; ``const GM_ADDR``, ``const float *`` not).
             acl_rt.InvalidArgumentError: num_blocks out of range; a pointer into freed memory (or not
                 device memory in the discrete model / memcheck), named by the runtime.
             CompileError: the first launch compiles the source.
@@ -493,8 +526,15 @@ class RawKernel:
                 else None
             pack = self._pack = make_packer(self._sig.params, self._sig.args_size, on_device=not b.is_sim,
                                             kernel=self._name)
-        data, keep = pack(args)
+        data, keep, arrays = pack(args)
+        if arrays:   # the built-in ops' rule: wait for the arrays' pending writes on other streams
+            _order_inputs()(s, [a for a, _w in arrays])
         cfg, _cfg_keep = (ffi.NULL, None) if timeout is None else _timeout_cfg(timeout, api)
+        staged = None
+        if _memcheck():
+            data, staged = _stage_host_operands(self._sig.params, args, data, s)
+            if staged:
+                keep.append(staged)
         launch = self._launch_fn
         if launch is not None:
             rc = launch(f, num_blocks, sh, cfg, ffi.from_buffer(data) if data else ffi.NULL, len(data), ffi.NULL, 0)
@@ -502,6 +542,11 @@ class RawKernel:
                 rt.raise_error(rc, "aclrtLaunchKernelWithHostArgs")
         else:   # CANN 8.2-8.3: the argument builder (untested here: the simulator has the newer call)
             self._launch_with_builder(f, num_blocks, sh, cfg, data)
+        if staged:
+            _unstage(staged, s)
+        for a, writable in arrays:
+            if writable:   # ... and record this launch as their pending write, as an op's output
+                a.storage.stream = s
         if keep:
             _hold(sh, keep, backend().lib)
 
@@ -518,6 +563,121 @@ class RawKernel:
         rt.check(lib.aclrtKernelArgsFinalize(cell[0]), "aclrtKernelArgsFinalize")
         rt.check(lib.aclrtLaunchKernelWithConfig(f, num_blocks, sh, cfg, cell[0], ffi.NULL),
                  "aclrtLaunchKernelWithConfig")
+
+
+# ---------------------------------------------------------------------------------------------
+# memcheck (CANNA_SIM_CHECK=1): host operands are staged in guarded device memory
+
+_check_mode = None
+
+
+def _memcheck() -> bool:
+    """Whether the simulator runs in memcheck mode (fixed at its first aclInit)."""
+    global _check_mode
+    if _check_mode is None:
+        b = backend()
+        _check_mode = bool(b.is_sim and b.lib.aclsimGetCheckMode() == 1)
+    return _check_mode
+
+
+class _Staging:
+    """A device allocation holding a copy of host operands during one launch (freed when the
+    launch has run: it is part of the launch's keepalive)."""
+    __slots__ = ("ptr", "size", "pad", "lo", "hi", "writable", "gen", "args")
+
+    def __init__(self, lo, hi, writable, args):
+        self.lo, self.hi, self.writable = lo, hi, writable
+        self.args = args        # the host operands stay alive while a copy may still run
+        self.pad = lo % 16      # the staged copy keeps the host addresses' alignment (mod 16)
+        self.size = self.pad + hi - lo
+        self.gen = rt.generation()
+        cell = ffi.new("void **")
+        rt.check(backend().lib.aclrtMalloc(cell, self.size, 0), "aclrtMalloc (memcheck staging of a host operand)")
+        self.ptr = int(ffi.cast("uintptr_t", cell[0]))
+
+    def at(self, host_ptr: int) -> int:
+        return self.ptr + self.pad + host_ptr - self.lo
+
+    def __del__(self):
+        ptr, self.ptr = self.ptr, 0
+        try:
+            if ptr and rt.generation() == self.gen and rt.is_initialized():
+                lib = backend().lib
+                if lib.aclrtFree(ffi.cast("void *", ptr)) != 0:
+                    lib.aclGetRecentErrMsg()
+        except Exception:   # noqa: BLE001 - interpreter shutdown: the runtime frees it
+            pass
+
+
+def _stage_host_operands(params, args, data: bytes, s):
+    """Memcheck: every pointer argument in host memory of known size (NumPy arrays, CPU tensors,
+    buffers) is replaced by a copy in a device allocation, which ends at a guard page (or poisoned
+    slack): an out-of-bounds access is then reported like one into device memory (kernel, block,
+    address) instead of corrupting the host heap. Host operands that overlap share one copy.
+    Returns ``(argument block, stagings)``; the copies in and back are stream tasks around the
+    launch (:func:`_unstage`)."""
+    from ._args import gm_pointer
+    lib = backend().lib
+    dev = s._device._id
+    is_dev = ffi.new("int32_t *")
+    ranges = []
+    for p in params:
+        if p.kind != "pointer":
+            continue
+        v = gm_pointer(args[p.index], p.label)
+        n = v.nbytes
+        if not v.ptr or not n:
+            continue   # NULL, raw addresses (size unknown), DLPack capsules: checked by the runtime only
+        if lib.aclsimCheckKernelOperand(ffi.cast("void *", v.ptr), n, dev, b"operand", is_dev) != 0:
+            lib.aclGetRecentErrMsg()   # the launch reports it (naming the parameter)
+            continue
+        if not is_dev[0]:
+            ranges.append((v.ptr, v.ptr + n, p))
+    if not ranges:
+        return data, None
+    ranges.sort(key=lambda r: r[0])
+    groups = []   # [lo, hi, writable, params]
+    for lo, hi, p in ranges:
+        if groups and lo < groups[-1][1]:
+            g = groups[-1]
+            g[1] = max(g[1], hi)
+            g[2] = g[2] or not p.is_const
+            g[3].append((lo, p))
+        else:
+            groups.append([lo, hi, not p.is_const, [(lo, p)]])
+    block = bytearray(data)
+    stagings = []
+    for lo, hi, writable, members in groups:
+        st = _Staging(lo, hi, writable, args)
+        stagings.append(st)
+        for ptr, p in members:
+            struct.pack_into("=Q", block, p.offset, st.at(ptr))
+        # the task holds the staging (and through it the operands) until it ran, even when the
+        # launch itself is then refused
+        s.launch_host_func(_copy_in, st)
+    return bytes(block), stagings
+
+
+def _copy_in(st) -> None:
+    ctypes.memmove(st.ptr + st.pad, st.lo, st.hi - st.lo)
+
+
+def _copy_back(st) -> None:
+    ctypes.memmove(st.lo, st.ptr + st.pad, st.hi - st.lo)
+
+
+def _unstage(stagings, s) -> None:
+    """After the launch, in stream order: copy the staged operands the kernel may have written back."""
+    for st in stagings:
+        if st.writable:
+            s.launch_host_func(_copy_back, st)
+
+
+def _order_inputs():
+    """kernels._core.order_inputs, the stream-ordering rule of DeviceArray operands (imported late:
+    _core imports this module)."""
+    from ._core import order_inputs
+    return order_inputs
 
 
 def _timeout_cfg(timeout, api):

@@ -6,7 +6,9 @@ types and plain structs defined in the source or its headers (by value: Ascend C
 kernels/_structs.py). Its argument block -- what AscendCL's launch functions take, on the device
 and in the simulator -- is a C struct of the parameters in declaration order with natural alignment, GM
 pointers 8 bytes (the argument block of ``aclrtLaunchKernelWithHostArgs``, AscendCL ``acl_rt.h``). This module finds the kernels of a source and
-computes that layout; it does not preprocess (kernels declared through macros are not found).
+computes that layout; it does not preprocess (kernels declared through macros are not found):
+``RawModule`` first blanks the lines the preprocessor drops (``kernels._compiler.live_source``), so
+a kernel in an inactive ``#if`` branch is not one.
 """
 from __future__ import annotations
 

@@ -650,3 +650,49 @@ def test_state_usable_after_errors():
             bad()
     assert cd.asarray([1, 2]).tolist() == [1, 2]
     assert_usable()
+
+
+# -- issue 12 item 5: overlapping assignment reads the source before overwriting it (NumPy's rule)
+
+def test_setitem_overlapping_source_reads_before_writing():
+    base = np.arange(9, dtype=np.float32).reshape(3, 3)
+    cases = [
+        lambda s: s.__setitem__(slice(None), s[::-1]),
+        lambda s: s.__setitem__(slice(None), s.T),
+        lambda s: s.__setitem__((slice(None), slice(None)), s[:, ::-1]),
+        lambda s: s.__setitem__(slice(None, None, -1), s),
+        lambda s: s.__setitem__(slice(1, None), s[:-1]),
+        lambda s: s.__setitem__(slice(None), s),   # the same view: nothing to stage
+    ]
+    for f in cases:
+        s, ref = cd.asarray(base).copy(), base.copy()
+        f(s)
+        f(ref)
+        np.testing.assert_array_equal(s.numpy(), ref)
+
+
+def test_setitem_overlapping_views_property_based():
+    from hypothesis import given, settings, strategies as st
+
+    base = np.arange(6 * 7, dtype=np.float32).reshape(6, 7)
+    sl = st.builds(slice, st.none() | st.integers(-8, 8), st.none() | st.integers(-8, 8),
+                   st.none() | st.integers(-3, 3).filter(lambda s: s != 0))
+    view = st.tuples(sl, sl, st.booleans())
+
+    def take(x, v):
+        r = x[v[0], v[1]]
+        return r.T if v[2] else r
+
+    @settings(max_examples=200, deadline=None)
+    @given(view, view)
+    def check(dst, src):
+        ref = base.copy()
+        d, s = take(ref, dst), take(ref, src)
+        if d.shape != s.shape:
+            return
+        d[...] = s
+        a = cd.asarray(base).copy()
+        da = take(a, dst)
+        da[...] = take(a, src)
+        np.testing.assert_array_equal(a.numpy(), ref)
+    check()

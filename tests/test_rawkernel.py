@@ -32,6 +32,9 @@ CANNA_KERNEL void add_custom(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t n) {
 }
 '''
 
+# the same kernel with const inputs: immutable arrays (TF, JAX tensors) are accepted for them
+ADD_CONST = ADD.replace("add_custom(GM_ADDR x, GM_ADDR y,", "add_const(const GM_ADDR x, const GM_ADDR y,")
+
 LIB = r'''
 #include "canna_kernel.h"
 /* z = alpha * x + y over [0, n), blocks taking interleaved chunks of 64 */
@@ -78,6 +81,12 @@ def kernel_cache(tmp_path_factory):
 def add(kernel_cache):
     acl_rt.init()
     return kernels.RawKernel(ADD, "add_custom")
+
+
+@pytest.fixture(scope="module")
+def add_const(kernel_cache):
+    acl_rt.init()
+    return kernels.RawKernel(ADD_CONST, "add_const")
 
 
 @pytest.fixture(scope="module")
@@ -211,11 +220,13 @@ def test_torch_1e6_zero_copy(add):
     assert c[0].item() == np.float32(100.0) + np.float32(b[0].item())
 
 
-def test_tensorflow_1e6_zero_copy(add):
+def test_tensorflow_1e6_zero_copy(add_const):
+    add = add_const
     tf = pytest.importorskip("tensorflow")
     a = tf.random.uniform([N], seed=1)
     b = tf.random.uniform([N], seed=2)
-    # TF tensors are immutable: the output is a NumPy array; inputs are read in place through DLPack
+    # TF tensors are immutable: the output is a NumPy array; inputs (const parameters) are read in
+    # place through DLPack
     c = np.empty(N, np.float32)
     pa, pb = gm_pointer(a).ptr, gm_pointer(b).ptr
     # the kernel gets TF's own buffer: the address any DLPack consumer sees (NumPy's zero-copy view)
@@ -232,7 +243,8 @@ def test_tensorflow_1e6_zero_copy(add):
     np.testing.assert_array_equal(c, (a + b).numpy())
 
 
-def test_jax_inputs(add):
+def test_jax_inputs(add_const):
+    add = add_const
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
     a = jnp.arange(1000, dtype=jnp.float32)
@@ -376,7 +388,7 @@ def test_bad_pointer_argument_names_the_parameter(add, value, exc, match):
     assert_valid_launch(add)
 
 
-def test_typed_pointer_dtype_and_read_only_checks(lib, add):
+def test_typed_pointer_dtype_and_read_only_checks(lib, add, add_const):
     axpy = lib.get_function("axpy")
     x = np.ones(8, np.float32)
     with pytest.raises(TypeError, match=r"parameter 1 'x' \(const float \*\): expected an array of float32, got "
@@ -387,12 +399,13 @@ def test_typed_pointer_dtype_and_read_only_checks(lib, add):
     axpy.launch(1, 2.0, ro, ro, x, 8)   # const parameters accept read-only arrays
     sync()
     assert (x == 3).all()
-    with pytest.raises(ValueError, match=r"parameter 3 'z' \(float \*\): the array is read-only"):
+    with pytest.raises(ValueError, match=r"parameter 3 'z' \(float \*\): the ndarray is read-only"):
         axpy.launch(1, 2.0, x, x, ro, 8)
-    # untyped GM_ADDR parameters (Ascend C's convention for inputs too) take read-only arrays:
-    # TF and JAX tensors arrive read-only, and the SEEDS add kernel must run on them
+    # an untyped GM_ADDR may be written too: read-only arrays only for `const GM_ADDR` (issue 12)
     out = np.zeros(8, np.float32)
-    add.launch(1, ro, ro, out, 8)
+    with pytest.raises(ValueError, match=r"parameter 0 'x' \(GM_ADDR\): the ndarray is read-only"):
+        add.launch(1, ro, ro, out, 8)
+    add_const.launch(1, ro, ro, out, 8)
     sync()
     assert (out == 2).all()
     assert_valid_launch(add)

@@ -902,6 +902,75 @@ static void release_kernel(sim_task_t *t)
 
 /* ------------------------------------------------------------------ binaries */
 
+/* whether [off, off + len) lies inside a file of n bytes (no overflow) */
+static bool elf_fits(uint64_t off, uint64_t len, size_t n)
+{
+    return off <= n && len <= n - off;
+}
+
+/* The header tables and every part of the file the loader maps must lie inside the data: dlopen()
+ * mmaps the segments by their offsets, and touching a page past the end of the file is SIGBUS (a
+ * truncated binary would kill the process inside dlopen). Section headers are checked too (they
+ * sit at the end of the file: a truncation is found even when the segments still fit). */
+static aclError check_elf_extents(const char *api, const unsigned char *h, size_t n, const char *what)
+{
+    Elf64_Ehdr e;
+    memcpy(&e, h, sizeof e);
+    const char *bad = NULL;
+    char detail[160] = "";
+    if (e.e_phnum == 0 || e.e_phentsize != sizeof(Elf64_Phdr) || e.e_phnum >= PN_XNUM)
+        bad = "its program header table is malformed";
+    else if (!elf_fits(e.e_phoff, (uint64_t)e.e_phnum * sizeof(Elf64_Phdr), n))
+        bad = "its program header table extends past the end of the data";
+    uint64_t load_end = 0;   /* end of the previous PT_LOAD in memory (they ascend, never overlap) */
+    unsigned nload = 0;
+    for (unsigned i = 0; !bad && i < e.e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, h + e.e_phoff + (uint64_t)i * sizeof ph, sizeof ph);
+        if (ph.p_type == PT_LOAD) {
+            uint64_t a = ph.p_align;
+            if (ph.p_filesz > ph.p_memsz)
+                bad = "a loadable segment is larger in the file than in memory";
+            else if (ph.p_memsz > (1ull << 32) || ph.p_vaddr > (1ull << 40))
+                bad = "a loadable segment has an absurd size or address";
+            else if (a > 1 && ((a & (a - 1)) || (ph.p_offset % a) != (ph.p_vaddr % a)))
+                bad = "a loadable segment is misaligned";
+            else if (nload++ && ph.p_vaddr < load_end)
+                bad = "the loadable segments overlap or are out of order";
+            load_end = ph.p_vaddr + ph.p_memsz;
+        }
+        if (bad) {
+            snprintf(detail, sizeof detail, " (segment %u)", i);
+        } else if (ph.p_filesz && !elf_fits(ph.p_offset, ph.p_filesz, n)) {
+            bad = "a segment extends past the end of the data";
+            snprintf(detail, sizeof detail, " (segment %u: bytes %llu..%llu)", i, (unsigned long long)ph.p_offset,
+                     (unsigned long long)(ph.p_offset + ph.p_filesz));
+        }
+    }
+    if (!bad && nload == 0)
+        bad = "it has no loadable segment";
+    if (!bad && e.e_shoff) {
+        if (e.e_shentsize != sizeof(Elf64_Shdr) || e.e_shnum == 0)
+            bad = "its section header table is malformed";
+        else if (!elf_fits(e.e_shoff, (uint64_t)e.e_shnum * sizeof(Elf64_Shdr), n))
+            bad = "its section header table extends past the end of the data";
+        for (unsigned i = 0; !bad && i < e.e_shnum; i++) {
+            Elf64_Shdr sh;
+            memcpy(&sh, h + e.e_shoff + (uint64_t)i * sizeof sh, sizeof sh);
+            if (sh.sh_type != SHT_NOBITS && sh.sh_size && !elf_fits(sh.sh_offset, sh.sh_size, n)) {
+                bad = "a section extends past the end of the data";
+                snprintf(detail, sizeof detail, " (section %u: bytes %llu..%llu)", i, (unsigned long long)sh.sh_offset,
+                         (unsigned long long)(sh.sh_offset + sh.sh_size));
+            }
+        }
+    }
+    if (bad)
+        return sim_err(ACL_ERROR_PARSE_FILE,
+                       "%s: %s is a damaged ELF shared object: %s%s; the data has %zu bytes (truncated? rebuild it)",
+                       api, what, bad, detail, n);
+    return ACL_SUCCESS;
+}
+
 static aclError check_elf(const char *api, const unsigned char *h, size_t n, const char *what)
 {
     if (n < sizeof(Elf64_Ehdr) || memcmp(h, ELFMAG, SELFMAG) != 0)
@@ -926,7 +995,7 @@ static aclError check_elf(const char *api, const unsigned char *h, size_t n, con
         return sim_err(ACL_ERROR_PARSE_FILE,
                        "%s: %s is an ELF object of type %d, not a shared object (a canna simulator binary is one)", api,
                        what, (int)e->e_type);
-    return ACL_SUCCESS;
+    return check_elf_extents(api, h, n, what);
 }
 
 static aclError validate_table(const char *api, const char *what, const canna_sim_binary *info)
