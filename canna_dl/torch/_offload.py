@@ -19,7 +19,10 @@ and a later backward that needs the old value raises PyTorch's version-counter e
 optimizer's update under ``no_grad`` (``p.add_(g, alpha=-lr)`` in SGD) runs on canna this way.
 
 Modes are per thread (PyTorch's torch-function mode stack is thread-local): ops of other threads
-are not routed.
+are not routed. A backward pass started in the block (``Tensor.backward``, ``torch.autograd.grad``)
+runs with the mode active (PyTorch would pop it): the ops of hooks and of activation
+checkpointing's recomputation are routed as in the forward, so the recomputation saves the same
+tensors as the forward did (what non-reentrant checkpointing checks).
 """
 from __future__ import annotations
 
@@ -846,7 +849,9 @@ def offload(*, ops=None, exclude=(), strict=False, report=None) -> Offload:
         An :class:`Offload` (a ``torch.overrides.TorchFunctionMode``); ``with`` gives its
         :class:`OffloadReport`.
 
-    The mode applies to the thread that enters it. Inside ``torch.compile`` the routed ops are the
+    The mode applies to the thread that enters it, and to the backward passes started in the
+    block (keep ``loss.backward()`` inside it when the model uses activation checkpointing: the
+    recomputation must run canna's ops again). Inside ``torch.compile`` the routed ops are the
     ``torch.ops.canna`` custom ops (in-place ops fall back there).
 
     Raises:
