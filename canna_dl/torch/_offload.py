@@ -27,8 +27,8 @@ tensors as the forward did (what non-reentrant checkpointing checks).
 from __future__ import annotations
 
 import torch
-from torch.overrides import TorchFunctionMode, resolve_name
 from torch._guards import CompileContext as _CompileContext, TracingContext as _TracingContext
+from torch.overrides import TorchFunctionMode, resolve_name
 from torch.overrides import _pop_mode, _push_mode
 
 try:
@@ -675,6 +675,14 @@ for _cls in [c._forward_cls for c in _NODES]:
     _count_backward(_cls)
 
 
+try:
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy
+    from torch._C._dynamo.eval_frame import set_code_exec_strategy as _set_code_exec_strategy
+    _SKIP_RECURSIVELY = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+except ImportError:     # a PyTorch without per-code frame strategies
+    _set_code_exec_strategy = None
+
+
 def _not_a_dynamo_frame(code):
     """Tell Dynamo never to compile the frames of ``code``, nor the frames they call, as frames of
     their own: they run as plain Python.
@@ -692,14 +700,6 @@ def _not_a_dynamo_frame(code):
     objects it has seen."""
     if _set_code_exec_strategy is not None:
         _set_code_exec_strategy(code, _SKIP_RECURSIVELY)
-
-
-try:
-    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy
-    from torch._C._dynamo.eval_frame import set_code_exec_strategy as _set_code_exec_strategy
-    _SKIP_RECURSIVELY = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
-except ImportError:     # a PyTorch without per-code frame strategies
-    _set_code_exec_strategy = None
 
 
 class Offload(TorchFunctionMode):
