@@ -19,12 +19,22 @@ and a later backward that needs the old value raises PyTorch's version-counter e
 optimizer's update under ``no_grad`` (``p.add_(g, alpha=-lr)`` in SGD) runs on canna this way.
 
 Modes are per thread (PyTorch's torch-function mode stack is thread-local): ops of other threads
-are not routed.
+are not routed. A backward pass started in the block (``Tensor.backward``, ``torch.autograd.grad``)
+runs with the mode active (PyTorch would pop it): the ops of hooks and of activation
+checkpointing's recomputation are routed as in the forward, so the recomputation saves the same
+tensors as the forward did (what non-reentrant checkpointing checks).
 """
 from __future__ import annotations
 
 import torch
+from torch._guards import CompileContext as _CompileContext, TracingContext as _TracingContext
 from torch.overrides import TorchFunctionMode, resolve_name
+from torch.overrides import _pop_mode, _push_mode
+
+try:
+    from torch.overrides import redispatch_function as _redispatch
+except ImportError:    # PyTorch < 2.13: backward passes run on PyTorch
+    _redispatch = None
 
 import acl_rt
 
@@ -37,6 +47,12 @@ _nnf = torch.nn.functional
 _T = torch.Tensor
 _autocast_on = torch._C._is_any_autocast_enabled
 _STRIDED = torch.strided
+_graph_task_id = torch._C._current_graph_task_id    # -1 outside autograd's backward pass
+
+
+def _compile_underway() -> bool:
+    """PyTorch's compiler stack is working on this thread (Dynamo, AOTAutograd, Inductor)."""
+    return _TracingContext.try_get() is not None or _CompileContext.try_get() is not None
 
 
 class _Fallback(Exception):
@@ -482,9 +498,12 @@ _CANNA_OPS = _canna_custom_ops()
 # ---------------------------------------------------------------------------------------------
 # the report
 
+#: functions that run autograd's backward pass (run with the mode active: :meth:`Offload._backward`)
+_RUNS_BACKWARD = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
+
 _BOOKKEEPING = frozenset({"torch._C._set_grad_enabled", "torch.Tensor.backward", "torch.autograd.grad",
                           "torch.autograd.backward", "torch.Tensor.__repr__", "torch.Tensor.__format__",
-                          "torch.Tensor.__str__"})
+                          "torch.Tensor.__str__", "torch.device"})
 
 
 def _func_name(f) -> str:
@@ -548,7 +567,8 @@ class OffloadReport:
     def pytorch_calls(self) -> dict:
         """Torch functions without a canna op called in the block: name → calls (bookkeeping
         that computes nothing is left out: grad-mode switches, profiler ranges,
-        ``Tensor.backward`` / ``torch.autograd.grad`` themselves, printing)."""
+        ``Tensor.backward`` / ``torch.autograd.grad`` themselves and PyTorch's set-up of the
+        backward pass before it runs, printing, ``torch.device`` objects)."""
         out: dict = {}
         for f, n in self._other.items():
             name = _func_name(f)
@@ -617,20 +637,69 @@ class OffloadReport:
 # ---------------------------------------------------------------------------------------------
 # the mode
 
+_SAVED_TENSORS = torch._C._FunctionBase.saved_tensors   # the getset descriptor of ctx.saved_tensors
+
+
+def _saved_tensors(ctx):
+    """``ctx.saved_tensors`` of canna's Functions: the tuple their backward wrapper unpacked."""
+    s = ctx.__dict__.pop("_canna_saved", None)
+    return _SAVED_TENSORS.__get__(ctx) if s is None else s
+
+
 def _count_backward(cls):
+    """Wrap the backward of canna's autograd Function ``cls``: count the call in the report of
+    the ``offload()`` block that made the node, and unpack the saved tensors before the backward
+    body disables torch-function handling (``NoTorchFunction``) for its kernel calls: unpacking
+    runs the saved-tensor hooks, and non-reentrant activation checkpointing recomputes the
+    forward there, which must run under the same torch-function modes as the forward did (this
+    one routing it to canna: the same Functions saving the same tensors; PyTorch's ``torch.device``
+    mode; a tensor subclass's handler). The body's ``ctx.saved_tensors`` gets that tuple
+    (a second unpack would raise ``CheckpointError``)."""
     bw = cls.backward
 
     def backward(ctx, *grads):
         st = getattr(ctx, "_canna_stat", None)
         if st is not None:
             st.backward += 1
-        return bw(ctx, *grads)
+        ctx._canna_saved = _SAVED_TENSORS.__get__(ctx)
+        try:
+            return bw(ctx, *grads)
+        finally:
+            ctx.__dict__.pop("_canna_saved", None)
     backward.__doc__ = bw.__doc__
     cls.backward = staticmethod(backward)
+    cls._backward_cls.saved_tensors = property(_saved_tensors)
 
 
 for _cls in [c._forward_cls for c in _NODES]:
     _count_backward(_cls)
+
+
+try:
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy
+    from torch._C._dynamo.eval_frame import set_code_exec_strategy as _set_code_exec_strategy
+    _SKIP_RECURSIVELY = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+except ImportError:     # a PyTorch without per-code frame strategies
+    _set_code_exec_strategy = None
+
+
+def _not_a_dynamo_frame(code):
+    """Tell Dynamo never to compile the frames of ``code``, nor the frames they call, as frames of
+    their own: they run as plain Python.
+
+    Code that a compiled function runs in eager mode (a frame Dynamo skipped or split at a graph
+    break: with an ``nn.LSTM``, which Dynamo does not trace, the whole ``forward`` is skipped)
+    still has Dynamo's frame hook set, and the mode's ``__torch_function__`` is a Python frame
+    outside ``torch/``: Dynamo compiled it, once per call signature, guarding the arguments but
+    not ``func`` when it is a builtin (``Tensor.size``, ``TensorBase.dtype.__get__``), so the
+    entry made for ``input.size(0)`` answered ``input.dtype`` with an int.
+    The dispatch is runtime machinery, like PyTorch's own modes in ``torch/``, which Dynamo does
+    not compile as frames either. Dynamo still inlines ``__torch_function__`` while it traces a
+    function called under the mode (a frame strategy applies to frames run, not to traced code).
+    Set at every ``__enter__``: ``torch._dynamo.reset()`` clears the strategies of the code
+    objects it has seen."""
+    if _set_code_exec_strategy is not None:
+        _set_code_exec_strategy(code, _SKIP_RECURSIVELY)
 
 
 class Offload(TorchFunctionMode):
@@ -649,15 +718,21 @@ class Offload(TorchFunctionMode):
         self.strict = bool(strict)
         self.report = report if report is not None else OffloadReport()
         self._all = self.enabled == frozenset(OFFLOAD_OPS)
+        self._in_backward = 0   # > 0: in _backward (its calls outside a graph task are PyTorch's set-up)
 
     def __enter__(self):
         acl_rt.init()
+        _not_a_dynamo_frame(Offload.__torch_function__.__code__)
         super().__enter__()
         return self.report
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if is_compiling():
             return self._traced(func, args, kwargs)
+        if self._in_backward and _compile_underway():
+            # AOTAutograd compiling a compiled graph's backward at its first backward pass: the
+            # compiler's own calls (on fake tensors) are neither routed nor counted
+            return func(*args, **kwargs) if kwargs else func(*args)
         e = _TABLE.get(func)
         if e is None or (not self._all and e[0] not in self.enabled):
             c = _CANNA_OPS.get(func)
@@ -668,8 +743,11 @@ class Offload(TorchFunctionMode):
                 else:
                     st.canna += 1
             elif getattr(func, "__name__", None) not in ("__get__", "__set__"):
-                other = self.report._other
-                other[func] = other.get(func, 0) + 1
+                if not self._in_backward or _graph_task_id() >= 0:   # not PyTorch's set-up of a backward
+                    other = self.report._other
+                    other[func] = other.get(func, 0) + 1
+                if func in _RUNS_BACKWARD and _redispatch is not None:
+                    return self._backward(func, types, args, kwargs)
             return func(*args, **kwargs) if kwargs else func(*args)
         name, sig, handler = e
         st = self.report.ops.get(name)
@@ -716,6 +794,28 @@ class Offload(TorchFunctionMode):
                                f"fall back to PyTorch: {reason}")
         return func(*args, **kwargs) if kwargs else func(*args)
 
+    def _backward(self, func, types, args, kwargs):
+        """``Tensor.backward`` / ``torch.autograd.backward`` / ``torch.autograd.grad`` with this
+        mode active in the backward pass: PyTorch pops a mode while its ``__torch_function__``
+        runs, so the Python-level ops of the backward pass would run on PyTorch. They are routed
+        as in the forward instead, which non-reentrant activation checkpointing
+        (``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``, Hugging Face's
+        ``gradient_checkpointing_enable()``) requires: it recomputes the forward inside the
+        backward and raises ``CheckpointError`` unless the recomputation saves as many tensors,
+        of the same metadata, as the forward did (canna's ops save other tensors than PyTorch's;
+        PyTorch itself re-enters only its ``torch.device`` mode for the recomputation,
+        pytorch/pytorch#124788). Hooks run in the backward pass are routed too.
+        ``redispatch_function`` skips the one dispatch of ``func`` itself to the mode; the
+        autograd engine runs the pass with the thread-local state of this call (the mode stack
+        included), on this thread for a CPU graph."""
+        _push_mode(self)
+        self._in_backward += 1
+        try:
+            return _redispatch(func, types, args, kwargs or {})
+        finally:
+            self._in_backward -= 1
+            _pop_mode()
+
     def _traced(self, func, args, kwargs):
         """The same routing while Dynamo traces (``torch.compile``): the handlers reach the
         ``torch.ops.canna`` custom ops; nothing is counted (the report counts eager calls)."""
@@ -749,7 +849,9 @@ def offload(*, ops=None, exclude=(), strict=False, report=None) -> Offload:
         An :class:`Offload` (a ``torch.overrides.TorchFunctionMode``); ``with`` gives its
         :class:`OffloadReport`.
 
-    The mode applies to the thread that enters it. Inside ``torch.compile`` the routed ops are the
+    The mode applies to the thread that enters it, and to the backward passes started in the
+    block (keep ``loss.backward()`` inside it when the model uses activation checkpointing: the
+    recomputation must run canna's ops again). Inside ``torch.compile`` the routed ops are the
     ``torch.ops.canna`` custom ops (in-place ops fall back there).
 
     Raises:
