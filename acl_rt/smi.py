@@ -9,10 +9,11 @@ pools, as a table, JSON or CSV, once or every few seconds; and a Prometheus expo
 
 It reads the devices like npu-smi (DCMI, without initializing AscendCL; see
 :mod:`acl_rt.monitor`), so it sees every process. Values a backend does not provide are ``NA``
-(``null`` in JSON). A device that fails to query is a row with its error.
+(``null`` in JSON). A device that fails to query is a row with its error (and a line on stderr);
+a malformed pool-statistics record is skipped with a warning on stderr.
 
-Exit status: 0, 1 on a runtime failure, 2 on a usage error (bad option, unknown device id, a port
-that cannot be used).
+Exit status: 0; 1 on a runtime failure or when a device shown could not be queried (in any
+sample); 2 on a usage error (bad option, unknown device id, a port that cannot be used).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import datetime as _dt
 import json
 import sys
 import time
+import warnings
 
 from . import monitor
 
@@ -362,8 +364,23 @@ def main(argv=None) -> int:
         _check_ids(args.id)
         n = 0
         writer = None
+        failed = False
+        told = set()
+
+        def tell(msg):      # each warning and failure once, also when watching
+            if msg not in told:
+                told.add(msg)
+                print(f"canna-smi: {msg}", file=sys.stderr, flush=True)
         while True:
-            sample = collect(args.id)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                sample = collect(args.id)
+            for w in caught:
+                tell(f"warning: {w.message}")
+            for d in sample["devices"]:
+                if d.get("error"):
+                    failed = True
+                    tell(f"device {d['id']} could not be queried: {d['error']}")
             if args.json:
                 print(json.dumps(sample), flush=True)
             elif args.csv:
@@ -377,7 +394,7 @@ def main(argv=None) -> int:
                 render_table(sample)
             n += 1
             if args.interval is None or (args.count is not None and n >= args.count):
-                return 0
+                return 1 if failed else 0
             time.sleep(args.interval)
     except UsageError as e:
         print(f"canna-smi: {e}", file=sys.stderr)
