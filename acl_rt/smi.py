@@ -38,6 +38,9 @@ POOL_FIELDS = ("device_id", "pid", "name", "allocated_bytes", "reserved_bytes", 
                "num_ooms", "num_alloc_retries", "limit_bytes", "updated")
 
 
+TABLE_WIDTH = 100     # the widest line of the tables, as npu-smi's and nvidia-smi's fit 80-100 columns
+
+
 class UsageError(Exception):
     """Bad command-line input (exit status 2)."""
 
@@ -68,8 +71,9 @@ def render_table(sample: dict, console=None) -> None:
     from rich.table import Table
 
     if console is None:
-        # a pipe or file gets a wide table (rich would wrap it at 80 columns)
-        console = Console() if sys.stdout.isatty() else Console(width=160)
+        # the tables fit 100 columns (TABLE_WIDTH); a pipe or file gets that width (rich would wrap
+        # at 80), a terminal its own
+        console = Console() if sys.stdout.isatty() else Console(width=TABLE_WIDTH)
     when = _dt.datetime.fromtimestamp(sample["time"]).strftime("%a %b %d %H:%M:%S %Y")
     from . import __version__
     title = f"canna-smi {__version__}   backend: {sample['backend']}   {when}"
@@ -86,16 +90,19 @@ def render_table(sample: dict, console=None) -> None:
                   _usage(d["hbm_used_bytes"], d["hbm_total_bytes"]))
     console.print(t)
 
-    p = Table(title="canna memory pools (processes that publish pool statistics)", box=box.SQUARE,
+    # at most 100 columns, like npu-smi: two-line headers, and the counters without a column here
+    # (allocs, segments, active, requested) are in --json / --csv
+    p = Table(title="canna memory pools (processes that publish pool statistics; MB)", box=box.SQUARE,
               title_justify="left")
-    for col in ("NPU", "Process id", "Process name", "Allocated(MB)", "Reserved(MB)", "Peak(MB)",
-                "Non-releasable(MB)", "Allocs", "Segments", "OOMs", "Limit(MB)"):
-        p.add_column(col, justify="left" if col == "Process name" else "right")
+    for col in ("NPU", "PID", "Process\nname", "Allocated", "Reserved", "Peak\nallocated", "Non-\nreleasable",
+                "OOMs", "Limit"):
+        p.add_column(col, justify="left" if col == "Process\nname" else "right",
+                     vertical="bottom", max_width=15 if col == "Process\nname" else None, overflow="ellipsis")
     for r in sample["pools"]:
         p.add_row(str(r["device_id"]), str(r["pid"]), _na(r["name"]), f"{r['allocated_bytes'] / (1 << 20):.1f}",
                   f"{r['reserved_bytes'] / (1 << 20):.1f}", f"{r['peak_allocated_bytes'] / (1 << 20):.1f}",
-                  f"{r['inactive_split_bytes'] / (1 << 20):.1f}", str(r["allocations"]), str(r["segments"]),
-                  str(r["num_ooms"]), _na(r["limit_bytes"], lambda v: str(_mb(v))))
+                  f"{r['inactive_split_bytes'] / (1 << 20):.1f}", str(r["num_ooms"]),
+                  _na(r["limit_bytes"], lambda v: str(_mb(v))))
     if sample["pools"]:
         console.print(p)
     else:

@@ -442,3 +442,28 @@ def test_exit_status_is_nonzero_when_the_devices_asked_for_failed(py):
     doc = json.loads(lines[0])
     assert [d["id"] for d in doc["devices"]] == [2] and "DCMI_ERR_CODE_INNER_ERR" in doc["devices"][0]["error"]
     assert "device 2" in r.stderr and "DCMI_ERR_CODE_INNER_ERR" in r.stderr
+
+
+def test_tables_fit_100_columns():
+    """The tables fit a 100-column terminal at their natural width (rendered on a console far
+    wider, so nothing is squeezed), with the widest values a field can hold; and a pipe gets them
+    at that width."""
+    import io
+    from rich.console import Console
+    big = 65536 << 20
+    pool = {f: big for f in smi.POOL_FIELDS}
+    pool.update(device_id=15, pid=4194304, name="a-process-name!", allocations=10 ** 6, segments=10 ** 5,
+                num_ooms=999, num_alloc_retries=999, updated=0.0)
+    dev = {f: None for f in smi.DEVICE_FIELDS}
+    dev.update(id=15, name="Ascend910B1", health="Critical", power_w=999.9, temperature_c=125, aicore_percent=100,
+               memory_used_bytes=big, memory_total_bytes=big, hbm_used_bytes=big, hbm_total_bytes=big)
+    proc = {"device_id": 15, "pid": 4194304, "name": "a-process-name!", "memory_bytes": big,
+            "utilization_percent": 100, "busy_ns": 0}
+    sample = {"time": 0.0, "backend": "sim", "devices": [dev], "processes": [proc], "pools": [pool]}
+    buf = io.StringIO()
+    smi.render_table(sample, console=Console(file=buf, width=400, color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert "4194304" in buf.getvalue() and "65536.0" in buf.getvalue()
+    assert max(len(ln.rstrip()) for ln in lines) <= smi.TABLE_WIDTH, "\n" + buf.getvalue()
+    r = smi_run(env={"COLUMNS": "400"})
+    assert max(len(ln) for ln in r.stdout.splitlines()) <= smi.TABLE_WIDTH, r.stdout
