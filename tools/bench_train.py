@@ -1,7 +1,7 @@
-"""Benchmark: one training step of the SEEDS SimpleCNN inside ``canna_dl.torch.offload()`` against
-plain PyTorch, side by side in one run.
+"""Benchmark: one training step of the SimpleCNN (``tools/_common.py``) inside
+``canna_dl.torch.offload()`` against plain PyTorch, side by side in one run.
 
-The model (shared/SEEDS.md, document 002): Conv2d 1→16 3x3 padding 1 → ReLU → MaxPool2d 2 →
+The model: Conv2d 1→16 3x3 padding 1 → ReLU → MaxPool2d 2 →
 flatten → Linear 3136→10 → softmax; a batch of 64 1x28x28 inputs; the loss is
 ``F.cross_entropy`` of the model's output; SGD (lr 0.01) updates the 4 parameters. A step is
 ``zero_grad; loss = loss_fn(model(x), y); loss.backward(); opt.step()``, the same code in both
