@@ -99,9 +99,9 @@ def assert_valid_launch(add):
     np.testing.assert_array_equal(z, 2 * x)
 
 
-# --------------------------------------------------------------------------------------------- seeds
+# ----------------------------------------------------------------------- the add kernel's example
 
-def test_add_seed_example(add):
+def test_add_kernel_example(add):
     x = np.array([1, 2, 3], np.float32)
     y = np.array([4, 5, 6], np.float32)
     z = np.empty(3, np.float32)
@@ -390,7 +390,7 @@ def test_typed_pointer_dtype_and_read_only_checks(lib, add):
     with pytest.raises(ValueError, match=r"parameter 3 'z' \(float \*\): the array is read-only"):
         axpy.launch(1, 2.0, x, x, ro, 8)
     # untyped GM_ADDR parameters (Ascend C's convention for inputs too) take read-only arrays:
-    # TF and JAX tensors arrive read-only, and the SEEDS add kernel must run on them
+    # TF and JAX tensors arrive read-only, and the add kernel must run on them
     out = np.zeros(8, np.float32)
     add.launch(1, ro, ro, out, 8)
     sync()
