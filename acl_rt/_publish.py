@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -233,11 +234,23 @@ def read_records(machine: str | None = None) -> list[tuple[str, dict]]:
         if not name.endswith(".json"):
             continue
         path = os.path.join(d, name)
-        try:
-            with open(path, "rb") as f:
-                data = f.read(1 << 20)
-        except OSError:         # gone since listdir (its process exited), or not a readable file
+        try:        # non-blocking: a FIFO in the folder must not hang the reader
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:       # gone since listdir: its process exited
             continue
+        except OSError as e:
+            warn_skipped(path, f"cannot be opened ({e.strerror or e})")
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                warn_skipped(path, "not a regular file")
+                continue
+            data = os.read(fd, 1 << 20)
+        except OSError as e:
+            warn_skipped(path, f"cannot be read ({e.strerror or e})")
+            continue
+        finally:
+            os.close(fd)
         try:
             rec = json.loads(data)
         except (ValueError, RecursionError) as e:      # UnicodeDecodeError is a ValueError
