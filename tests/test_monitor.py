@@ -211,11 +211,12 @@ def test_serve_cli_and_bad_ports():
         smi.serve(123456)
     # a running exporter, in another process
     # (-X faulthandler: if it does not stop on SIGINT, SIGABRT makes it print every thread's stack)
-    # (SIGINT back to its default first: a suite started as a background job, e.g. by a CI script
+    # (SIGINT to Python's handler first: a suite started as a background job, e.g. by a CI script
     # under `nohup ... &`, hands its children SIGINT ignored, and Python then keeps ignoring it)
-    p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "acl_rt.smi", "serve", "--port", "0"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from acl_rt import smi; sys.exit(smi.main(['serve', '--port', '0']))")
+    p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
         assert "serving Prometheus metrics on http://127.0.0.1:" in line, (line, p.stderr.read() if p.poll() else "")
