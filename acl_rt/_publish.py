@@ -8,6 +8,12 @@ publication off) and only when a counter changed, so the allocation path never p
 record is removed at :func:`acl_rt.finalize` and at exit; readers skip (and delete) records of
 dead processes, recognizing a reused pid by its start time (``/proc/<pid>/stat``).
 
+Each record names the machine its devices belong to (:func:`machine_id`): on the simulator the
+simulated machine (processes with other ``CANNA_SIM_*`` settings, e.g. another
+``CANNA_SIM_MACHINE``, use other devices), so a reader lists only the pools of its own machine's
+devices. A record that cannot be read as one (not JSON, wrong types) is skipped with a
+``RuntimeWarning`` naming the file, never an exception: one damaged file must not hide the others.
+
 Works with either backend: it is canna's own bookkeeping, not the runtime's.
 """
 from __future__ import annotations
@@ -15,17 +21,20 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import stat
 import tempfile
 import threading
 import time
+import warnings
 
-__all__ = ["stats_dir", "publish", "read_records", "proc_starttime", "proc_name"]
+__all__ = ["stats_dir", "publish", "read_records", "machine_id", "warn_skipped", "proc_starttime", "proc_name"]
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _last: tuple | None = None
 _owner_pid: int | None = None
 _atexit = False
+_machine: tuple[int, str] | None = None    # (pid, id): recomputed in a forked child
 
 
 def stats_dir() -> str:
@@ -78,6 +87,33 @@ def proc_name(pid: int) -> str | None:
         return None
 
 
+def machine_id() -> str:
+    """The machine whose devices this process uses, as recorded in its pool statistics: on the
+    simulator ``"sim:"`` + the shared segment of the simulated machine (``aclsimGetMachineName``;
+    ``"sim:process-<pid>"`` when the process is a machine of its own, ``CANNA_SIM_SHARED=0``),
+    ``"ascend"`` on a real install (every process of the host sees the same NPUs)."""
+    global _machine
+    pid = os.getpid()
+    if _machine is not None and _machine[0] == pid:
+        return _machine[1]
+    from ._lib import backend, ffi
+    b = backend()
+    if b.is_sim:
+        buf = ffi.new("char[]", 512)
+        name = ffi.string(buf).decode("utf-8", "replace") if b.lib.aclsimGetMachineName(buf, 512) == 0 else ""
+        mid = f"sim:{name}" if name else f"sim:process-{pid}"
+    else:
+        mid = "ascend"
+    _machine = (pid, mid)
+    return mid
+
+
+def warn_skipped(path: str, why: str) -> None:
+    """The one warning for a pool-statistics record that is skipped because it is malformed."""
+    warnings.warn(f"skipping the malformed pool-statistics record {path}: {why}", RuntimeWarning,
+                  stacklevel=3)
+
+
 def _path(pid: int) -> str:
     return os.path.join(stats_dir(), f"{pid}.json")
 
@@ -98,8 +134,8 @@ def _record() -> tuple[tuple, dict]:
             "limit_bytes": p._limit or None,
         })
     pid = os.getpid()
-    rec = {"pid": pid, "starttime": proc_starttime(pid), "name": proc_name(pid), "updated": time.time(),
-           "devices": devices}
+    rec = {"pid": pid, "starttime": proc_starttime(pid), "name": proc_name(pid), "machine": machine_id(),
+           "updated": time.time(), "devices": devices}
     return tuple(versions), rec
 
 
@@ -179,30 +215,65 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def read_records() -> list[dict]:
-    """The records of live processes (sorted by pid); stale ones are deleted when possible."""
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def read_records(machine: str | None = None) -> list[tuple[str, dict]]:
+    """``(path, record)`` of every live process's record (sorted by pid), only those of
+    ``machine`` (a :func:`machine_id`) when given. Stale records are deleted when possible; a
+    malformed one (not a JSON object, no positive integer ``pid``) is skipped with a
+    RuntimeWarning (:func:`warn_skipped`). The ``devices`` entries are not checked here."""
     d = stats_dir()
     out = []
     try:
-        names = os.listdir(d)
+        names = sorted(os.listdir(d))
     except OSError:
         return out
     for name in names:
         if not name.endswith(".json"):
             continue
         path = os.path.join(d, name)
+        try:        # non-blocking: a FIFO in the folder must not hang the reader
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:       # gone since listdir: its process exited
+            continue
+        except OSError as e:
+            warn_skipped(path, f"cannot be opened ({e.strerror or e})")
+            continue
         try:
-            with open(path) as f:
-                rec = json.load(f)
-            pid = int(rec["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                warn_skipped(path, "not a regular file")
+                continue
+            data = os.read(fd, 1 << 20)
+        except OSError as e:
+            warn_skipped(path, f"cannot be read ({e.strerror or e})")
+            continue
+        finally:
+            os.close(fd)
+        try:
+            rec = json.loads(data)
+        except (ValueError, RecursionError) as e:      # UnicodeDecodeError is a ValueError
+            warn_skipped(path, f"not JSON ({type(e).__name__}: {str(e)[:80]})")
+            continue
+        if not isinstance(rec, dict):
+            warn_skipped(path, f"a JSON {type(rec).__name__}, not an object")
+            continue
+        pid, st0 = rec.get("pid"), rec.get("starttime")
+        if not (_is_count(pid) and pid > 0):
+            warn_skipped(path, f"'pid' must be a positive integer, got {pid!r:.40}")
+            continue
+        if st0 is not None and not _is_count(st0):
+            warn_skipped(path, f"'starttime' must be an integer or null, got {st0!r:.40}")
             continue
         st = proc_starttime(pid)
-        if st is None or (rec.get("starttime") is not None and st != rec["starttime"]):
+        if st is None or (st0 is not None and st != st0):
             try:
                 os.unlink(path)
             except OSError:
                 pass
             continue
-        out.append(rec)
-    return sorted(out, key=lambda r: r["pid"])
+        if machine is not None and rec.get("machine") != machine:
+            continue
+        out.append((path, rec))
+    return sorted(out, key=lambda r: r[1]["pid"])

@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 import time
@@ -292,28 +293,52 @@ def processes(device_id: int | None = None) -> list[ProcessInfo]:
     return out
 
 
+_POOL_COUNTS = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes", "inactive_split_bytes",
+                "peak_allocated_bytes", "peak_reserved_bytes", "allocations", "segments", "num_ooms",
+                "num_alloc_retries")
+
+
+def _pool_entry(rec: dict, d) -> PoolStats:
+    """One published device entry as PoolStats; ValueError saying what is wrong with it."""
+    def count(v, what):
+        if not _publish._is_count(v):
+            raise ValueError(f"{what} must be an integer >= 0, got {v!r:.40}")
+        return v
+    if not isinstance(d, dict):
+        raise ValueError(f"a device entry must be an object, got {d!r:.40}")
+    name, updated, limit = rec.get("name"), rec.get("updated", 0), d.get("limit_bytes")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"'name' must be a string or null, got {name!r:.40}")
+    if isinstance(updated, bool) or not isinstance(updated, (int, float)) or not math.isfinite(updated):
+        raise ValueError(f"'updated' must be a number, got {updated!r:.40}")
+    if limit is not None:
+        count(limit, "'limit_bytes'")
+    return PoolStats(count(d.get("id"), "the device 'id'"), rec["pid"], name,
+                     *(count(d.get(k), repr(k)) for k in _POOL_COUNTS), limit, float(updated))
+
+
 def pool_stats(device_id: int | None = None) -> list[PoolStats]:
-    """The pool statistics published by live canna processes (of this user; see
-    ``acl_rt._publish``), one entry per process and device. Works on both backends.
+    """The pool statistics published by live canna processes of this user whose devices are this
+    process's devices (the same simulated machine on the simulator; see ``acl_rt._publish``), one
+    entry per process and device. Works on both backends. A malformed record is skipped with a
+    ``RuntimeWarning`` naming its file.
 
     Raises:
         TypeError / InvalidArgumentError: bad device id."""
     if device_id is not None:
         device_id = _check_id(device_id, "acl_rt.monitor.pool_stats")
     out = []
-    for rec in _publish.read_records():
-        for d in rec.get("devices", ()):
-            if device_id is not None and d.get("id") != device_id:
-                continue
-            try:
-                out.append(PoolStats(int(d["id"]), int(rec["pid"]), rec.get("name"), int(d["allocated_bytes"]),
-                                     int(d["reserved_bytes"]), int(d["active_bytes"]), int(d["requested_bytes"]),
-                                     int(d["inactive_split_bytes"]), int(d["peak_allocated_bytes"]),
-                                     int(d["peak_reserved_bytes"]), int(d["allocations"]), int(d["segments"]),
-                                     int(d["num_ooms"]), int(d["num_alloc_retries"]), d.get("limit_bytes"),
-                                     float(rec.get("updated", 0))))
-            except (KeyError, TypeError, ValueError):
-                continue
+    for path, rec in _publish.read_records(_publish.machine_id()):
+        devs = rec.get("devices", [])
+        if not isinstance(devs, list):
+            _publish.warn_skipped(path, f"'devices' must be a list, got {devs!r:.40}")
+            continue
+        try:
+            entries = [_pool_entry(rec, d) for d in devs]
+        except ValueError as e:
+            _publish.warn_skipped(path, str(e))
+            continue
+        out.extend(e for e in entries if device_id is None or e.device_id == device_id)
     return out
 
 

@@ -9,10 +9,11 @@ pools, as a table, JSON or CSV, once or every few seconds; and a Prometheus expo
 
 It reads the devices like npu-smi (DCMI, without initializing AscendCL; see
 :mod:`acl_rt.monitor`), so it sees every process. Values a backend does not provide are ``NA``
-(``null`` in JSON). A device that fails to query is a row with its error.
+(``null`` in JSON). A device that fails to query is a row with its error (and a line on stderr);
+a malformed pool-statistics record is skipped with a warning on stderr.
 
-Exit status: 0, 1 on a runtime failure, 2 on a usage error (bad option, unknown device id, a port
-that cannot be used).
+Exit status: 0; 1 on a runtime failure or when a device shown could not be queried (in any
+sample); 2 on a usage error (bad option, unknown device id, a port that cannot be used).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import datetime as _dt
 import json
 import sys
 import time
+import warnings
 
 from . import monitor
 
@@ -34,6 +36,9 @@ PROCESS_FIELDS = ("device_id", "pid", "name", "memory_bytes", "utilization_perce
 POOL_FIELDS = ("device_id", "pid", "name", "allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
                "inactive_split_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "allocations", "segments",
                "num_ooms", "num_alloc_retries", "limit_bytes", "updated")
+
+
+TABLE_WIDTH = 100     # the widest line of the tables, as npu-smi's and nvidia-smi's fit 80-100 columns
 
 
 class UsageError(Exception):
@@ -66,8 +71,9 @@ def render_table(sample: dict, console=None) -> None:
     from rich.table import Table
 
     if console is None:
-        # a pipe or file gets a wide table (rich would wrap it at 80 columns)
-        console = Console() if sys.stdout.isatty() else Console(width=160)
+        # the tables fit 100 columns (TABLE_WIDTH); a pipe or file gets that width (rich would wrap
+        # at 80), a terminal its own
+        console = Console() if sys.stdout.isatty() else Console(width=TABLE_WIDTH)
     when = _dt.datetime.fromtimestamp(sample["time"]).strftime("%a %b %d %H:%M:%S %Y")
     from . import __version__
     title = f"canna-smi {__version__}   backend: {sample['backend']}   {when}"
@@ -84,16 +90,19 @@ def render_table(sample: dict, console=None) -> None:
                   _usage(d["hbm_used_bytes"], d["hbm_total_bytes"]))
     console.print(t)
 
-    p = Table(title="canna memory pools (processes that publish pool statistics)", box=box.SQUARE,
+    # at most 100 columns, like npu-smi: two-line headers, and the counters without a column here
+    # (allocs, segments, active, requested) are in --json / --csv
+    p = Table(title="canna memory pools (processes that publish pool statistics; MB)", box=box.SQUARE,
               title_justify="left")
-    for col in ("NPU", "Process id", "Process name", "Allocated(MB)", "Reserved(MB)", "Peak(MB)",
-                "Non-releasable(MB)", "Allocs", "Segments", "OOMs", "Limit(MB)"):
-        p.add_column(col, justify="left" if col == "Process name" else "right")
+    for col in ("NPU", "PID", "Process\nname", "Allocated", "Reserved", "Peak\nallocated", "Non-\nreleasable",
+                "OOMs", "Limit"):
+        p.add_column(col, justify="left" if col == "Process\nname" else "right",
+                     vertical="bottom", max_width=15 if col == "Process\nname" else None, overflow="ellipsis")
     for r in sample["pools"]:
         p.add_row(str(r["device_id"]), str(r["pid"]), _na(r["name"]), f"{r['allocated_bytes'] / (1 << 20):.1f}",
                   f"{r['reserved_bytes'] / (1 << 20):.1f}", f"{r['peak_allocated_bytes'] / (1 << 20):.1f}",
-                  f"{r['inactive_split_bytes'] / (1 << 20):.1f}", str(r["allocations"]), str(r["segments"]),
-                  str(r["num_ooms"]), _na(r["limit_bytes"], lambda v: str(_mb(v))))
+                  f"{r['inactive_split_bytes'] / (1 << 20):.1f}", str(r["num_ooms"]),
+                  _na(r["limit_bytes"], lambda v: str(_mb(v))))
     if sample["pools"]:
         console.print(p)
     else:
@@ -364,8 +373,23 @@ def main(argv=None) -> int:
         _check_ids(args.id)
         n = 0
         writer = None
+        failed = False
+        told = set()
+
+        def tell(msg):      # each warning and failure once, also when watching
+            if msg not in told:
+                told.add(msg)
+                print(f"canna-smi: {msg}", file=sys.stderr, flush=True)
         while True:
-            sample = collect(args.id)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                sample = collect(args.id)
+            for w in caught:
+                tell(f"warning: {w.message}")
+            for d in sample["devices"]:
+                if d.get("error"):
+                    failed = True
+                    tell(f"device {d['id']} could not be queried: {d['error']}")
             if args.json:
                 print(json.dumps(sample), flush=True)
             elif args.csv:
@@ -379,7 +403,7 @@ def main(argv=None) -> int:
                 render_table(sample)
             n += 1
             if args.interval is None or (args.count is not None and n >= args.count):
-                return 0
+                return 1 if failed else 0
             time.sleep(args.interval)
     except UsageError as e:
         print(f"canna-smi: {e}", file=sys.stderr)

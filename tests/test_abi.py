@@ -283,3 +283,36 @@ def test_c_compile_catches_a_conflicting_prototype(cann_include, compilers, tmp_
     assert res["bad.c"].missing_header is None
     assert not res["needs_aclnn.c"].ok
     assert res["needs_aclnn.c"].missing_header == "aclnn/canna_no_such_header.h"
+
+
+# --- downloading the headers leaves the calling process intact -----------------------------------
+
+
+def test_download_path_keeps_setuptools_importable(tmp_path, py):
+    """Obtaining the headers with an empty cache must not import pip into the calling process: on
+    Python < 3.12 `import pip` switches off setuptools' distutils shim, and a later
+    `import setuptools` (torch.compile's inductor does one) fails. The download itself is stubbed
+    (no network): the code path up to and around the `pip download` subprocess runs for real."""
+    proc = py(f"""
+        import importlib.util, subprocess, sys
+        spec = importlib.util.spec_from_file_location("abi_check", {str(REPO / "tools" / "abi_check.py")!r})
+        abi_check = importlib.util.module_from_spec(spec)
+        sys.modules["abi_check"] = abi_check; spec.loader.exec_module(abi_check)
+        calls, real_run = [], subprocess.run
+        def fake_run(cmd, **kw):
+            if "download" not in cmd:
+                return real_run(cmd, **kw)
+            calls.append(cmd)
+            return subprocess.CompletedProcess(cmd, 1, "", "ERROR: stubbed download")
+        abi_check.subprocess.run = fake_run
+        try:
+            abi_check.get_cann_include(cache_dir={str(tmp_path)!r})
+        except abi_check.HeadersUnavailable as exc:
+            assert "stubbed download" in str(exc), exc
+        assert calls and calls[0][:4] == [sys.executable, "-m", "pip", "download"], calls
+        assert "pip" not in sys.modules, "pip was imported into the calling process"
+        import setuptools, distutils.core
+        assert "_distutils" in distutils.core.__file__, distutils.core.__file__
+        print("ok")
+    """, env={"CANNA_CANN_INCLUDE": None})
+    assert proc.stdout.strip() == "ok"

@@ -15,7 +15,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "tools", "bench.py")
 
-SEEDS_SIZES = {"1M-element vector": [2 ** 20], "1024x1024": [1024, 1024], "32x1024x1024": [32, 1024, 1024]}
+ADD_SIZES = {"1M elements": [2 ** 20], "1024x1024": [1024, 1024], "32x1024x1024": [32, 1024, 1024]}
 ROWS = {
     "add": ["large add 32x1024x1024 (torch tensors)", "large add 32x1024x1024 vs best framework"],
     "overhead": ["1-element add, per call", "1-element add, per call (autograd op)", "empty RawKernel launch + sync",
@@ -30,7 +30,7 @@ ROWS = {
 
 
 def _run(args, timeout=240):
-    env = dict(os.environ, CANNA_BACKEND="sim")
+    env = dict(os.environ, CANNA_BACKEND="sim", COLUMNS="300")   # wide: the tables still fit 100 columns
     return subprocess.run([sys.executable, BENCH, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -54,25 +54,28 @@ def test_quick_run_json_and_plot(tmp_path):
     p = _run(["--quick", "--json", str(js), "--plot", str(png)])
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     out = p.stdout
-    # the printed tables: the SEEDS rows, every benchmark row, the elapsed time
-    for label in ("TensorFlow native Add", "CANN Add in TensorFlow", "PyTorch native Add", "CANN Add in PyTorch",
-                  *SEEDS_SIZES, "elapsed:"):
+    # the printed tables: the framework add rows, every benchmark section, the elapsed time
+    for label in ("tf.add (native)", "canna_dl.tf.add", "kernels.add on tf", "torch.add (native)",
+                  "canna_dl.torch.add", "kernels.add on torch", *ADD_SIZES, "elapsed:"):
         assert label in out, label
+    lines = out.splitlines()
     for section in ROWS:
-        assert f"│ {section} " in out, section
+        assert f"{section}:" in [ln.strip() for ln in lines], section
+    assert max(len(ln) for ln in lines) <= 100, max(lines, key=len)
+    assert "SEEDS" not in out and "seed" not in out.lower()
 
     doc = json.loads(js.read_text())
-    assert doc["schema"] == "canna-bench/1"
+    assert doc["schema"] == "canna-bench/2"
     assert doc["quick"] is True
     assert _pos(doc["elapsed_s"])
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["backend"]["backend"] == "sim"
     for mod in ("canna", "numpy", "torch", "tensorflow"):
         assert doc["versions"][mod], mod
 
-    seeds = {(s["framework"], s["size"]): s for s in doc["seeds_add"]}
-    assert set(seeds) == {(fw, size) for fw in ("tensorflow", "pytorch") for size in SEEDS_SIZES}
-    for (fw, size), s in seeds.items():
-        assert s["shape"] == SEEDS_SIZES[size] and s["elements"] == math.prod(s["shape"]) and s["dtype"] == "float32"
+    adds = {(s["framework"], s["size"]): s for s in doc["framework_add"]}
+    assert set(adds) == {(fw, size) for fw in ("tensorflow", "pytorch") for size in ADD_SIZES}
+    for (fw, size), s in adds.items():
+        assert s["shape"] == ADD_SIZES[size] and s["elements"] == math.prod(s["shape"]) and s["dtype"] == "float32"
         for k in ("native_s", "canna_s", "kernels_s", "ratio", "kernels_ratio"):
             assert _pos(s[k]), (fw, size, k, s[k])
         assert s["ratio"] == pytest.approx(s["native_s"] / s["canna_s"])
@@ -106,7 +109,7 @@ def test_sections_and_bad_section(tmp_path):
     p = _run(["--quick", "--no-tf", "--only", "pool,dlpack", "--json", str(js)], timeout=120)
     assert p.returncode == 0, p.stderr
     doc = json.loads(js.read_text())
-    assert doc["sections"] == ["pool", "dlpack"] and doc["seeds_add"] == []
+    assert doc["sections"] == ["pool", "dlpack"] and doc["framework_add"] == []
     assert {r["section"] for r in doc["rows"]} == {"pool", "dlpack"}
     p = _run(["--only", "pool,nope"], timeout=60)
     assert p.returncode == 2 and "unknown section" in p.stderr and "nope" in p.stderr

@@ -26,7 +26,7 @@ RUNS = ("torch", "torch+canna", "tf", "tf+canna")
 def _env():
     env = dict(os.environ)
     env.setdefault("CANNA_BACKEND", "sim")
-    env["COLUMNS"] = "120"
+    env["COLUMNS"] = "300"      # a wide terminal: the demo still keeps its lines within 100 columns
     return env
 
 
@@ -50,6 +50,21 @@ def test_exit_status_and_output(quick):
     assert str(d / "loss.png") in out
     assert data["ok"] is True and data["failures"] == []
     assert data["config"]["epochs"] == 1 and data["config"]["train"] + data["config"]["test"] == 1797
+
+
+def test_output_fits_100_columns_and_is_labelled(quick):
+    proc, _, _ = quick
+    lines = proc.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 100, max(lines, key=len)
+    bars = [ln for ln in lines if "━" in ln]
+    assert len(bars) == len(RUNS) and all("last batch loss" in b for b in bars), bars     # the bar: last batch
+    header = "\n".join(lines)
+    assert "epoch" in header and "loss" in header                                           # the table: epoch mean
+    caption = " ".join(proc.stdout.split())
+    for words in ("epoch loss: mean training loss of the last epoch", "fell back:", "copied:", "peak pool:",
+                  "util:", "test acc:", "wall:", "on canna:"):
+        assert words in caption, words
+    assert "0/0%" not in proc.stdout
 
 
 def test_table_contents(quick):
@@ -94,6 +109,8 @@ def test_canna_columns(quick):
         assert r["peak_pool_bytes"] > 0
         u = r["utilization"]
         assert u["samples"] >= 1 and 0 <= u["mean"] <= u["peak"] <= 100
+        # the exact busy share of the run, from the simulator's counters: small, never a rounded 0
+        assert 0 < u["busy_percent"] < 100, u
 
 
 def test_plot_is_a_png(quick):
@@ -130,6 +147,20 @@ def test_accuracy_rule():
     assert len(failures) == 1 and "tf+canna" in failures[0] and "3.00 points" in failures[0]
     assert twins[1]["max_loss_diff"] == pytest.approx(0.25)
     assert demo.check_twins({"torch": run(0.9)}) == ([], [])      # --no-tf / a missing twin: nothing to compare
+
+
+def test_missing_dependency_message(tmp_path):
+    """Without scikit-learn the demo says how to install it, literally: rich must not eat the
+    `[demo]` of the pip command as markup."""
+    fake = tmp_path / "sklearn"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('blocked by the test', name='sklearn')\n")
+    env = dict(_env(), PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, str(DEMO), "--quick"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "missing dependency: sklearn" in proc.stdout
+    assert "pip install -e '.[demo]'" in proc.stdout, proc.stdout
 
 
 def test_bad_arguments_exit_2(tmp_path):

@@ -74,7 +74,7 @@ def test_grad_under_jit_matches_jnp_float64(name):
         _check(name, np.float64, True, 1e-12, 1e-13)
 
 
-def test_seeds_add_expectations():
+def test_add_of_two_vectors_gives_the_sums():
     a, b = jnp.array([1.0, 2.0, 3.0]), jnp.array([4.0, 5.0, 6.0])
     np.testing.assert_array_equal(np.asarray(cjax.add(a, b)), [5.0, 7.0, 9.0])
 

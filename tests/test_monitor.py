@@ -211,7 +211,11 @@ def test_serve_cli_and_bad_ports():
         smi.serve(123456)
     # a running exporter, in another process
     # (-X faulthandler: if it does not stop on SIGINT, SIGABRT makes it print every thread's stack)
-    p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "acl_rt.smi", "serve", "--port", "0"],
+    # (SIGINT to Python's handler first: a suite started as a background job, e.g. by a CI script
+    # under `nohup ... &`, hands its children SIGINT ignored, and Python then keeps ignoring it)
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from acl_rt import smi; sys.exit(smi.main(['serve', '--port', '0']))")
+    p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
@@ -326,3 +330,147 @@ def test_sharing_can_be_turned_off():
         assert r.returncode == 0 and "ok" in r.stdout, r.stderr
     finally:
         child.stop()
+
+
+def test_pools_of_another_simulated_machine_are_not_listed():
+    """Pool records carry their simulated machine: canna-smi on machine B does not list the pools
+    of processes on machine A (their devices are not its devices), as it does not list their
+    processes."""
+    child = Child("""
+        import acl_rt
+        buf = acl_rt.alloc(1 << 20)
+        assert acl_rt.monitor.publish_pool_stats()
+        print("ready")
+        """)
+    try:
+        same = json.loads(smi_run("--json").stdout)
+        other = json.loads(smi_run("--json", env={"CANNA_SIM_MACHINE": "B"}).stdout)
+        assert any(p["pid"] == child.pid for p in same["pools"])
+        assert any(p["pid"] == child.pid for p in same["processes"])
+        assert not any(p["pid"] == child.pid for p in other["processes"])
+        assert not any(p["pid"] == child.pid for p in other["pools"]), other["pools"]
+        assert str(child.pid) not in smi_run(env={"CANNA_SIM_MACHINE": "B"}).stdout
+    finally:
+        child.stop()
+
+
+def _malformed_records(pid: int, machine) -> dict:
+    """File name -> content of pool-statistics records that are damaged in every way a reader has
+    to survive (``pid`` is a live process, so none is skipped as stale; ``machine`` the reader's
+    machine, so none is skipped as another machine's)."""
+    good_dev = {k: 1 for k in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
+                               "inactive_split_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
+                               "allocations", "segments", "num_ooms", "num_alloc_retries")}
+    good_dev.update(id=0, limit_bytes=None)
+    rec = {"pid": pid, "starttime": None, "name": "bad", "updated": 1.0, "machine": machine}
+    return {
+        "900001.json": "{not json",
+        "900002.json": "[1, 2, 3]",
+        "900003.json": "[" * 100000 + "]" * 100000,                           # nested past the recursion limit
+        "900004.json": json.dumps({"pid": "abc"}),
+        "900005.json": '{"pid": 1e400}',                                       # inf
+        "900006.json": json.dumps({**rec, "pid": str(pid), "devices": [good_dev]}),
+        "900007.json": json.dumps({**rec, "devices": 5}),
+        "900008.json": json.dumps({**rec, "devices": [7, None]}),
+        "900009.json": json.dumps({**rec, "devices": [{**good_dev, "limit_bytes": "lots"}]}),
+        "900010.json": json.dumps({**rec, "devices": [{**good_dev, "allocated_bytes": -5}]}),
+        "900011.json": json.dumps({**rec, "name": 12, "devices": [good_dev]}),
+        "900012.json": json.dumps({**rec, "updated": "never", "devices": [good_dev]}),
+        "900013.json": json.dumps({**rec, "devices": [{**good_dev, "id": True}]}),
+        "900014.json": b"\xff\xfe garbage",
+    }
+
+
+def test_malformed_pool_records_are_skipped_with_a_warning(tmp_path):
+    """One damaged record must not take canna-smi down (table, --json, --csv, the exporter's
+    collector): it is skipped with a warning naming the file, and the good records still show."""
+    env = {"CANNA_STATS_DIR": str(tmp_path)}
+    child = Child("""
+        import acl_rt
+        buf = acl_rt.alloc(1 << 20)
+        assert acl_rt.monitor.publish_pool_stats()
+        print("ready")
+        """, env)
+    try:
+        machine = json.loads((tmp_path / f"{child.pid}.json").read_text()).get("machine")
+        bad = _malformed_records(os.getpid(), machine)
+        for name, content in bad.items():
+            (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+        os.mkfifo(tmp_path / "900015.json")          # opening it for reading would block
+        (tmp_path / "900016.json").mkdir()
+        bad.update({"900015.json": None, "900016.json": None})
+        for args in (("--json",), (), ("--csv", "--section", "pools")):
+            r = smi_run(*args, env=env, check=False)
+            assert r.returncode == 0, (args, r.stdout, r.stderr)
+            assert str(child.pid) in r.stdout, (args, r.stdout)
+            for name in bad:
+                assert name in r.stderr, (args, name, r.stderr)
+            assert "Traceback" not in r.stderr
+        pools = json.loads(smi_run("--json", env=env, check=False).stdout)["pools"]
+        assert [p["pid"] for p in pools] == [child.pid]
+        # the library API skips them too, with a RuntimeWarning
+        code = """
+            import warnings
+            from acl_rt import monitor
+            from prometheus_client import generate_latest, CollectorRegistry
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                print([p.pid for p in monitor.pool_stats()])
+                reg = CollectorRegistry(); reg.register(__import__("acl_rt.smi").smi.make_collector())
+                generate_latest(reg)
+            print(sum(issubclass(x.category, RuntimeWarning) for x in w) >= 16)
+            """
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=dict(os.environ, **env), cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split("\n")[:2] == [f"[{child.pid}]", "True"], r.stdout
+    finally:
+        child.stop()
+
+
+def test_exit_status_is_nonzero_when_the_devices_asked_for_failed(py):
+    """`canna-smi --id 2 --json` still prints the failed device's row (with its error), and exits 1:
+    a script must not take a failed query for a good one. Devices that answer keep status 0."""
+    r = py("""
+        from acl_rt import monitor, smi
+        real = monitor.device_status
+        def flaky(i):
+            if i == 2:
+                raise monitor.DcmiError(-8005, "dcmi_get_device_hbm_info")
+            return real(i)
+        monitor.device_status = flaky
+        codes = [smi.main(["--id", "2", "--json"]), smi.main(["--id", "2"]), smi.main(["--id", "2", "--csv"]),
+                 smi.main(["--json"]), smi.main(["--id", "0,1", "--json"]),
+                 smi.main(["--id", "0,2", "-n", "2", "-i", "0.01", "--json"])]
+        print("codes", *codes)
+        """, env={"CANNA_SIM_DEVICES": "3"})
+    lines = r.stdout.splitlines()
+    assert lines[-1] == "codes 1 1 1 1 0 1", r.stdout
+    doc = json.loads(lines[0])
+    assert [d["id"] for d in doc["devices"]] == [2] and "DCMI_ERR_CODE_INNER_ERR" in doc["devices"][0]["error"]
+    assert "device 2" in r.stderr and "DCMI_ERR_CODE_INNER_ERR" in r.stderr
+
+
+def test_tables_fit_100_columns():
+    """The tables fit a 100-column terminal at their natural width (rendered on a console far
+    wider, so nothing is squeezed), with the widest values a field can hold; and a pipe gets them
+    at that width."""
+    import io
+    from rich.console import Console
+    big = 65536 << 20
+    pool = {f: big for f in smi.POOL_FIELDS}
+    pool.update(device_id=15, pid=4194304, name="a-process-name!", allocations=10 ** 6, segments=10 ** 5,
+                num_ooms=999, num_alloc_retries=999, updated=0.0)
+    dev = {f: None for f in smi.DEVICE_FIELDS}
+    dev.update(id=15, name="Ascend910B1", health="Critical", power_w=999.9, temperature_c=125, aicore_percent=100,
+               memory_used_bytes=big, memory_total_bytes=big, hbm_used_bytes=big, hbm_total_bytes=big)
+    proc = {"device_id": 15, "pid": 4194304, "name": "a-process-name!", "memory_bytes": big,
+            "utilization_percent": 100, "busy_ns": 0}
+    sample = {"time": 0.0, "backend": "sim", "devices": [dev], "processes": [proc], "pools": [pool]}
+    buf = io.StringIO()
+    smi.render_table(sample, console=Console(file=buf, width=400, color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert "4194304" in buf.getvalue() and "65536.0" in buf.getvalue()
+    assert max(len(ln.rstrip()) for ln in lines) <= smi.TABLE_WIDTH, "\n" + buf.getvalue()
+    r = smi_run(env={"COLUMNS": "400"})
+    assert max(len(ln) for ln in r.stdout.splitlines()) <= smi.TABLE_WIDTH, r.stdout

@@ -108,9 +108,9 @@ def assert_valid_launch(add):
     np.testing.assert_array_equal(z, 2 * x)
 
 
-# --------------------------------------------------------------------------------------------- seeds
+# ----------------------------------------------------------------------- the add kernel's example
 
-def test_add_seed_example(add):
+def test_add_kernel_example(add):
     x = np.array([1, 2, 3], np.float32)
     y = np.array([4, 5, 6], np.float32)
     z = np.empty(3, np.float32)

@@ -54,7 +54,7 @@ def test_demo_refuses_a_non_finite_or_non_positive_lr(lr):
 
 @pytest.mark.parametrize("args, message", [
     (["--only", ","], "--only names no section"),
-    (["--only", "seeds,bogus"], "unknown section(s) bogus"),
+    (["--only", "add,bogus"], "unknown section(s) bogus"),
     (["--torch-threads", "-1"], "--torch-threads must be >= 0"),
 ])
 def test_bench_usage_errors(args, message):

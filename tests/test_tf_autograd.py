@@ -2,7 +2,7 @@
 
 Every op's values and gradients are compared in float64 with TensorFlow's own ops (through
 tf.GradientTape) eagerly and inside tf.function, and with finite differences
-(tf.test.compute_gradient); the SEEDS expectations; Keras models train like their native twins;
+(tf.test.compute_gradient); the add example's values and gradients; Keras models train like their native twins;
 bad input raises clear errors and leaves everything usable.
 """
 from __future__ import annotations
@@ -221,10 +221,10 @@ def test_float32_and_float16():
 
 
 # ---------------------------------------------------------------------------------------------
-# SEEDS: c = a + b, loss = reduce_sum(c) -> both gradients all ones
+# the add example: c = a + b, loss = reduce_sum(c) -> both gradients all ones
 
 @pytest.mark.parametrize("mode", ["eager", "tf.function"])
-def test_seeds_add_expectations(mode):
+def test_add_then_sum_gives_the_sums_and_ones(mode):
     def step(a, b):
         with tf.GradientTape() as tape:
             c = ctf.add(a, b)

@@ -1,5 +1,5 @@
 """canna_dl.torch autograd shims: every differentiable op passes torch.autograd.gradcheck in float64
-(through canna's backward kernels), the SEEDS expectation, broadcasting, double backward, the
+(through canna's backward kernels), the add example, broadcasting, double backward, the
 version counter, the custom ops (opcheck), bad input."""
 from __future__ import annotations
 
@@ -150,10 +150,10 @@ def test_gradcheck_losses():
 
 
 # ---------------------------------------------------------------------------------------------
-# SEEDS expectation, values against PyTorch
+# the add example, values against PyTorch
 
-def test_seeds_add_then_sum_gives_ones():
-    # shared/SEEDS.md, document 000: [1,2,3] + [4,5,6] = [5,7,9]; after loss = sum(a + b) both grads are ones
+def test_add_then_sum_gives_ones():
+    # [1,2,3] + [4,5,6] = [5,7,9]; after loss = sum(a + b) both grads are ones
     a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
     b = torch.tensor([4.0, 5.0, 6.0], requires_grad=True)
     c = ct.add(a, b)

@@ -15,7 +15,8 @@ F = torch.nn.functional
 
 
 class SimpleCNN(nn.Module):
-    """shared/SEEDS.md, document 002 (one input channel): conv 3x3 → relu → max-pool 2 → linear → softmax."""
+    """A small CNN (one input channel), tools/_common.py's SimpleCNN: conv 3x3 → relu → max-pool 2 →
+    linear → softmax."""
 
     def __init__(self, classes=10, size=28):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Pieces the scripts of ``tools/`` share (the demo and the benchmarks): the SEEDS model and the
+"""Pieces the scripts of ``tools/`` share (the demo and the benchmarks): the SimpleCNN model and the
 output-path check of their command lines."""
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ __all__ = ["simple_cnn", "unwritable"]
 
 
 def simple_cnn(torch, classes: int = 10, size: int = 28):
-    """The SimpleCNN of shared/SEEDS.md (document 002) on ``1 x size x size`` images (``size`` even):
-    Conv2d 1->16 3x3 padding 1 -> ReLU -> MaxPool2d 2 -> Linear 16*(size/2)**2 -> ``classes`` ->
-    softmax over dim 1. Returns an initialized ``nn.Module`` (PyTorch's default init, so seed
+    """SimpleCNN, the smallest convolutional classifier with each op class of a training step (a
+    convolution, an activation, a pooling, a matrix product, a softmax), on ``1 x size x size``
+    images (``size`` even): Conv2d 1->16 3x3 padding 1 -> ReLU -> MaxPool2d 2 -> Linear
+    16*(size/2)**2 -> ``classes`` -> softmax over dim 1 (the output is probabilities: train it with
+    ``nll_loss(log(p))``). Returns an initialized ``nn.Module`` (PyTorch's default init, so seed
     ``torch.manual_seed`` first for reproducible weights)."""
     nn, F = torch.nn, torch.nn.functional
 

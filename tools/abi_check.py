@@ -100,14 +100,22 @@ def _check_include_dir(path: Path, origin: str) -> Path:
 
 
 def _pip_command() -> list[str]:
+    """The command that runs pip in a child process. Whether this interpreter has pip is asked of a
+    child too: pip must not be imported, nor even looked up (``importlib.util.find_spec``), in this
+    process, because on Python < 3.12 setuptools' distutils hook reacts to either by switching its
+    distutils shim off, and a later ``import setuptools`` here (torch.compile's inductor does one)
+    then fails with ``AssertionError: .../distutils/core.py``."""
     try:
-        import pip  # noqa: F401
-        return [sys.executable, "-m", "pip"]
-    except ImportError:
-        for name in ("pip3", "pip"):
-            exe = shutil.which(name)
-            if exe:
-                return [exe]
+        probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True,
+                               timeout=60)
+        if probe.returncode == 0:
+            return [sys.executable, "-m", "pip"]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for name in ("pip3", "pip"):
+        exe = shutil.which(name)
+        if exe:
+            return [exe]
     raise HeadersUnavailable("pip is not available to download the torch-npu wheel")
 
 

@@ -3,9 +3,10 @@
 
     .venv/bin/python tools/bench.py [--quick] [--only SECTIONS] [--no-tf] [--json PATH] [--plot PATH]
 
-First the table of shared/SEEDS.md: each framework's native add against canna's add *inside that
+First the framework add table: each framework's native add against canna's add *inside that
 framework* (framework tensors in, a framework tensor out) for float32 2**20, 1024x1024 and
-32x1024x1024 elements: ``tf.add`` vs ``canna_dl.tf.add`` (and ``kernels.add`` on tf tensors),
+32x1024x1024 elements (a vector, a matrix and a batch of matrices: from launch-bound to
+memory-bandwidth-bound): ``tf.add`` vs ``canna_dl.tf.add`` (and ``kernels.add`` on tf tensors),
 ``torch.add`` vs ``canna_dl.torch.add`` (and ``kernels.add`` on torch tensors). Then one row per
 benchmark, each as a ratio against its reference measured in the same run: launch overhead,
 caching pool, DLPack exchange, matmul, softmax and one training step.
@@ -48,21 +49,23 @@ sys.path.insert(0, _TOOLS)
 from _benchutil import fmt, machine_info  # noqa: E402
 from _common import unwritable  # noqa: E402
 
-SECTIONS = ("seeds", "overhead", "pool", "dlpack", "matmul", "softmax", "train")
-SCHEMA = "canna-bench/1"
+SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "train")
+SCHEMA = "canna-bench/2"    # 2: the framework add table is "framework_add" (was "seeds_add"), section "add"
+#: the widest line the benchmark prints (its tables fit a 100-column terminal)
+OUTPUT_WIDTH = 100
 
-#: the sizes of the SEEDS table: (label, shape)
-SEEDS_SIZES = (("1M-element vector", (2 ** 20,)), ("1024x1024", (1024, 1024)), ("32x1024x1024", (32, 1024, 1024)))
+#: the sizes of the framework add table: (label, shape)
+ADD_SIZES = (("1M elements", (2 ** 20,)), ("1024x1024", (1024, 1024)), ("32x1024x1024", (32, 1024, 1024)))
 
 
 def _settings(quick: bool) -> dict:
     """Budgets (seconds per candidate) and repetition counts of a default or ``--quick`` run."""
     if quick:
-        return dict(seeds_budget=0.08, seeds_big_budget=0.15, seeds_batch=10, seeds_big_batch=1, op_budget=0.15,
+        return dict(add_budget=0.08, add_big_budget=0.15, add_batch=10, add_big_batch=1, op_budget=0.15,
                     one_budget=0.1, launch_inner=500, launch_rounds=3, opsc_repeat=3, pool_budget=0.05,
                     dlpack_number=1000, dlpack_repeat=3, train_steps=4, train_warmup=1, train_block=2,
                     tf_budget=0.1, tf_rows=("dense eager",))
-    return dict(seeds_budget=1.5, seeds_big_budget=4.0, seeds_batch=50, seeds_big_batch=2, op_budget=2.0,
+    return dict(add_budget=1.5, add_big_budget=4.0, add_batch=50, add_big_batch=2, op_budget=2.0,
                 one_budget=1.0, launch_inner=2000, launch_rounds=9, opsc_repeat=9, pool_budget=0.5,
                 dlpack_number=5000, dlpack_repeat=15, train_steps=40, train_warmup=5, train_block=5,
                 tf_budget=1.0, tf_rows=("dense eager", "dense keras"))
@@ -73,11 +76,11 @@ def _ratio(ref, canna):
 
 
 class Run:
-    """Collects the results of one run: the SEEDS table, the ratio rows and the raw details."""
+    """Collects the results of one run: the framework add table, the ratio rows and the raw details."""
 
     def __init__(self, console):
         self.console = console
-        self.seeds = []      # one dict per (framework, size)
+        self.framework_add = []      # one dict per (framework, size)
         self.rows = []       # one dict per ratio row
         self.details = {}    # section -> raw numbers of the underlying script
 
@@ -95,26 +98,26 @@ class Run:
 # ----------------------------------------------------------------------------------------------
 # sections
 
-def section_seeds(run, st, tf, torch_on=True):
+def section_add(run, st, tf, torch_on=True):
     import bench_kernels
-    for label, shape in SEEDS_SIZES:
+    for label, shape in ADD_SIZES:
         big = math.prod(shape) > 4 * 2 ** 20
-        run.note(f"SEEDS add {label}")
+        run.note(f"add {label} inside the frameworks")
         ncand = (3 if torch_on else 0) + (3 if tf is not None else 0)
-        m = bench_kernels.measure_seeds_add(
-            shape, budget=(st["seeds_big_budget"] if big else st["seeds_budget"]) * ncand,
-            batch=st["seeds_big_batch"] if big else st["seeds_batch"], torch_on=torch_on, tf=tf)
+        m = bench_kernels.measure_framework_add(
+            shape, budget=(st["add_big_budget"] if big else st["add_budget"]) * ncand,
+            batch=st["add_big_batch"] if big else st["add_batch"], torch_on=torch_on, tf=tf)
         for fw, native, canna, kern in (("tensorflow", "tf", "canna_tf", "kernels_tf"),
                                         ("pytorch", "torch", "canna_torch", "kernels_torch")):
             if native not in m:
                 continue
-            run.seeds.append({"framework": fw, "size": label, "shape": list(shape), "elements": math.prod(shape),
+            run.framework_add.append({"framework": fw, "size": label, "shape": list(shape), "elements": math.prod(shape),
                               "dtype": "float32", "native_s": m[native], "canna_s": m[canna],
                               "kernels_s": m[kern], "ratio": _ratio(m[native], m[canna]),
                               "kernels_ratio": _ratio(m[native], m[kern])})
         gc.collect()
     # issue 5's large-add targets, on the largest size
-    big = [s for s in run.seeds if s["size"] == SEEDS_SIZES[-1][0]]
+    big = [s for s in run.framework_add if s["size"] == ADD_SIZES[-1][0]]
     by = {s["framework"]: s for s in big}
     if "pytorch" in by:
         t = by["pytorch"]
@@ -140,15 +143,15 @@ def section_overhead(run, st):
     run.note("launch overhead: RawKernel")
     lm = bench_rawkernel.measure_launch(inner=st["launch_inner"], rounds=st["launch_rounds"])
     run.details["launch"] = lm
-    run.row("overhead", "empty RawKernel launch + sync", "RawKernel launch(1)+sync", lm["empty_sync"],
-            "torch.add(out=), 1 elem", lm["torch_add"])
-    run.row("overhead", "add RawKernel launch + sync, 1 element", "RawKernel add+sync", lm["add_torch_sync"],
-            "torch.add(out=), 1 elem", lm["torch_add"])
+    run.row("overhead", "empty RawKernel launch + sync", "empty kernel + sync", lm["empty_sync"],
+            "torch.add(out=) 1 elem", lm["torch_add"])
+    run.row("overhead", "add RawKernel launch + sync, 1 element", "add kernel + sync", lm["add_torch_sync"],
+            "torch.add(out=) 1 elem", lm["torch_add"])
     run.note("launch overhead: aclnnAdd two-phase call (C level)")
     rows = bench_ops_c.measure(repeat=st["opsc_repeat"], only=("1-element",))
     (_, c, _n, t, _, _), = rows
     run.details["aclnn_one_add"] = {"canna": c[0], "torch": t[0] if t else None}
-    run.row("overhead", "aclnnAdd 1 element (C level, cffi)", "GetWorkspaceSize+aclnnAdd+sync", c[0],
+    run.row("overhead", "aclnnAdd 1 element (C level, cffi)", "2-phase aclnnAdd + sync", c[0],
             "torch.add", t[0] if t else None)
 
 
@@ -174,9 +177,9 @@ def section_dlpack(run, st):
     run.details["dlpack"] = m
     base = m[bench_dlpack.BASELINE]
     for name in bench_dlpack.TARGETED:
-        run.row("dlpack", name, name, m[name], "torch.from_dlpack(numpy)", base, target=0.5)
-    run.row("dlpack", "torch.from_dlpack(DeviceArray)", "torch.from_dlpack(DeviceArray)",
-            m["torch.from_dlpack(DeviceArray)"], "torch.from_dlpack(numpy)", base)
+        run.row("dlpack", name, name.split("(")[0], m[name], "torch.from_dlpack(np)", base, target=0.5)
+    run.row("dlpack", "torch.from_dlpack(DeviceArray)", "torch.from_dlpack",
+            m["torch.from_dlpack(DeviceArray)"], "torch.from_dlpack(np)", base)
 
 
 def section_matmul(run, st, tf):
@@ -210,7 +213,7 @@ def section_train(run, st, tf):
     r["fallbacks"] = rep.fell_back()
     run.details["train"] = r
     med = r["median"]
-    run.row("train", "SimpleCNN step, batch 64x1x28x28", "inside canna_dl.torch.offload()", med["canna"]["total"],
+    run.row("train", "SimpleCNN step, batch 64x1x28x28", "canna_dl.torch.offload", med["canna"]["total"],
             "plain PyTorch", med["pytorch"]["total"], target=0.5,
             note=f"fallbacks: {r['fallbacks'] or 'none'}")
     if tf is not None:
@@ -232,54 +235,56 @@ def section_train(run, st, tf):
 def _ratio_text(r, target=None):
     if r is None:
         return "-"
-    s = f"{r:.2f}x"
+    s = f"{r:.2f}x" if r < 100 else f"{r:.0f}x"
     if target is not None:
         s = f"[green]{s}[/green]" if r >= target else f"[red]{s}[/red]"
     return s
 
 
-def seeds_table(run):
+def add_table(run):
+    """The framework add table: per framework its native add, canna's add inside it (framework
+    tensors in and out) and ``kernels.add`` on its tensors; ms per op and the speed ratio."""
     from rich.table import Table
-    sizes = [label for label, _ in SEEDS_SIZES]
-    t = Table(title="shared/SEEDS.md table: native add vs canna's add inside the framework (float32, ms per op; "
-                    "speed ratio = native / canna)", title_justify="left")
+    sizes = [label for label, _ in ADD_SIZES]
+    t = Table(title="add inside each framework: native vs canna's (float32; ms per op and speed ratio = "
+                    "native / canna; the largest size's ratio is green at >= 1x)", title_justify="left")
     t.add_column("op")
     for s in sizes:
         t.add_column(s, justify="right")
-    t.add_column(f"speed-up ({sizes[-1]})", justify="right")
-    for fw, fname, native, canna_op, kern in (("tensorflow", "TensorFlow", "tf.add", "canna_dl.tf.add",
-                                               "kernels.add(tf tensors)"),
-                                              ("pytorch", "PyTorch", "torch.add", "canna_dl.torch.add",
-                                               "kernels.add(torch tensors)")):
-        cells = {s["size"]: s for s in run.seeds if s["framework"] == fw}
+    for fw, native, canna_op, kern in (("tensorflow", "tf.add", "canna_dl.tf.add", "kernels.add on tf"),
+                                       ("pytorch", "torch.add", "canna_dl.torch.add", "kernels.add on torch")):
+        cells = {s["size"]: s for s in run.framework_add if s["framework"] == fw}
         if not cells:
             continue
-        t.add_row(f"{fname} native Add ({native})", *[f"{cells[s]['native_s'] * 1e3:.3f}" if s in cells else "-"
-                                                      for s in sizes], "—")
-        for label, key, rkey, style in ((f"CANN Add in {fname} ({canna_op})", "canna_s", "ratio", None),
-                                        (f"  same via {kern}", "kernels_s", "kernels_ratio", "dim")):
-            vals = [f"{cells[s][key] * 1e3:.3f} ({cells[s][rkey]:.2f}x)" if s in cells else "-" for s in sizes]
-            last = cells.get(sizes[-1])
-            t.add_row(label, *vals, _ratio_text(last[rkey], 1.0) if last else "-", style=style,
-                      end_section=(style == "dim"))
+        t.add_row(f"{native} (native)", *[f"{cells[s]['native_s'] * 1e3:.3f}" if s in cells else "-" for s in sizes])
+        for label, key, rkey, style in ((canna_op, "canna_s", "ratio", None), (f"  {kern}", "kernels_s",
+                                                                              "kernels_ratio", "dim")):
+            vals = [f"{cells[s][key] * 1e3:.3f} ({_ratio_text(cells[s][rkey], 1.0 if s == sizes[-1] else None)})"
+                    if s in cells else "-" for s in sizes]
+            t.add_row(label, *vals, style=style, end_section=(style == "dim"))
     return t
 
 
 def rows_table(run):
+    """One row per benchmark, grouped by section: canna's time and op, the reference's time and
+    op, the speed ratio and the target. Fits 100 columns (long names wrap)."""
+    from rich import box
     from rich.table import Table
     t = Table(title="benchmarks, each against its reference (speed ratio = reference time / canna time; "
-                    "target = minimum speed ratio)", title_justify="left")
-    for c, kw in (("section", {}), ("benchmark", {}), ("canna", {}), ("time", {"justify": "right"}),
-                  ("reference", {}), ("time", {"justify": "right"}), ("ratio", {"justify": "right"}),
-                  ("target", {"justify": "right"}), ("", {})):
-        t.add_column(c, **kw)
+                    "target = minimum speed ratio)", title_justify="left", box=box.SIMPLE_HEAD,
+              show_edge=False, pad_edge=False)
+    for c, kw in (("benchmark", {"max_width": 28}), ("canna", {"max_width": 23}), ("reference", {"max_width": 23}),
+                  ("speed\nratio", {"justify": "right"}), ("target", {"justify": "right"})):
+        t.add_column(c, vertical="top", **kw)
     prev = None
     for r in run.rows:
+        if r["section"] != prev:
+            t.add_row(f"[bold]{r['section']}:[/bold]")
+            prev = r["section"]
         verdict = "" if r["met"] is None else ("[green]met[/green]" if r["met"] else "[red]MISSED[/red]")
-        t.add_row(r["section"] if r["section"] != prev else "", r["name"], r["canna"], fmt(r["canna_s"]),
-                  r["reference"], fmt(r["reference_s"]), _ratio_text(r["ratio"], r["target"]),
-                  f">= {r['target']:g}x" if r["target"] is not None else "", verdict)
-        prev = r["section"]
+        target = f">= {r['target']:g}x\n{verdict}" if r["target"] is not None else ""
+        t.add_row(r["name"], f"{fmt(r['canna_s'])}\n[dim]{r['canna']}[/dim]",
+                  f"{fmt(r['reference_s'])}\n[dim]{r['reference']}[/dim]", _ratio_text(r["ratio"], r["target"]), target)
     return t
 
 
@@ -288,9 +293,9 @@ def write_plot(run, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     items = []   # (label, ratio, target)
-    for s in run.seeds:
+    for s in run.framework_add:
         fw = "TF" if s["framework"] == "tensorflow" else "PyTorch"
-        items.append((f"SEEDS add {s['size']}: canna in {fw}", s["ratio"], None))
+        items.append((f"add {s['size']}: canna in {fw}", s["ratio"], None))
     for r in run.rows:
         items.append((f"{r['name']}", r["ratio"], r["target"]))
     items = [it for it in items if it[1] is not None and it[1] > 0]
@@ -344,7 +349,9 @@ def main(argv=None):
                 ap.error(f"{opt} {path}: {problem}")
 
     from rich.console import Console
-    console = Console(width=None if sys.stdout.isatty() else 190)
+    console = Console()
+    if not console.is_terminal or console.width > OUTPUT_WIDTH:
+        console = Console(width=OUTPUT_WIDTH)   # a pipe or log, or a wide terminal: 100 columns
     t_start = time.perf_counter()
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     st = _settings(args.quick)
@@ -357,7 +364,7 @@ def main(argv=None):
     import acl_rt
     import kernels  # noqa: F401
     tf = None
-    if not args.no_tf and any(s in sections for s in ("seeds", "matmul", "softmax", "train")):
+    if not args.no_tf and any(s in sections for s in ("add", "matmul", "softmax", "train")):
         try:
             import tensorflow as tf
         except ImportError:
@@ -373,8 +380,8 @@ def main(argv=None):
 
     run = Run(console)
     for s in sections:
-        if s == "seeds":
-            section_seeds(run, st, tf)
+        if s == "add":
+            section_add(run, st, tf)
         elif s == "overhead":
             section_overhead(run, st)
         elif s == "pool":
@@ -390,8 +397,8 @@ def main(argv=None):
         gc.collect()
 
     console.print()
-    if run.seeds:
-        console.print(seeds_table(run))
+    if run.framework_add:
+        console.print(add_table(run))
         console.print()
     if run.rows:
         console.print(rows_table(run))
@@ -410,7 +417,7 @@ def main(argv=None):
     if args.json:
         doc = {"schema": SCHEMA, "started": started, "elapsed_s": time.perf_counter() - t_start,
                "quick": args.quick, "sections": sections, "settings": st, "ratio": "reference_s / canna_s (speed; >1: canna faster)",
-               "units": "seconds per call", "machine": info, "versions": info["versions"], "seeds_add": run.seeds,
+               "units": "seconds per call", "machine": info, "versions": info["versions"], "framework_add": run.framework_add,
                "rows": run.rows, "details": run.details}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1, default=_json_default)

@@ -2,7 +2,8 @@
 """Benchmark: canna's built-in ops (``kernels.*``) against PyTorch, TensorFlow and NumPy, side by
 side in one run (medians of repeated batches after a warm-up; every op allocates its output).
 
-Rows (float32; the add sizes are those of the table in shared/SEEDS.md):
+Rows (float32; the add sizes are those of tools/bench.py's framework add table: a vector, a
+matrix and a batch of matrices):
 
   add 2**20, add 1024x1024, add 32x1024x1024    x + y
   matmul 1024^3                                  a @ b
@@ -82,10 +83,10 @@ def measure_add(shape, *, budget: float, batch: int, tf=None, da: bool = True, c
     return r
 
 
-def measure_seeds_add(shape, *, budget: float, batch: int, torch_on: bool = True, tf=None,
-                      check: bool = True) -> dict:
-    """The table of shared/SEEDS.md for one float32 shape: the framework's native add against
-    canna's add *inside that framework* (framework tensors in, a framework tensor out).
+def measure_framework_add(shape, *, budget: float, batch: int, torch_on: bool = True, tf=None,
+                          check: bool = True) -> dict:
+    """The framework add table of tools/bench.py for one float32 shape: the framework's native add
+    against canna's add *inside that framework* (framework tensors in, a framework tensor out).
 
     Returns seconds per call of: ``torch`` (torch.add), ``canna_torch`` (canna_dl.torch.add, the
     differentiable drop-in op), ``kernels_torch`` (kernels.add on torch tensors); ``tf`` (tf.add),

@@ -10,7 +10,7 @@ Rows (float32, batch 64):
                  cross_entropy vs tf.matmul / tf.nn.relu / sparse_softmax_cross_entropy_with_logits
                  (canna's zero-copy eager path), SGD update by assign_sub
   dense tf.fn    that step inside tf.function
-  cnn keras      SimpleCNN of SEEDS (NHWC 28x28x1 -> Conv2D(16, 3, same, relu) -> MaxPool 2 ->
+  cnn keras      the SimpleCNN of tools/_common.py (NHWC 28x28x1 -> Conv2D(16, 3, same, relu) -> MaxPool 2 ->
                  Flatten -> Dense(10)) with canna's Conv2D/Dense + canna max_pool2d vs Keras's
   jax mlp jit    jax.jit(jax.grad) of the dense network through canna_dl.jax (pure_callback) vs jnp
 

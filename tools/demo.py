@@ -3,10 +3,10 @@
 Trains on scikit-learn's bundled digits data set (1797 real 8x8 grey images of the digits 0-9, no
 download; a stratified 75/25 train/test split):
 
-  torch         the SimpleCNN of shared/SEEDS.md (document 002) adapted to 8x8 inputs: Conv2d 1->16
-                3x3 padding 1 -> ReLU -> MaxPool2d 2 -> flatten -> Linear 256->10 -> softmax; loss
-                ``nll_loss(log(p))`` of the softmax output; SGD (lr 0.1, momentum 0.9), batch 64,
-                in plain PyTorch;
+  torch         a small convolutional network, SimpleCNN (``tools/_common.py``), on 8x8 inputs:
+                Conv2d 1->16 3x3 padding 1 -> ReLU -> MaxPool2d 2 -> flatten -> Linear 256->10 ->
+                softmax; loss ``nll_loss(log(p))`` of the softmax output; SGD (lr 0.1, momentum
+                0.9), batch 64, in plain PyTorch;
   torch+canna   the same code and initial weights inside ``canna_dl.torch.offload()``: conv2d,
                 relu, max_pool2d, linear, softmax, nll_loss and the optimizer's in-place updates
                 (forward and backward) run on canna's kernels, the rest on PyTorch;
@@ -16,14 +16,13 @@ download; a stratified 75/25 train/test split):
   tf+canna      its twin built from ``canna_dl.tf.keras.Dense`` (dense, relu and softmax, forward
                 and backward, on canna), with identical initial weights.
 
-Every run sees the same batches in the same order. A progress bar per run shows the epochs; the
-table at the end gives per run the test accuracy, the final training loss (mean over the last
-epoch), the wall time, the op calls that ran on canna and those that fell back to the framework,
-the bytes canna copied (``canna_dl.copy_stats``; 0 on the simulator's unified memory: every
-exchange is zero-copy), the pool's peak memory (``acl_rt.max_memory_allocated``) and the device's
-AI-core utilization sampled during the run (``acl_rt.Device(0).utilization()``: the busier of cube
-and vector cores over the last second, device-wide as npu-smi shows it). A PNG plots the training
-loss of every run per step.
+Every run sees the same batches in the same order. A progress bar per run shows the epochs and
+the loss of the last batch; the table at the end gives per run the test accuracy, the training
+loss averaged over the last epoch, the wall time, the op calls that ran on canna and those that
+fell back to the framework, the bytes canna copied (``canna_dl.copy_stats``; 0 on the simulator's
+unified memory: every exchange is zero-copy), the pool's peak memory
+(``acl_rt.max_memory_allocated``) and the device's utilization by the run (:class:`Utilization`).
+A PNG plots the training loss of every run per step.
 
 Exit status: 0; 1 if a canna run's test accuracy is more than 2 points below its plain twin's;
 2 for bad arguments or a missing dependency.
@@ -55,21 +54,42 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 #: a canna run may be at most this many points of test accuracy below its plain-framework twin
 MAX_ACCURACY_DROP = 2.0
 RUNS = ("torch", "torch+canna", "tf", "tf+canna")
+#: the widest line the demo prints (its table, progress bars and notes fit a 100-column terminal)
+OUTPUT_WIDTH = 100
 
 
 # ---------------------------------------------------------------------------------------------
 # measurements around a run
 
-class Sampler:
-    """Samples ``acl_rt.Device(dev).utilization().aicore`` (percent) every ``interval`` seconds in a
-    thread while the run goes, and once more at the end (the device reports the last second)."""
+class Utilization:
+    """How busy the run kept the device.
+
+    ``busy_percent``: the share of the device's core-time (cube + vector cores, e.g. 24 + 48 on an
+    Ascend 910B1) that this process's kernels occupied during the run, from the core-nanoseconds
+    of work the simulator counts per process (``acl_rt.monitor.processes()``, ``busy_ns``): exact
+    however short the run. ``None`` on a backend that does not count them (a real install).
+
+    ``mean`` / ``peak``: ``acl_rt.Device(dev).utilization().aicore`` (percent, an integer: the
+    busier of cube and vector cores over the last second, as npu-smi shows it) sampled every
+    ``interval`` seconds and once at the end. For runs of a second or less of small kernels it
+    rounds to 0 (the Dense network's ops take microseconds), which is why the table shows
+    ``busy_percent`` when there is one."""
 
     def __init__(self, acl_rt, dev=0, interval=0.1):
+        self._acl_rt = acl_rt
         self._dev = acl_rt.Device(dev)
         self._interval = interval
         self._stop = threading.Event()
         self.samples: list = []
         self._thread = threading.Thread(target=self._loop, name="canna-demo-util", daemon=True)
+        self._busy0 = self._t0 = self._busy1 = self._t1 = None
+
+    def _busy_ns(self):
+        try:
+            rows = [p for p in self._acl_rt.monitor.processes(self._dev.id) if p.pid == os.getpid()]
+        except Exception:   # monitoring unavailable: no busy counter
+            return None
+        return rows[0].busy_ns if rows else None
 
     def _sample(self):
         try:
@@ -84,6 +104,7 @@ class Sampler:
             self._sample()
 
     def __enter__(self):
+        self._busy0, self._t0 = self._busy_ns(), time.perf_counter()
         self._thread.start()
         return self
 
@@ -91,11 +112,27 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         self._sample()
+        self._busy1, self._t1 = self._busy_ns(), time.perf_counter()
 
     def summary(self) -> dict:
         s = self.samples
-        return {"mean": round(sum(s) / len(s), 1) if s else None, "peak": max(s) if s else None,
-                "samples": len(s)}
+        busy = None
+        if self._busy0 is not None and self._busy1 is not None:
+            p = self._dev.properties
+            cores = (p.cube_core_num or 0) + (p.vector_core_num or 0)
+            wall_ns = (self._t1 - self._t0) * 1e9
+            if cores and wall_ns > 0:
+                busy = 100.0 * (self._busy1 - self._busy0) / (wall_ns * cores)
+        return {"busy_percent": busy, "mean": round(sum(s) / len(s), 1) if s else None,
+                "peak": max(s) if s else None, "samples": len(s)}
+
+
+def fmt_util(u: dict) -> str:
+    """The table's util cell: the busy share (two significant digits: a tiny share is not shown as
+    0), else the sampled AI-core average/peak."""
+    if u.get("busy_percent") is not None:
+        return f"{u['busy_percent']:.2g}%"
+    return "-" if u["mean"] is None else f"{u['mean']:.0f}/{u['peak']}%"
 
 
 @contextlib.contextmanager
@@ -107,7 +144,7 @@ def canna_watch(result: dict):
     acl_rt.init()
     acl_rt.reset_peak_memory_stats()
     c0 = canna_dl.copy_stats()
-    sampler = Sampler(acl_rt)
+    sampler = Utilization(acl_rt)
     with sampler:
         yield
     c1 = canna_dl.copy_stats()
@@ -311,18 +348,27 @@ def summarize(res):
             "fell_back": sorted(k for k, v in ops.items() if v["fallback"])}
 
 
+#: what every column of the table means (printed under it)
+CAPTION = ("test acc: accuracy on the 450 test images; epoch loss: mean training loss of the last epoch "
+           "(the progress bar shows the last batch's); wall: training + test time; on canna: ops that ran "
+           "on canna, and their forward+backward calls; fell back: calls of those ops that ran on the "
+           "framework instead; copied: bytes canna copied to hand tensors over (0: zero-copy); peak pool: "
+           "peak bytes allocated from canna's memory pool; util: share of the device's core-time (cube + "
+           "vector cores) the run's kernels kept busy (on a device without busy counters: AI-core %, "
+           "avg/peak sampled during the run)")
+
+
 def table(results, console):
     from rich import box
     from rich.table import Table
     t = Table(title="canna demo: digits 8x8, same batches and initial weights per twin", title_justify="left",
-              caption="loss: mean training loss of the last epoch; on canna: ops, forward+backward calls; "
-                      "util: device AI-core %, avg/peak during the run", caption_justify="left",
+              caption=CAPTION, caption_justify="left",
               box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, pad_edge=False)
     # min widths: the numbers never fold; headers and the ops cell wrap on a narrow terminal
-    for col, width in (("run", 11), ("test acc", 6), ("loss", 6), ("wall", 5), ("on canna", 7), ("fell back", 4),
-                       ("copied", 3), ("peak pool", 7), ("util", 5)):
+    for col, width in (("run", 11), ("test\nacc", 6), ("epoch\nloss", 6), ("wall", 5), ("on canna", 7),
+                       ("fell\nback", 4), ("copied", 3), ("peak\npool", 7), ("util", 5)):
         t.add_column(col, justify="left" if col in ("run", "on canna") else "right", overflow="fold", min_width=width,
-                     no_wrap=col == "run")
+                     no_wrap=col == "run", vertical="bottom")
     for name in RUNS:
         r = results.get(name)
         if r is None:
@@ -332,7 +378,7 @@ def table(results, console):
             canna_cols = ["-"] * 5
         else:
             u = r["utilization"]
-            util = "-" if u["mean"] is None else f"{u['mean']:.0f}/{u['peak']}%"
+            util = fmt_util(u)
             canna_cols = [f"{len(s['ops_on_canna'])} ops, {s['canna_calls']}+{s['backward_calls']}",
                           str(s["fallback_calls"]), fmt_bytes(r["bytes_copied"]), fmt_bytes(r["peak_pool_bytes"]), util]
         t.add_row(name, f"{100 * r['test_accuracy']:.2f}%", f"{r['final_loss']:.4f}", f"{r['wall_s']:.2f}s",
@@ -451,16 +497,19 @@ def main(argv=None) -> int:
                 ap.error(f"{opt} {path}: {problem}")
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=120)        # a log or a pipe: room for the whole table
+        console = Console(width=OUTPUT_WIDTH)      # a log or a pipe: room for the whole table
+    elif console.width > OUTPUT_WIDTH:
+        console = Console(width=OUTPUT_WIDTH)      # lines stay readable on a wide terminal
     try:
         import matplotlib  # noqa: F401
         import sklearn  # noqa: F401
     except ImportError as e:
-        console.print(f"[red]missing dependency[/]: {e.name}; install the demo extra: "
-                      "pip install -e '.[demo]' (make demo does)")
+        console.print(f"[red]missing dependency[/]: {escape(str(e.name))}; install the demo extra: "
+                      + escape("pip install -e '.[demo]'") + " (make demo does)", highlight=False)
         return 2
 
     t_start = time.perf_counter()
@@ -474,7 +523,7 @@ def main(argv=None) -> int:
 
     results = {}
     columns = (TextColumn("{task.description:<12}"), BarColumn(), TaskProgressColumn(),
-               TextColumn("epoch {task.completed:.1f}/{task.total:.0f}"), TextColumn("loss {task.fields[loss]:.4f}"),
+               TextColumn("epoch {task.completed:.1f}/{task.total:.0f}"), TextColumn("last batch loss {task.fields[loss]:.4f}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         results.update(torch_runs(data, order, args, progress))
