@@ -263,6 +263,12 @@ typedef struct sim_device {
     atomic_uint_fast64_t tasks_at_sync;
 
     sim_pool_t pool;
+
+    /* the first sticky error of a stream destroyed before anyone took it (under lock): reported by
+     * the next aclrtSynchronizeDevice; orphan_more counts later ones */
+    aclError orphan_code;
+    uint32_t orphan_more;
+    char orphan_msg[SIM_MSG_MAX];
 } sim_device_t;
 
 extern sim_device_t g_dev[SIM_MAX_DEVICES];
@@ -310,6 +316,7 @@ typedef struct sim_stream {
     atomic_uint_fast64_t enq_seq;
     atomic_uint_fast64_t done_seq;
     bool running;             /* a task is executing (worker or inline) */
+    char running_what[64];    /* the running task's kernel name ("" for other tasks), under lock */
     bool worker_alive;
     bool worker_sleeping;
     bool dead;                /* destroyed: no new tasks; worker exits when drained */
@@ -358,6 +365,7 @@ struct sim_task {
     uint64_t cost_ns;
     int32_t engine;
     uint32_t cores;
+    const char *what;    /* a kernel launch: the kernel's name (valid while the task lives); else NULL */
     sim_task_run_fn run;
     sim_task_rel_fn release;   /* always called exactly once (frees payload) */
     sim_task_rel_fn on_enqueue; /* called under the stream lock once the task is sure to run */

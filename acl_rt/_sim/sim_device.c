@@ -597,6 +597,8 @@ void sim_devices_finalize(void)
             n = n->next;   /* destroy may unlink s */
             sim_stream_destroy(s, true);
         }
+        d->orphan_code = 0;   /* a fault of this session is not reported in the next one */
+        d->orphan_more = 0;
         while (d->events.next != &d->events)
             sim_event_kill_locked(SIM_CONTAINER(d->events.next, sim_event_t, link));
         for (int p = 0; p < SIM_MAX_DEVICES; p++)
