@@ -13,8 +13,12 @@ AscendCL rules this module follows (AscendCL's runtime API reference, acl_rt.h, 
 from __future__ import annotations
 
 import atexit
+import math
 import os
+import re
+import sys
 import threading
+import time
 import warnings
 
 from ._errors import ForkedProcessError, InvalidArgumentError, NotInitializedError, error_class
@@ -267,8 +271,75 @@ def finalize() -> None:
         _tls.finalizing = False
 
 
+#: seconds the exit waits for queued work when ``CANNA_EXIT_TIMEOUT`` is not set
+EXIT_TIMEOUT_DEFAULT = 30.0
+
+
+def exit_timeout() -> float:
+    """Seconds the interpreter's exit waits for work still queued on the devices before it gives
+    up (``CANNA_EXIT_TIMEOUT``, a number >= 0; default :data:`EXIT_TIMEOUT_DEFAULT`). An invalid
+    value is a warning and gives the default."""
+    raw = os.environ.get("CANNA_EXIT_TIMEOUT", "").strip()
+    if not raw:
+        return EXIT_TIMEOUT_DEFAULT
+    try:
+        t = float(raw)
+    except ValueError:
+        t = -1.0
+    if not (t >= 0 and math.isfinite(t)):
+        warnings.warn(f"acl_rt: CANNA_EXIT_TIMEOUT={raw!r} is not a number of seconds >= 0; using "
+                      f"{EXIT_TIMEOUT_DEFAULT:g}", RuntimeWarning, stacklevel=2)
+        return EXIT_TIMEOUT_DEFAULT
+    return t
+
+
+def _drain_at_exit(timeout: float) -> str | None:
+    """Wait at most ``timeout`` s for the queued work of every device (in short slices, so Ctrl-C
+    is delivered). None when everything finished, else what is still running (the runtime's
+    timeout message, which names the kernel on the simulator). Asynchronous errors met here are
+    dropped, as finalize drops them."""
+    lib = backend().lib
+    start = time.monotonic()
+    deadline = start + timeout
+    told = False
+    what = "work still queued"
+    try:
+        for device_id, st in list(_state.devices.items()):
+            if lib.aclrtSetCurrentContext(st.ctx) != 0:
+                continue
+            while True:
+                left = deadline - time.monotonic()
+                rc = lib.aclrtSynchronizeDeviceWithTimeout(max(1, int(min(left, 0.2) * 1000)))
+                if rc != 507046:  # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+                    break
+                p = lib.aclGetRecentErrMsg()
+                msg = ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
+                m = re.search(r"\((stream [^()]*)\)\s*$", msg)   # the simulator names the stream and kernel
+                what = f"device {device_id}, " + (m.group(1) if m else msg or "still busy")
+                if time.monotonic() >= deadline:
+                    return f"{what}, still running after {timeout:g} s (CANNA_EXIT_TIMEOUT)"
+                if not told and time.monotonic() - start >= 1.0:
+                    told = True
+                    print(f"acl_rt: at exit, waiting up to {timeout:g} s (CANNA_EXIT_TIMEOUT) for queued work "
+                          f"({what}); Ctrl-C stops waiting", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        return f"{what}; Ctrl-C stopped the wait"
+    return None
+
+
 def _finalize_at_exit():
     if _state.forked or not _state.ready:
+        return
+    timeout = exit_timeout()
+    try:
+        busy = _drain_at_exit(timeout)
+    except Exception:
+        busy = None
+    if busy is not None:
+        # finalizing would wait for that work forever: leave the runtime as it is, the process
+        # exit ends its threads
+        # (warn_explicit: no source line under the message)
+        warnings.warn_explicit(f"exiting without finalizing the runtime: {busy}", RuntimeWarning, "acl_rt", 0)
         return
     try:
         finalize()
