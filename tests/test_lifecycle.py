@@ -118,3 +118,69 @@ def test_exit_timeout_setting_is_validated(py):
         print("ok")
     """)
     assert proc.stdout.strip() == "ok"
+
+
+def test_host_func_exceptions_of_closed_streams_are_bounded(acl):
+    """Host functions raising on streams closed without their own synchronize: what is kept until
+    a device synchronize is bounded (the rest is counted) and their frames are released."""
+    import gc
+    import threading
+    import time
+    import weakref
+    from acl_rt import _stream
+    dev = acl.Device(0)
+    n = 300
+    ran = []
+    lock = threading.Lock()
+    refs = []
+
+    class Payload:                           # a large local of the raising frame, in real code
+        pass
+
+    def fail(i):
+        payload = Payload()
+        refs.append(weakref.ref(payload))
+        with lock:
+            ran.append(i)
+        raise ValueError(f"host function {i} failed")
+
+    for i in range(n):
+        s = dev.create_stream()
+        s.launch_host_func(fail, i)
+        s.close()
+    deadline = time.monotonic() + 120
+    while len(ran) < n and time.monotonic() < deadline:   # closed streams still run their work
+        time.sleep(0.01)
+    assert len(ran) == n
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    assert alive == 0, f"{alive} of {n} failing frames are still alive"
+    kept = sum(len(p.errors) for p in _stream._host_errors.values())
+    assert kept <= _stream.MAX_KEPT_ERRORS
+    with pytest.raises(ValueError, match="host function 0 failed") as ei:
+        dev.synchronize()
+    notes = ei.value.__notes__
+    assert len(notes) <= _stream.MAX_KEPT_ERRORS
+    assert f"and {n - _stream.MAX_KEPT_ERRORS:,} more exceptions" in notes[-1]
+    dev.synchronize()                         # reported once
+    assert not _stream._host_errors
+
+
+def test_a_live_streams_dropped_host_func_exceptions_still_fail_its_synchronize(acl):
+    from acl_rt import _stream
+    dev = acl.Device(0)
+    filler = [dev.create_stream() for _ in range(2)]
+    for s in filler:
+        for _ in range(_stream.MAX_KEPT_ERRORS):
+            s.launch_host_func(lambda: 1 / 0)
+        s._sync_raw()
+    s = dev.create_stream()
+    s.launch_host_func(lambda: 1 / 0)
+    with pytest.raises(RuntimeError, match="1 host function raised; their exceptions were not kept"):
+        s.synchronize()
+    s.synchronize()
+    with pytest.raises(ZeroDivisionError) as ei:
+        dev.synchronize()
+    assert f"and {_stream.MAX_KEPT_ERRORS:,} more exceptions" in ei.value.__notes__[-1]
+    for x in filler + [s]:
+        x.close()
