@@ -231,8 +231,8 @@ def finalize() -> None:
 
     Safe whatever is still alive: streams, events and buffers created before become invalid
     (their destructors do nothing; using them raises :class:`InvalidHandleError`), and memory that
-    DLPack consumers still view stays mapped until the process exits (device memory still
-    allocated at finalize is released only when the process exits).
+    DLPack consumers still view stays mapped while they view it (on the simulator, memory whose
+    last buffer goes away after the finalize is freed at the next session's first allocation).
 
     Raises:
         AclError: ``aclFinalize`` refused (e.g. called from a host function running on a stream,

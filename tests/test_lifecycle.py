@@ -184,3 +184,41 @@ def test_a_live_streams_dropped_host_func_exceptions_still_fail_its_synchronize(
     assert f"and {_stream.MAX_KEPT_ERRORS:,} more exceptions" in ei.value.__notes__[-1]
     for x in filler + [s]:
         x.close()
+
+
+CYCLES_SCRIPT = """
+import acl_rt, numpy as np
+from acl_rt._lib import backend, ffi
+
+def allocations():
+    st = ffi.new("aclsimDeviceStats *")
+    assert backend().lib.aclsimGetDeviceStats(0, st) == 0
+    return int(st.numAllocs)
+
+kept = []
+for i in range(12):
+    acl_rt.init()
+    b = acl_rt.alloc(1 << 20)
+    b.copy_from(np.full(1 << 18, i, np.float32))
+    v = acl_rt.alloc(4096) if i == 0 else None   # one buffer lives on through every cycle
+    if v is not None:
+        v.copy_from(np.arange(1024, dtype=np.float32))
+        kept.append((v, v.ptr))
+    acl_rt.finalize()
+    del b                                         # a buffer that outlived its session
+acl_rt.init()
+x = acl_rt.alloc(1 << 20)                        # the next session gives the old segments back
+n = allocations()
+assert n <= 3, f"{n} device allocations after 12 init/finalize cycles"
+import ctypes                                     # the buffer still alive kept its memory and data
+assert np.frombuffer((ctypes.c_float * 1024).from_address(kept[0][1]), np.float32).tolist() == list(range(1024))
+acl_rt.finalize()
+print("ok", n)
+"""
+
+
+@pytest.mark.parametrize("caching", ["1", "0"])
+def test_init_finalize_cycles_with_live_buffers_do_not_leak_segments(caching):
+    proc = run_python(CYCLES_SCRIPT, env={"CANNA_NO_MEMORY_CACHING": "1" if caching == "0" else None,
+                                          "CANNA_SIM_CHECK": None})
+    assert proc.stdout.startswith("ok"), proc.stdout + proc.stderr[-2000:]
