@@ -124,7 +124,6 @@ def init() -> None:
         _state.generation += 1
         _state.pid = os.getpid()
         _state.devices = {}
-        _state.count = None
         _state.finalized = False
         _state.ready = True
         if not _state.atexit:
@@ -159,14 +158,36 @@ def on_finalize(hook) -> None:
     _state.hooks.append(hook)
 
 
+def _light(query, api: str):
+    """``query()`` (an AscendCL call's return code) without initializing the runtime when the
+    backend answers it before ``aclInit`` (the simulator does, for its configuration queries;
+    torch_npu's ``device_count()`` calls ``aclrtGetDeviceCount`` before its lazy ``aclInit``), so a
+    process that only asked it may still fork; else after :func:`ensure`. Returns the code."""
+    if _state.forked:
+        raise _forked_error(api)
+    if not _state.ready:
+        rc = query()
+        if rc != 100001:  # ACL_ERROR_UNINITIALIZE: this backend needs aclInit first
+            return rc
+        backend().lib.aclGetRecentErrMsg()
+        ensure(api)
+    return query()
+
+
 def device_count() -> int:
-    """Number of devices visible to this process (``aclrtGetDeviceCount``)."""
-    ensure("acl_rt.device_count")
+    """Number of devices visible to this process (``aclrtGetDeviceCount``). Does not initialize
+    the runtime where the backend can answer without it (the simulator), so a child forked
+    afterwards can still use canna.
+
+    Raises:
+        ForkedProcessError: in a child forked after the parent initialized the runtime."""
     n = _state.count
     if n is None:
         out = ffi.new("uint32_t *")
-        check(backend().lib.aclrtGetDeviceCount(out), "aclrtGetDeviceCount")
+        check(_light(lambda: backend().lib.aclrtGetDeviceCount(out), "acl_rt.device_count"), "aclrtGetDeviceCount")
         n = _state.count = int(out[0])
+    elif _state.forked:
+        raise _forked_error("acl_rt.device_count")
     return n
 
 
@@ -362,7 +383,8 @@ def backend_info() -> dict:
     """
     b = backend()
     lib = b.lib
-    ensure("acl_rt.backend_info")
+    if _state.forked:
+        raise _forked_error("acl_rt.backend_info")
     info = {"backend": b.name, "simulator": b.is_sim, "library": b.path, "found_via": b.found_via,
             "searched": list(b.searched), "cann_version": None, "acl_version": None,
             "simulator_version": None, "memory_model": None, "run_mode": None, "soc_name": None,
@@ -377,13 +399,17 @@ def backend_info() -> dict:
     if b.is_sim:
         info["simulator_version"] = ffi.string(lib.aclsimGetVersion()).decode()
         info["memory_model"] = "discrete" if lib.aclsimGetMemoryModel() == 1 else "unified"
-    activate(current_device_id(), "acl_rt.backend_info")
     mode = ffi.new("aclrtRunMode *")
-    if lib.aclrtGetRunMode(mode) == 0:
+    if _light(lambda: lib.aclrtGetRunMode(mode), "acl_rt.backend_info") == 0:   # no aclInit where the backend allows it
         info["run_mode"] = "device" if mode[0] == 0 else "host"
     p = lib.aclrtGetSocName()
+    if p == ffi.NULL and not _state.ready:   # a backend that answers only after aclInit
+        lib.aclGetRecentErrMsg()
+        ensure("acl_rt.backend_info")
+        p = lib.aclrtGetSocName()
     if p != ffi.NULL:
         info["soc_name"] = ffi.string(p).decode()
+    lib.aclGetRecentErrMsg()
     # the aclnn op libraries (loaded here if not yet): paths, or why they are unavailable
     from ._lib import op_library
     info["op_libraries"], info["op_library_error"], info["sim_blas"] = None, None, None

@@ -222,3 +222,56 @@ def test_init_finalize_cycles_with_live_buffers_do_not_leak_segments(caching):
     proc = run_python(CYCLES_SCRIPT, env={"CANNA_NO_MEMORY_CACHING": "1" if caching == "0" else None,
                                           "CANNA_SIM_CHECK": None})
     assert proc.stdout.startswith("ok"), proc.stdout + proc.stderr[-2000:]
+
+
+def test_light_queries_do_not_initialize_and_a_child_forked_after_them_works(py):
+    proc = py("""
+        import os, acl_rt
+        from acl_rt import monitor
+        assert acl_rt.device_count() == 1
+        info = acl_rt.backend_info()
+        assert info["soc_name"] == "Ascend910B1" and info["run_mode"] == "device" and info["device_count"] == 1
+        assert monitor.device_count() == 1 and monitor.devices()[0].error is None
+        assert not acl_rt.is_initialized()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                import numpy as np, canna_dl as cd
+                ok = cd.asarray(np.arange(4.0)).numpy().tolist() == [0, 1, 2, 3] and monitor.device_count() == 1
+                os.write(w, b"child-ok" if ok else b"child-wrong")
+            except BaseException as e:
+                os.write(w, repr(e).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print(os.read(r, 4096).decode())
+    """)
+    assert proc.stdout.strip() == "child-ok", proc.stdout + proc.stderr[-2000:]
+
+
+def test_every_error_in_a_child_forked_after_init_names_the_fork(py):
+    proc = py("""
+        import os, acl_rt
+        from acl_rt import monitor
+        acl_rt.alloc(16)                    # the parent initializes the runtime
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            out = []
+            for name, f in [("monitor.device_count", monitor.device_count), ("monitor.devices", monitor.devices),
+                            ("device_count", acl_rt.device_count), ("backend_info", acl_rt.backend_info),
+                            ("alloc", lambda: acl_rt.alloc(16))]:
+                try:
+                    f()
+                    out.append(f"{name}: no error")
+                except acl_rt.ForkedProcessError as e:
+                    out.append(f"{name}: ok" if "fork" in str(e) and "spawn" in str(e) else f"{name}: {e}")
+                except Exception as e:
+                    out.append(f"{name}: {type(e).__name__}: {e}")
+            os.write(w, "\\n".join(out).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print(os.read(r, 8192).decode())
+    """)
+    lines = proc.stdout.strip().splitlines()
+    assert lines and all(ln.endswith(": ok") for ln in lines), proc.stdout

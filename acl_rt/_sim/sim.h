@@ -175,6 +175,18 @@ void sim_err_clear(void);
                            "%s: AscendCL is not initialized (call aclInit first)", api); \
     } while (0)
 
+/* queries that answer from the configuration alone (device count, run mode, SoC name): they work
+ * before aclInit, as torch_npu's device_count() expects of aclrtGetDeviceCount, so a process that
+ * only asked them can still fork */
+#define SIM_ENTER_LIGHT(api)                                                         \
+    do {                                                                             \
+        if (SIM_UNLIKELY(g_forked))                                                  \
+            return sim_forked_err(api);                                              \
+        aclError rc_light_ = sim_config_ensure(api);                                 \
+        if (rc_light_)                                                               \
+            return rc_light_;                                                        \
+    } while (0)
+
 #define SIM_NULL_CHECK(api, p)                                                       \
     do {                                                                             \
         if (SIM_UNLIKELY((p) == NULL))                                               \

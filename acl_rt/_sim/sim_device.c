@@ -123,7 +123,7 @@ aclError sim_need_ctx(const char *api, sim_ctx_t **out)
 
 SIM_API aclError aclrtGetDeviceCount(uint32_t *count)
 {
-    SIM_ENTER("aclrtGetDeviceCount");
+    SIM_ENTER_LIGHT("aclrtGetDeviceCount");
     SIM_NULL_CHECK("aclrtGetDeviceCount", count);
     *count = (uint32_t)g_cfg.ndev;
     return ACL_SUCCESS;
@@ -197,7 +197,7 @@ SIM_API aclError aclrtGetDevice(int32_t *deviceId)
 
 SIM_API aclError aclrtGetRunMode(aclrtRunMode *runMode)
 {
-    SIM_ENTER("aclrtGetRunMode");
+    SIM_ENTER_LIGHT("aclrtGetRunMode");
     SIM_NULL_CHECK("aclrtGetRunMode", runMode);
     *runMode = g_cfg.memory_model == ACLSIM_MEMORY_DISCRETE ? ACL_HOST : ACL_DEVICE;
     return ACL_SUCCESS;
@@ -209,10 +209,8 @@ SIM_API const char *aclrtGetSocName(void)
         sim_forked_err("aclrtGetSocName");
         return NULL;
     }
-    if (!atomic_load_explicit(&g_inited, memory_order_acquire)) {
-        sim_err(ACL_ERROR_UNINITIALIZE, "aclrtGetSocName: AscendCL is not initialized (call aclInit first)");
+    if (sim_config_ensure("aclrtGetSocName") != ACL_SUCCESS)
         return NULL;
-    }
     return g_cfg.profile->name;
 }
 
