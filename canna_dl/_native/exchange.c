@@ -59,7 +59,7 @@ static unsigned long main_ident;      /* its returns do not make begin_shutdown(
 static int deleters_in_flight;        /* deleters between their shutdown check and the GIL release */
 static int64_t last_nogil_return_ns;  /* when a non-main thread last left a deleter without the GIL */
 
-#define PARK_SECONDS 60
+#define PARK_SECONDS 30   /* an atexit hook that joins such a thread waits at most this long */
 #define SHUTDOWN_SETTLE_NS 20000000LL     /* 20 ms with no such return: nobody is on the way back */
 #define SHUTDOWN_WAIT_MAX_NS 1000000000LL /* at most 1 s in begin_shutdown() */
 
