@@ -241,7 +241,7 @@ class Device:
             raise TypeError(f"memory_resource must be an acl_rt.MemoryResource, not {type(mr).__name__}")
         owner = Device(mr.device)
         if owner is not self:
-            raise InvalidArgumentError(100000, "Device.memory_resource",
+            raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, "Device.memory_resource",
                                        f"{type(mr).__name__} allocates on device {owner._id}, not on device "
                                        f"{self._id}; use a resource of device {self._id} (e.g. "
                                        f"acl_rt.DeviceMemoryResource({self._id}))")

@@ -90,6 +90,8 @@ class DeviceMemoryResource(MemoryResource):
         api = "acl_rt.alloc"
         n = _check_nbytes(nbytes, api)
         stream = _resolve_stream(stream, self._device, api)
+        if _stale:
+            free_stale()
         rt.activate(self._device._id, api)
         cell = ffi.new("void **")
         rt.check(backend().lib.aclrtMalloc(cell, n, 0), "aclrtMalloc")  # ACL_MEM_MALLOC_HUGE_FIRST
@@ -101,8 +103,40 @@ class DeviceMemoryResource(MemoryResource):
         rt.activate(self._device._id, "aclrtFree")
         rt.check(backend().lib.aclrtFree(ffi.cast("void *", ptr)), "aclrtFree")
 
+    def _release_stale(self, ptr: int) -> None:
+        free_stale(self._device._id, ptr)
+
     def __repr__(self):
         return f"<acl_rt.DeviceMemoryResource device={self._device._id}>"
+
+
+#: (device id, pointer) of device allocations of a finalized session that nothing uses any more,
+#: freed at the next init. Only the simulator keeps allocations across ``aclFinalize`` (its
+#: README, "Memory"); a real device releases them when it is reset.
+_stale: list = []
+_stale_lock = threading.Lock()
+
+
+def free_stale(device_id: int | None = None, ptr: int | None = None) -> None:
+    """Queue ``ptr`` (if given) and ``aclrtFree`` every queued stale allocation when the runtime
+    is initialized (else they wait for the next init). Never raises."""
+    try:
+        b = backend()
+        if not b.is_sim:
+            return
+        with _stale_lock:
+            if ptr is not None:
+                _stale.append((device_id, ptr))
+            if not rt._state.ready or not _stale:
+                return
+            todo = _stale[:]
+            _stale.clear()
+        for dev, p in todo:
+            rt.activate(dev, "acl_rt (freeing memory of a finalized session)")
+            b.lib.aclrtFree(ffi.cast("void *", p))
+        b.lib.aclGetRecentErrMsg()
+    except Exception:
+        pass
 
 
 def _host_view(obj, api, *, writable):
@@ -308,6 +342,11 @@ class DeviceBuffer:
         self._ptr = None
         st = rt._state
         if self._gen != st.generation or not st.ready:
+            # memory of a finalized session, kept while this buffer lived: give it back at the
+            # next init (the simulator keeps allocations across aclFinalize)
+            stale = getattr(self._mr, "_release_stale", None)
+            if stale is not None:
+                stale(ptr)
             return
         uses = self._uses
         if uses is not None:   # a resource that is not stream-ordered: wait for the other streams

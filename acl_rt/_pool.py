@@ -37,7 +37,7 @@ from ._constants import ErrorCode as E, EventRecordedStatus, StreamStatus
 from ._device import Device
 from ._errors import _OOM, InvalidArgumentError, InvalidHandleError, OutOfMemoryError, error_class
 from ._lib import backend, ffi
-from ._memory import DeviceBuffer, DeviceMemoryResource, MemoryResource, _check_nbytes
+from ._memory import DeviceBuffer, DeviceMemoryResource, MemoryResource, _check_nbytes, free_stale
 from ._stream import Stream, _close_hooks, accept_stream, current_stream
 
 _tls = rt.thread_state()
@@ -235,8 +235,10 @@ class MemoryPool(MemoryResource):
         self._core = _native.Pool(fns, int(ffi.cast("uintptr_t", st.ctx)), dev._id, self._total)
         self._limit = 0
         self._default = None
+        self._orphans = None   # after finalize: segment base -> addresses of its live blocks
         with _pools_lock:
             _all_pools.add(self)
+        free_stale()   # memory the previous session left to its live buffers, since freed
         env = os.environ.get("CANNA_MEMORY_LIMIT", "").strip()
         if env:
             self._set_limit_bytes(_parse_limit(env, self._total, "CANNA_MEMORY_LIMIT"))
@@ -511,6 +513,32 @@ class MemoryPool(MemoryResource):
 
     def _shutdown(self) -> None:
         self._core.shutdown()
+        # segments that still hold live buffers stay mapped (DLPack consumers may view them);
+        # remember them, to free each once its last buffer is gone (_release_stale)
+        orphans = {}
+        for seg in self._core.snapshot():
+            live = {b["address"] for b in seg["blocks"] if b["state"] == "active_allocated"}
+            if live:
+                orphans[seg["address"]] = live
+        self._orphans = orphans
+
+    def _release_stale(self, ptr: int) -> None:
+        """A buffer of this (finalized) pool was closed: free its segment once it holds no other
+        live buffer (at once when the runtime is initialized again, else at the next init)."""
+        orphans = self._orphans
+        if not orphans:
+            return
+        with _pools_lock:
+            for base, live in orphans.items():
+                if ptr in live:
+                    live.discard(ptr)
+                    if not live:
+                        del orphans[base]
+                        break
+                    return
+            else:
+                return
+        free_stale(self._id, base)
 
     def __del__(self):
         # a pool nobody references has no live buffer left (each holds its pool): give its cached

@@ -13,8 +13,12 @@ AscendCL rules this module follows (AscendCL's runtime API reference, acl_rt.h, 
 from __future__ import annotations
 
 import atexit
+import math
 import os
+import re
+import sys
 import threading
+import time
 import warnings
 
 from ._constants import ErrorCode as E
@@ -121,7 +125,6 @@ def init() -> None:
         _state.generation += 1
         _state.pid = os.getpid()
         _state.devices = {}
-        _state.count = None
         _state.finalized = False
         _state.ready = True
         if not _state.atexit:
@@ -156,14 +159,36 @@ def on_finalize(hook) -> None:
     _state.hooks.append(hook)
 
 
+def _light(query, api: str):
+    """``query()`` (an AscendCL call's return code) without initializing the runtime when the
+    backend answers it before ``aclInit`` (the simulator does, for its configuration queries;
+    torch_npu's ``device_count()`` calls ``aclrtGetDeviceCount`` before its lazy ``aclInit``), so a
+    process that only asked it may still fork; else after :func:`ensure`. Returns the code."""
+    if _state.forked:
+        raise _forked_error(api)
+    if not _state.ready:
+        rc = query()
+        if rc != E.ACL_ERROR_UNINITIALIZE:  # this backend needs aclInit first
+            return rc
+        backend().lib.aclGetRecentErrMsg()
+        ensure(api)
+    return query()
+
+
 def device_count() -> int:
-    """Number of devices visible to this process (``aclrtGetDeviceCount``)."""
-    ensure("acl_rt.device_count")
+    """Number of devices visible to this process (``aclrtGetDeviceCount``). Does not initialize
+    the runtime where the backend can answer without it (the simulator), so a child forked
+    afterwards can still use canna.
+
+    Raises:
+        ForkedProcessError: in a child forked after the parent initialized the runtime."""
     n = _state.count
     if n is None:
         out = ffi.new("uint32_t *")
-        check(backend().lib.aclrtGetDeviceCount(out), "aclrtGetDeviceCount")
+        check(_light(lambda: backend().lib.aclrtGetDeviceCount(out), "acl_rt.device_count"), "aclrtGetDeviceCount")
         n = _state.count = int(out[0])
+    elif _state.forked:
+        raise _forked_error("acl_rt.device_count")
     return n
 
 
@@ -229,8 +254,8 @@ def finalize() -> None:
 
     Safe whatever is still alive: streams, events and buffers created before become invalid
     (their destructors do nothing; using them raises :class:`InvalidHandleError`), and memory that
-    DLPack consumers still view stays mapped until the process exits (device memory still
-    allocated at finalize is released only when the process exits).
+    DLPack consumers still view stays mapped while they view it (on the simulator, memory whose
+    last buffer goes away after the finalize is freed at the next session's first allocation).
 
     Raises:
         AclError: ``aclFinalize`` refused (e.g. called from a host function running on a stream,
@@ -269,8 +294,75 @@ def finalize() -> None:
         _tls.finalizing = False
 
 
+#: seconds the exit waits for queued work when ``CANNA_EXIT_TIMEOUT`` is not set
+EXIT_TIMEOUT_DEFAULT = 30.0
+
+
+def exit_timeout() -> float:
+    """Seconds the interpreter's exit waits for work still queued on the devices before it gives
+    up (``CANNA_EXIT_TIMEOUT``, a number >= 0; default :data:`EXIT_TIMEOUT_DEFAULT`). An invalid
+    value is a warning and gives the default."""
+    raw = os.environ.get("CANNA_EXIT_TIMEOUT", "").strip()
+    if not raw:
+        return EXIT_TIMEOUT_DEFAULT
+    try:
+        t = float(raw)
+    except ValueError:
+        t = -1.0
+    if not (t >= 0 and math.isfinite(t)):
+        warnings.warn(f"acl_rt: CANNA_EXIT_TIMEOUT={raw!r} is not a number of seconds >= 0; using "
+                      f"{EXIT_TIMEOUT_DEFAULT:g}", RuntimeWarning, stacklevel=2)
+        return EXIT_TIMEOUT_DEFAULT
+    return t
+
+
+def _drain_at_exit(timeout: float) -> str | None:
+    """Wait at most ``timeout`` s for the queued work of every device (in short slices, so Ctrl-C
+    is delivered). None when everything finished, else what is still running (the runtime's
+    timeout message, which names the kernel on the simulator). Asynchronous errors met here are
+    dropped, as finalize drops them."""
+    lib = backend().lib
+    start = time.monotonic()
+    deadline = start + timeout
+    told = False
+    what = "work still queued"
+    try:
+        for device_id, st in list(_state.devices.items()):
+            if lib.aclrtSetCurrentContext(st.ctx) != 0:
+                continue
+            while True:
+                left = deadline - time.monotonic()
+                rc = lib.aclrtSynchronizeDeviceWithTimeout(max(1, int(min(left, 0.2) * 1000)))
+                if rc != E.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+                    break
+                p = lib.aclGetRecentErrMsg()
+                msg = ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
+                m = re.search(r"\((stream [^()]*)\)\s*$", msg)   # the simulator names the stream and kernel
+                what = f"device {device_id}, " + (m.group(1) if m else msg or "still busy")
+                if time.monotonic() >= deadline:
+                    return f"{what}, still running after {timeout:g} s (CANNA_EXIT_TIMEOUT)"
+                if not told and time.monotonic() - start >= 1.0:
+                    told = True
+                    print(f"acl_rt: at exit, waiting up to {timeout:g} s (CANNA_EXIT_TIMEOUT) for queued work "
+                          f"({what}); Ctrl-C stops waiting", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        return f"{what}; Ctrl-C stopped the wait"
+    return None
+
+
 def _finalize_at_exit():
     if _state.forked or not _state.ready:
+        return
+    timeout = exit_timeout()
+    try:
+        busy = _drain_at_exit(timeout)
+    except Exception:
+        busy = None
+    if busy is not None:
+        # finalizing would wait for that work forever: leave the runtime as it is, the process
+        # exit ends its threads
+        # (warn_explicit: no source line under the message)
+        warnings.warn_explicit(f"exiting without finalizing the runtime: {busy}", RuntimeWarning, "acl_rt", 0)
         return
     try:
         finalize()
@@ -293,7 +385,8 @@ def backend_info() -> dict:
     """
     b = backend()
     lib = b.lib
-    ensure("acl_rt.backend_info")
+    if _state.forked:
+        raise _forked_error("acl_rt.backend_info")
     info = {"backend": b.name, "simulator": b.is_sim, "library": b.path, "found_via": b.found_via,
             "searched": list(b.searched), "cann_version": None, "acl_version": None,
             "simulator_version": None, "memory_model": None, "run_mode": None, "soc_name": None,
@@ -308,13 +401,17 @@ def backend_info() -> dict:
     if b.is_sim:
         info["simulator_version"] = ffi.string(lib.aclsimGetVersion()).decode()
         info["memory_model"] = "discrete" if lib.aclsimGetMemoryModel() == 1 else "unified"
-    activate(current_device_id(), "acl_rt.backend_info")
     mode = ffi.new("aclrtRunMode *")
-    if lib.aclrtGetRunMode(mode) == 0:
+    if _light(lambda: lib.aclrtGetRunMode(mode), "acl_rt.backend_info") == 0:   # no aclInit where the backend allows it
         info["run_mode"] = "device" if mode[0] == 0 else "host"
     p = lib.aclrtGetSocName()
+    if p == ffi.NULL and not _state.ready:   # a backend that answers only after aclInit
+        lib.aclGetRecentErrMsg()
+        ensure("acl_rt.backend_info")
+        p = lib.aclrtGetSocName()
     if p != ffi.NULL:
         info["soc_name"] = ffi.string(p).decode()
+    lib.aclGetRecentErrMsg()
     # the aclnn op libraries (loaded here if not yet): paths, or why they are unavailable
     from ._lib import op_library
     info["op_libraries"], info["op_library_error"], info["sim_blas"] = None, None, None

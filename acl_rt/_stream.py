@@ -10,8 +10,11 @@ destructors never raise (a failure becomes a ``ResourceWarning`` naming the leak
 from __future__ import annotations
 
 import math
+import sys
 import threading
+import traceback
 import warnings
+import weakref
 
 from . import _runtime as rt
 from ._constants import ErrorCode as E, EventFlag, EventRecordedStatus, StreamFlag, StreamStatus
@@ -216,8 +219,11 @@ class Stream:
         """Run ``fn(*args)`` on a runtime thread when the stream reaches this point
         (``aclrtLaunchHostFunc``). An exception it raises is re-raised by the next
         :meth:`synchronize` of this stream or :meth:`Device.synchronize` of its device (the first
-        one, with the others attached as notes). ``fn`` must not wait on this stream (the
-        simulator refuses that with an error instead of deadlocking, as the device would hang)."""
+        one, with the others attached as notes; after the stream was closed, only the device's).
+        At most :data:`MAX_KEPT_ERRORS` exceptions wait to be reported, their tracebacks' frames
+        cleared (file and line stay, the locals go); later ones are only counted ("and N more").
+        ``fn`` must not wait on this stream (the simulator refuses that with an error instead of
+        deadlocking, as the device would hang)."""
         api = "Stream.launch_host_func"
         if not callable(fn):
             raise TypeError(f"{api}: fn must be callable, not {type(fn).__name__}")
@@ -225,13 +231,15 @@ class Stream:
         holder = []
         key = (self._gen, self._id)
         device_id = self._device._id
+        stream_ref = weakref.ref(self)   # default-stream wrappers are fresh objects: never "closed"
+        owned = self._owned
 
         def trampoline(_arg):
             try:
                 fn(*args)
             except BaseException as e:  # surfaced at synchronize()
-                with _host_errors_lock:
-                    _host_errors.setdefault(key, (device_id, []))[1].append(e)
+                s = stream_ref()
+                _keep_error(key, device_id, e, closed=owned and (s is None or s._h is None))
             finally:
                 _pending_callbacks.discard(holder[0])
 
@@ -279,6 +287,7 @@ class Stream:
             return
         rt.activate(self._device._id, "Stream.close")
         _run_close_hooks(self)
+        _fold_closed((self._gen, self._id))
         rt.check(backend().lib.aclrtDestroyStream(h), "aclrtDestroyStream")
 
     destroy = close
@@ -287,6 +296,7 @@ class Stream:
         try:
             if self._h is not None and self._owned and self._gen == rt.generation() and rt.is_initialized():
                 _run_close_hooks(self)
+                _fold_closed((self._gen, self._id))
                 h, self._h = self._h, None
                 rc = backend().lib.aclrtDestroyStream(h)
                 if rc:
@@ -298,20 +308,84 @@ class Stream:
 
 _pending_callbacks: set = set()
 
-#: exceptions raised by host functions, not yet reported: (generation, stream id) -> (device, [exc])
+class _Pending:
+    """Unreported exceptions of one stream (or of a device's closed streams): the first ones,
+    and how many more were dropped."""
+    __slots__ = ("device", "errors", "more")
+
+    def __init__(self, device):
+        self.device, self.errors, self.more = device, [], 0
+
+
+#: exceptions raised by host functions (and asynchronous errors met by canna's own waits), not yet
+#: reported: (generation, stream id) -> _Pending; a closed stream's go to (generation, ("closed",
+#: device)), which only Device.synchronize reports
 _host_errors: dict = {}
 _host_errors_lock = threading.Lock()
+#: at most this many exceptions are kept in all (with their tracebacks' frames cleared); later ones
+#: are only counted, so a program that never synchronizes holds bounded memory
+MAX_KEPT_ERRORS = 20
+_kept = 0
+
+
+def _keep_error(key, device_id: int, e: BaseException, closed: bool = False) -> None:
+    """Keep ``e`` for the next synchronize of ``key``'s stream (``closed``: of its device)."""
+    global _kept
+    tb = e.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        tb = tb.tb_next   # the catching frame itself (it holds the callback's arguments)
+    e.__traceback__ = tb
+    traceback.clear_frames(tb)   # the frames' locals could be large; file and line stay
+    with _host_errors_lock:
+        if closed:
+            key = (key[0], ("closed", device_id))
+        if _kept >= MAX_KEPT_ERRORS:   # errors of sessions before a finalize are never reported
+            gen = rt._state.generation
+            for k in [k for k in _host_errors if k[0] != gen]:
+                _kept -= len(_host_errors.pop(k).errors)
+        p = _host_errors.get(key)
+        if p is None:
+            p = _host_errors[key] = _Pending(device_id)
+        if _kept < MAX_KEPT_ERRORS:
+            p.errors.append(e)
+            _kept += 1
+        else:
+            p.more += 1
+
+
+def _fold_closed(key) -> None:
+    """A stream is being closed: its unreported exceptions now wait for its device's synchronize."""
+    if not _host_errors:
+        return
+    with _host_errors_lock:
+        p = _host_errors.pop(key, None)
+        if p is None:
+            return
+        into = _host_errors.setdefault((key[0], ("closed", p.device)), _Pending(p.device))
+        into.errors.extend(p.errors)
+        into.more += p.more
 
 
 def _raise_host_errors(match) -> None:
+    global _kept
     with _host_errors_lock:
         keys = [k for k in _host_errors if match(k)]
-        errors = [e for k in keys for e in _host_errors.pop(k)[1]]
-    if errors:
-        first = errors[0]
-        for other in errors[1:]:
-            first.add_note(f"another host function also raised: {other!r}")
-        raise first
+        pending = [_host_errors.pop(k) for k in keys]
+        errors = [e for p in pending for e in p.errors]
+        more = sum(p.more for p in pending)
+        _kept -= len(errors)
+    if not errors and not more:
+        return
+    if not errors:
+        raise RuntimeError(f"{more:,} host function{'s' if more != 1 else ''} raised; their exceptions were "
+                           f"not kept (at most {MAX_KEPT_ERRORS} are kept until a synchronize reports them)")
+    first = errors[0]
+    for other in errors[1:]:
+        first.add_note(f"another host function also raised: {other!r}")
+    if more:
+        first.add_note(f"and {more:,} more exception{'s' if more != 1 else ''} (not kept: at most "
+                       f"{MAX_KEPT_ERRORS} are kept until a synchronize reports them)")
+    raise first
 
 
 def drain(stream: "Stream") -> None:
@@ -323,8 +397,7 @@ def drain(stream: "Stream") -> None:
     except AclError as e:
         if e.code == E.ACL_ERROR_RT_PARAM_INVALID and "inside" in e.message:   # waited from one of its own tasks: skip
             return
-        with _host_errors_lock:
-            _host_errors.setdefault((stream._gen, stream._id), (stream._device._id, []))[1].append(e)
+        _keep_error((stream._gen, stream._id), stream._device._id, e, closed=stream._h is None)
 
 
 def raise_device_host_errors(device_id: int) -> None:
@@ -332,7 +405,7 @@ def raise_device_host_errors(device_id: int) -> None:
     if _host_errors:
         gen = rt._state.generation
         with _host_errors_lock:
-            keys = {k for k, (dev, _) in _host_errors.items() if dev == device_id and k[0] == gen}
+            keys = {k for k, p in _host_errors.items() if p.device == device_id and k[0] == gen}
         _raise_host_errors(lambda k: k in keys)
 
 

@@ -163,7 +163,7 @@ def _load():
                     f"driver package. Searched:\n{places}\nSet CANNA_DCMI_LIBRARY to its path.", tried)
         rc = lib.dcmi_init()
         if rc != 0:
-            raise DcmiError(rc, "dcmi_init")
+            raise _dcmi_error(rc, "dcmi_init")
         _dcmi, _source = lib, src
         return lib
 
@@ -180,7 +180,16 @@ def _call(api: str, *args, allow_unsupported: bool = True):
         return True
     if rc == _NOT_SUPPORT and allow_unsupported:
         return False
-    raise DcmiError(rc, api)
+    raise _dcmi_error(rc, api)
+
+
+def _dcmi_error(rc: int, api: str) -> Exception:
+    """The error for a failed DCMI call; "not permitted" (-8002) in a child forked after the parent
+    initialized the runtime (the simulator's DCMI refuses it there) names the fork."""
+    from . import _runtime
+    if rc == -8002 and _runtime._state.forked:
+        return _runtime._forked_error(api)
+    return DcmiError(rc, api)
 
 
 # ------------------------------------------------------------------------------------------------

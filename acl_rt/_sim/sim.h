@@ -177,6 +177,18 @@ void sim_err_clear(void);
                            "%s: AscendCL is not initialized (call aclInit first)", api); \
     } while (0)
 
+/* queries that answer from the configuration alone (device count, run mode, SoC name): they work
+ * before aclInit, as torch_npu's device_count() expects of aclrtGetDeviceCount, so a process that
+ * only asked them can still fork */
+#define SIM_ENTER_LIGHT(api)                                                         \
+    do {                                                                             \
+        if (SIM_UNLIKELY(g_forked))                                                  \
+            return sim_forked_err(api);                                              \
+        aclError rc_light_ = sim_config_ensure(api);                                 \
+        if (rc_light_)                                                               \
+            return rc_light_;                                                        \
+    } while (0)
+
 #define SIM_NULL_CHECK(api, p)                                                       \
     do {                                                                             \
         if (SIM_UNLIKELY((p) == NULL))                                               \
@@ -265,6 +277,12 @@ typedef struct sim_device {
     atomic_uint_fast64_t tasks_at_sync;
 
     sim_pool_t pool;
+
+    /* the first sticky error of a stream destroyed before anyone took it (under lock): reported by
+     * the next aclrtSynchronizeDevice; orphan_more counts later ones */
+    aclError orphan_code;
+    uint32_t orphan_more;
+    char orphan_msg[SIM_MSG_MAX];
 } sim_device_t;
 
 extern sim_device_t g_dev[SIM_MAX_DEVICES];
@@ -312,6 +330,7 @@ typedef struct sim_stream {
     atomic_uint_fast64_t enq_seq;
     atomic_uint_fast64_t done_seq;
     bool running;             /* a task is executing (worker or inline) */
+    char running_what[64];    /* the running task's kernel name ("" for other tasks), under lock */
     bool worker_alive;
     bool worker_sleeping;
     bool dead;                /* destroyed: no new tasks; worker exits when drained */
@@ -360,6 +379,7 @@ struct sim_task {
     uint64_t cost_ns;
     int32_t engine;
     uint32_t cores;
+    const char *what;    /* a kernel launch: the kernel's name (valid while the task lives); else NULL */
     sim_task_run_fn run;
     sim_task_rel_fn release;   /* always called exactly once (frees payload) */
     sim_task_rel_fn on_enqueue; /* called under the stream lock once the task is sure to run */

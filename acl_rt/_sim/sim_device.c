@@ -123,7 +123,7 @@ aclError sim_need_ctx(const char *api, sim_ctx_t **out)
 
 SIM_API aclError aclrtGetDeviceCount(uint32_t *count)
 {
-    SIM_ENTER("aclrtGetDeviceCount");
+    SIM_ENTER_LIGHT("aclrtGetDeviceCount");
     SIM_NULL_CHECK("aclrtGetDeviceCount", count);
     *count = (uint32_t)g_cfg.ndev;
     return ACL_SUCCESS;
@@ -197,7 +197,7 @@ SIM_API aclError aclrtGetDevice(int32_t *deviceId)
 
 SIM_API aclError aclrtGetRunMode(aclrtRunMode *runMode)
 {
-    SIM_ENTER("aclrtGetRunMode");
+    SIM_ENTER_LIGHT("aclrtGetRunMode");
     SIM_NULL_CHECK("aclrtGetRunMode", runMode);
     *runMode = g_cfg.memory_model == ACLSIM_MEMORY_DISCRETE ? ACL_HOST : ACL_DEVICE;
     return ACL_SUCCESS;
@@ -209,10 +209,8 @@ SIM_API const char *aclrtGetSocName(void)
         sim_forked_err("aclrtGetSocName");
         return NULL;
     }
-    if (!atomic_load_explicit(&g_inited, memory_order_acquire)) {
-        sim_err(ACL_ERROR_UNINITIALIZE, "aclrtGetSocName: AscendCL is not initialized (call aclInit first)");
+    if (sim_config_ensure("aclrtGetSocName") != ACL_SUCCESS)
         return NULL;
-    }
     return g_cfg.profile->name;
 }
 
@@ -597,6 +595,8 @@ void sim_devices_finalize(void)
             n = n->next;   /* destroy may unlink s */
             sim_stream_destroy(s, true);
         }
+        d->orphan_code = 0;   /* a fault of this session is not reported in the next one */
+        d->orphan_more = 0;
         while (d->events.next != &d->events)
             sim_event_kill_locked(SIM_CONTAINER(d->events.next, sim_event_t, link));
         for (int p = 0; p < SIM_MAX_DEVICES; p++)

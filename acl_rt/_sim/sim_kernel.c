@@ -1873,6 +1873,7 @@ static aclError launch_common(const char *api, aclrtFuncHandle funcHandle, uint3
         goto oom;
     t->run = run_kernel;
     t->release = release_kernel;
+    t->what = k->name;
     t->u.user.arg = L;
     if (engine == KENG_AIC) {
         t->engine = ACLSIM_ENGINE_CUBE;

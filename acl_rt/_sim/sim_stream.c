@@ -69,6 +69,19 @@ static void stream_maybe_unlist_locked(sim_stream_t *s)
         return;
     pthread_mutex_lock(&s->lock);
     bool idle = s->dead && !s->worker_alive && !s->head && !s->running;
+    if (idle && atomic_load(&s->err_code)) {
+        /* nobody can synchronize this stream any more: its fault goes to the next device
+         * synchronize (s->dev->lock is held) */
+        sim_device_t *d = s->dev;
+        if (d->orphan_code) {
+            d->orphan_more++;
+        } else {
+            snprintf(d->orphan_msg, sizeof d->orphan_msg, "stream %p (destroyed before it was synchronized): %s",
+                     SIM_H(s), s->err_msg);
+            d->orphan_code = atomic_load(&s->err_code);
+        }
+        atomic_store(&s->err_code, 0);
+    }
     pthread_mutex_unlock(&s->lock);
     if (idle) {
         s->listed = false;
@@ -235,6 +248,10 @@ static inline void stream_run_locked(sim_stream_t *s, sim_task_t *t)
 {
     uint64_t seq = t->seq;
     s->running = true;
+    if (t->what)
+        snprintf(s->running_what, sizeof s->running_what, "%s", t->what);
+    else
+        s->running_what[0] = 0;
     pthread_mutex_unlock(&s->lock);
     stream_exec(s, t);
     pthread_mutex_lock(&s->lock);
@@ -455,6 +472,21 @@ static bool stream_wait_seq(sim_stream_t *s, uint64_t target, const struct times
     return ok;
 }
 
+/* what keeps s busy ("kernel 'k' is running"; "" when unknown), for timeout messages */
+static void stream_busy_desc(sim_stream_t *s, char *buf, size_t n)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->running && s->running_what[0])
+        snprintf(buf, n, "kernel '%s' is running", s->running_what);
+    else if (s->running)
+        snprintf(buf, n, "a task is running");
+    else if (s->head && s->head->what)
+        snprintf(buf, n, "kernel '%s' is queued", s->head->what);
+    else
+        buf[0] = 0;
+    pthread_mutex_unlock(&s->lock);
+}
+
 static const struct timespec *make_deadline(struct timespec *ts, int64_t timeout_ms)
 {
     if (timeout_ms < 0)
@@ -471,9 +503,12 @@ aclError sim_stream_sync(sim_stream_t *s, int64_t timeout_ms, bool report, const
                        SIM_H(s));
     uint64_t target = atomic_load_explicit(&s->enq_seq, memory_order_acquire);
     struct timespec ts;
-    if (!stream_wait_seq(s, target, make_deadline(&ts, timeout_ms)))
-        return sim_err(timeout_code, "%s: stream %p did not complete within %lld ms", api, SIM_H(s),
-                       (long long)timeout_ms);
+    if (!stream_wait_seq(s, target, make_deadline(&ts, timeout_ms))) {
+        char busy[96];
+        stream_busy_desc(s, busy, sizeof busy);
+        return sim_err(timeout_code, "%s: stream %p did not complete within %lld ms%s%s%s", api, SIM_H(s),
+                       (long long)timeout_ms, busy[0] ? " (" : "", busy, busy[0] ? ")" : "");
+    }
     return report ? sim_stream_take_error(s, api) : ACL_SUCCESS;
 }
 
@@ -502,12 +537,30 @@ aclError sim_device_sync(sim_device_t *d, int64_t timeout_ms, bool report, const
         if (arr[i] == tls_running_stream)
             continue;
         uint64_t target = atomic_load_explicit(&arr[i]->enq_seq, memory_order_acquire);
-        if (!stream_wait_seq(arr[i], target, dl))
-            rc = sim_err(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "%s: device %d did not complete within %lld ms", api, d->id,
-                         (long long)timeout_ms);
+        if (!stream_wait_seq(arr[i], target, dl)) {
+            char busy[96];
+            stream_busy_desc(arr[i], busy, sizeof busy);
+            rc = sim_err(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "%s: device %d did not complete within %lld ms (stream %p%s%s)",
+                         api, d->id, (long long)timeout_ms, SIM_H(arr[i]), busy[0] ? ": " : "", busy);
+        }
     }
     for (size_t i = 0; i < n && rc == ACL_SUCCESS && report; i++)
         rc = sim_stream_take_error(arr[i], api);
+    if (rc == ACL_SUCCESS && report) {
+        pthread_mutex_lock(&d->lock);
+        aclError code = d->orphan_code;
+        uint32_t more = d->orphan_more;
+        char msg[SIM_MSG_MAX];
+        if (code)
+            memcpy(msg, d->orphan_msg, sizeof msg);
+        d->orphan_code = 0;
+        d->orphan_more = 0;
+        pthread_mutex_unlock(&d->lock);
+        if (code && more)
+            rc = sim_err(code, "%s: asynchronous error on %s (and %u more on destroyed streams)", api, msg, more);
+        else if (code)
+            rc = sim_err(code, "%s: asynchronous error on %s", api, msg);
+    }
     for (size_t i = 0; i < n; i++)
         sim_obj_unref(&arr[i]->obj);
     free(arr);

@@ -17,6 +17,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char NAME_LEGACY[] = "dltensor";
 static const char NAME_LEGACY_USED[] = "used_dltensor";
@@ -39,21 +40,123 @@ int python_usable(void)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* interpreter shutdown                                                                          */
+/*
+ * A framework destroys a tensor with the GIL released (torch's THPVariable_clear does, for every
+ * tensor) and takes it back afterwards. A *daemon* thread that asks for the GIL once the
+ * interpreter is finalizing is ended by CPython < 3.14 with pthread_exit(), whose forced unwind
+ * through the framework's C++ frames calls std::terminate ("terminate called without an active
+ * exception"); CPython 3.14 hangs such threads instead (CPython issue gh-87135). So once shutdown
+ * has begun (begin_shutdown(), an atexit hook that runs before finalization), a deleter called on a
+ * Python thread that does not hold the GIL neither takes the GIL nor returns to the framework: it
+ * leaks the reference and parks the thread until the process exits (bounded by PARK_SECONDS).
+ * begin_shutdown() first lets deleters already waiting for the GIL finish and the threads that
+ * just left one take the GIL back while the interpreter is still alive.
+ */
+static int shutdown_started;          /* set once, with the GIL held, by begin_shutdown() */
+static unsigned long shutdown_ident;  /* the thread running the shutdown: never parked */
+static unsigned long main_ident;      /* its returns do not make begin_shutdown() wait */
+static int deleters_in_flight;        /* deleters between their shutdown check and the GIL release */
+static int64_t last_nogil_return_ns;  /* when a non-main thread last left a deleter without the GIL */
+
+#define PARK_SECONDS 30   /* an atexit hook that joins such a thread waits at most this long */
+#define SHUTDOWN_SETTLE_NS 20000000LL     /* 20 ms with no such return: nobody is on the way back */
+#define SHUTDOWN_WAIT_MAX_NS 1000000000LL /* at most 1 s in begin_shutdown() */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void park_if_python_thread(void)
+{
+    if (PyGILState_GetThisThreadState() == NULL || PyThread_get_thread_ident() == shutdown_ident)
+        return;  /* a foreign thread never takes the GIL back; the shutdown thread must go on */
+    for (int i = 0; i < PARK_SECONDS * 10; i++) {
+        struct timespec ts = {0, 100000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+PyObject *py_begin_shutdown(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    if (__atomic_load_n(&shutdown_started, __ATOMIC_SEQ_CST))
+        Py_RETURN_NONE;
+    shutdown_ident = PyThread_get_thread_ident();
+    __atomic_store_n(&shutdown_started, 1, __ATOMIC_SEQ_CST);
+    int64_t start = now_ns();
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        int64_t t = now_ns();
+        if (t - start > SHUTDOWN_WAIT_MAX_NS)
+            break;
+        if (__atomic_load_n(&deleters_in_flight, __ATOMIC_SEQ_CST) == 0 &&
+            t - __atomic_load_n(&last_nogil_return_ns, __ATOMIC_SEQ_CST) > SHUTDOWN_SETTLE_NS)
+            break;
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+int shutdown_init(void)
+{
+    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+    PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+    if (ident)
+        main_ident = PyLong_AsUnsignedLong(ident);
+    Py_XDECREF(ident);
+    Py_XDECREF(main);
+    Py_XDECREF(threading);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* export                                                                                        */
+
+static void release_ctx(PyObject *ctx)
+{
+    if (!python_usable()) {  /* the interpreter is gone, or finalizing on another thread */
+        __atomic_add_fetch(&canna_counters.export_refs_leaked, 1, __ATOMIC_RELAXED);
+        if (Py_IsInitialized())
+            park_if_python_thread();
+        return;
+    }
+    if (PyGILState_Check()) {  /* the caller holds the GIL (a capsule destructor, a Python thread) */
+        Py_DECREF(ctx);
+        return;
+    }
+    __atomic_add_fetch(&deleters_in_flight, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&shutdown_started, __ATOMIC_SEQ_CST)) {
+        __atomic_sub_fetch(&deleters_in_flight, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&canna_counters.export_refs_leaked, 1, __ATOMIC_RELAXED);
+        park_if_python_thread();
+        return;
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DECREF(ctx);
+    int stopping = __atomic_load_n(&shutdown_started, __ATOMIC_SEQ_CST);
+    int returning = !stopping && PyThread_get_thread_ident() != main_ident;
+    PyGILState_Release(g);
+    if (returning)
+        __atomic_store_n(&last_nogil_return_ns, now_ns(), __ATOMIC_SEQ_CST);
+    __atomic_sub_fetch(&deleters_in_flight, 1, __ATOMIC_SEQ_CST);
+    if (stopping)
+        park_if_python_thread();
+}
 
 static void release_ctx_and_free(void *block, PyObject *ctx)
 {
-    if (ctx) {
-        if (python_usable()) {
-            PyGILState_STATE g = PyGILState_Ensure();
-            Py_DECREF(ctx);
-            PyGILState_Release(g);
-        } else {
-            __atomic_add_fetch(&canna_counters.export_refs_leaked, 1, __ATOMIC_RELAXED);
-        }
-    }
     free(block);
     __atomic_add_fetch(&canna_counters.export_deleter_calls, 1, __ATOMIC_RELAXED);
+    if (ctx)
+        release_ctx(ctx);
 }
 
 static void deleter_legacy(DLManagedTensor *self)

@@ -131,6 +131,8 @@ static PyMethodDef methods[] = {
     {"exchange_api_info", py_exchange_api_info, METH_O, "exchange_api_info(capsule) -> dict"},
     {"strided_copy", (PyCFunction)(void (*)(void))py_strided_copy, METH_FASTCALL,
      "strided_copy(dst, dst_strides, src, src_strides, shape, itemsize); strides in bytes"},
+    {"begin_shutdown", py_begin_shutdown, METH_NOARGS,
+     "atexit hook: from now on deleters on Python threads without the GIL leak and park the thread"},
     {"_test_capsule", (PyCFunction)(void (*)(void))py_test_capsule, METH_VARARGS | METH_KEYWORDS,
      "a capsule made like a foreign producer's, with a counting deleter (tests)"},
     {"_test_delete_in_thread", py_test_call_deleter_in_thread, METH_O,
@@ -172,5 +174,16 @@ PyMODINIT_FUNC PyInit__native(void)
         Py_DECREF(m);
         return NULL;
     }
+    /* the hook runs before finalization begins (atexit hooks run first, CPython's Py_FinalizeEx) */
+    PyObject *atexit = shutdown_init() < 0 ? NULL : PyImport_ImportModule("atexit");
+    PyObject *hook = atexit ? PyObject_GetAttrString(m, "begin_shutdown") : NULL;
+    PyObject *r = hook ? PyObject_CallMethod(atexit, "register", "O", hook) : NULL;
+    Py_XDECREF(hook);
+    Py_XDECREF(atexit);
+    if (!r) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(r);
     return m;
 }

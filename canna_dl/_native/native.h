@@ -131,4 +131,8 @@ CANNA_HIDDEN int read_int64_tuple(PyObject *tup, int64_t *out, int n, const char
 CANNA_HIDDEN PyObject *int64_tuple(const int64_t *v, int n);
 CANNA_HIDDEN int python_usable(void);
 
+/* interpreter shutdown (exchange.c) */
+CANNA_HIDDEN PyObject *py_begin_shutdown(PyObject *self, PyObject *unused);
+CANNA_HIDDEN int shutdown_init(void);
+
 #endif
