@@ -44,13 +44,24 @@ from ._signature import KernelParam, KernelSignature
 
 # built-in ops
 from ._core import AxisError, broadcast_shapes as _broadcast_shapes, result_kind, result_type
-from ._elementwise import (add, astype, cast, contiguous, copy_, div, exp, gelu, log, mul, neg, pow, relu, sigmoid,
-                           silu, sqrt, sub, tanh)
-from ._reduce import amax, mean, sum, sum_to_size
-from ._nn import (conv2d, cross_entropy, layer_norm, linear, log_softmax, matmul, max_pool2d,
-                  max_pool2d_with_indices, native_cross_entropy, native_layer_norm, native_nll_loss, native_rms_norm,
-                  nll_loss, rms_norm, softmax)
+from ._elementwise import astype, cast, contiguous, copy_
+# the op registry (docs/DESIGN.md §11) and canna's own entries (kernels/ops/*.py)
+from ._registry import (Aclnn, Attr, Launch, OpDef, OpId, RegistrationError, Spec, Tensor, get_op, register_op,
+                        registered_ops)
+from . import ops as _ops
 from . import backward
+
+_k = {op.name: op.kernel for op in registered_ops("canna") if not op.name.endswith("_backward")}
+add, sub, mul, div, pow = _k["add"], _k["sub"], _k["mul"], _k["div"], _k["pow"]
+neg, exp, log, sqrt, relu, gelu, silu, sigmoid, tanh = (_k[n] for n in ("neg", "exp", "log", "sqrt", "relu", "gelu",
+                                                                          "silu", "sigmoid", "tanh"))
+sum, mean, amax, sum_to_size = _k["sum"], _k["mean"], _k["amax"], _k["sum_to_size"]  # noqa: A001
+(conv2d, cross_entropy, layer_norm, linear, log_softmax, matmul, max_pool2d, max_pool2d_with_indices,
+ native_cross_entropy, native_layer_norm, native_nll_loss, native_rms_norm, nll_loss, rms_norm, softmax) = (
+    _k[n] for n in ("conv2d", "cross_entropy", "layer_norm", "linear", "log_softmax", "matmul", "max_pool2d",
+                    "max_pool2d_with_indices", "native_cross_entropy", "native_layer_norm", "native_nll_loss",
+                    "native_rms_norm", "nll_loss", "rms_norm", "softmax"))
+del _k
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -85,4 +96,7 @@ __all__ = [
     # custom kernels
     "RawKernel", "RawModule", "KernelParam", "KernelSignature", "KernelNotFoundError", "KernelSourceError",
     "CompileError", "kernel_cache_info", "MAX_BLOCKS",
+    # the op registry
+    "register_op", "get_op", "registered_ops", "OpDef", "OpId", "Tensor", "Attr", "Spec", "Launch", "Aclnn",
+    "RegistrationError",
 ]
