@@ -10,7 +10,8 @@ Forward ops (the differentiable ones; ``canna_dl.torch`` routes to them when com
     add(Tensor self, Tensor other, Scalar alpha=1)      add_scalar / sub_scalar / rsub_scalar(self, Scalar other, Scalar alpha=1)
     sub, mul, div(Tensor self, Tensor other)            mul_scalar / div_scalar / rdiv_scalar(self, Scalar other)
     matmul(self, other)        linear(input, weight, bias?)
-    relu, silu, sigmoid, tanh, log, exp(self)       gelu(self, str approximate='none')
+    (relu, silu, sigmoid, tanh, log, exp, neg, sqrt, gelu and their backward ops are generated from
+    their registry entries: canna_dl/torch/_generated.py)
     softmax / log_softmax(self, int dim, ScalarType? dtype=None)
     layer_norm(input, int[] normalized_shape, weight?, bias?, float eps) -> (out, mean, rstd)
     rms_norm(input, int[] normalized_shape, weight?, float? eps) -> (out, rstd)
@@ -97,14 +98,6 @@ def _fake_scalar(self, other, alpha=1):
 def _fake_div_scalar(self, other):
     dt = _promote(self, other)
     return self.new_empty(self.shape, dtype=dt if dt.is_floating_point else torch.float32)
-
-
-def _fake_float_unary(self, *args):
-    return self.new_empty(self.shape, dtype=self.dtype if self.dtype.is_floating_point else torch.float32)
-
-
-def _fake_same(self, *args):
-    return self.new_empty(self.shape)
 
 
 def _matmul_shape(a, b):
@@ -284,51 +277,6 @@ def _bw_linear(ctx, g):
     return gx, gw, (gb if b is not None else None)
 
 
-def _setup_output(ctx, inputs, output):
-    ctx.save_for_backward(output)
-    ctx.args = tuple(inputs[1:])
-
-
-def _bw_relu(ctx, g):
-    (y,) = ctx.saved_tensors
-    return torch.ops.canna.relu_backward(g, y)
-
-
-def _bw_sigmoid(ctx, g):
-    (y,) = ctx.saved_tensors
-    return torch.ops.canna.sigmoid_backward(g, y)
-
-
-def _bw_tanh(ctx, g):
-    (y,) = ctx.saved_tensors
-    return torch.ops.canna.tanh_backward(g, y)
-
-
-def _bw_exp(ctx, g):               # d(exp x) = exp x: from the output
-    (y,) = ctx.saved_tensors
-    return torch.ops.canna.mul(g, y)
-
-
-def _bw_log(ctx, g):               # d(log x) = 1 / x: from the input
-    (x,) = ctx.saved_tensors
-    return torch.ops.canna.div(g, x)
-
-
-def _setup_input(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
-    ctx.args = tuple(inputs[1:])
-
-
-def _bw_gelu(ctx, g):
-    (x,) = ctx.saved_tensors
-    return torch.ops.canna.gelu_backward(g, x, ctx.args[0]), None
-
-
-def _bw_silu(ctx, g):
-    (x,) = ctx.saved_tensors
-    return torch.ops.canna.silu_backward(g, x)
-
-
 def _setup_softmax(ctx, inputs, output):
     ctx.save_for_backward(output)
     ctx.dim = inputs[1]
@@ -505,16 +453,7 @@ def _register():
         _bw_matmul, _setup_save_inputs)
     _op("linear", f"({T} input, {T} weight, {T}? bias=None) -> {T}",
         lambda x, w, b=None: kernels.linear(P(x), P(w), P(b)), _fake_linear, _bw_linear, _setup_save_inputs)
-    # activations
-    _op("relu", f"({T} self) -> {T}", lambda x: kernels.relu(P(x)), _fake_same, _bw_relu, _setup_output)
-    _op("sigmoid", f"({T} self) -> {T}", lambda x: kernels.sigmoid(P(x)), _fake_float_unary, _bw_sigmoid,
-        _setup_output)
-    _op("tanh", f"({T} self) -> {T}", lambda x: kernels.tanh(P(x)), _fake_float_unary, _bw_tanh, _setup_output)
-    _op("log", f"({T} self) -> {T}", lambda x: kernels.log(P(x)), _fake_float_unary, _bw_log, _setup_input)
-    _op("exp", f"({T} self) -> {T}", lambda x: kernels.exp(P(x)), _fake_float_unary, _bw_exp, _setup_output)
-    _op("gelu", f"({T} self, str approximate='none') -> {T}", lambda x, a="none": kernels.gelu(P(x), a),
-        _fake_float_unary, _bw_gelu, _setup_input)
-    _op("silu", f"({T} self) -> {T}", lambda x: kernels.silu(P(x)), _fake_float_unary, _bw_silu, _setup_input)
+    # activations: generated from their registry entries (canna_dl/torch/_generated.py)
     _op("softmax", f"({T} self, int dim, ScalarType? dtype=None) -> {T}",
         lambda x, dim, dtype=None: kernels.softmax(P(x), dim, dtype=dtype),
         lambda x, dim, dtype=None: x.new_empty(x.shape, dtype=dtype or x.dtype), _bw_softmax, _setup_softmax)
@@ -553,12 +492,6 @@ def _register():
         _setup_reduce)
 
     # backward ops
-    _op("relu_backward", f"({T} grad, {T} result) -> {T}", lambda g, y: kbw.relu(P(g), P(y)), _fake_grad_like)
-    _op("sigmoid_backward", f"({T} grad, {T} result) -> {T}", lambda g, y: kbw.sigmoid(P(g), P(y)), _fake_grad_like)
-    _op("tanh_backward", f"({T} grad, {T} result) -> {T}", lambda g, y: kbw.tanh(P(g), P(y)), _fake_grad_like)
-    _op("gelu_backward", f"({T} grad, {T} self, str approximate='none') -> {T}",
-        lambda g, x, a="none": kbw.gelu(P(g), P(x), a), _fake_grad_like)
-    _op("silu_backward", f"({T} grad, {T} self) -> {T}", lambda g, x: kbw.silu(P(g), P(x)), _fake_grad_like)
     _op("softmax_backward", f"({T} grad, {T} result, int dim) -> {T}", lambda g, y, d: kbw.softmax(P(g), P(y), d),
         _fake_grad_like)
     _op("log_softmax_backward", f"({T} grad, {T} result, int dim) -> {T}",

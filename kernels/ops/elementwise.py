@@ -86,12 +86,12 @@ _unary("sigmoid", "Sigmoid", backward=lambda ops, g, y: ops.sigmoid_backward(g, 
 _unary("tanh", "Tanh", backward=lambda ops, g, y: ops.tanh_backward(g, y), save=("out",),
        torch=("torch.tanh", "torch.Tensor.tanh"),
        doc=f"Hyperbolic tangent (``torch.tanh``; ``aclnnTanh``). {_SEE}")
-_unary("silu", "Silu", backward=lambda ops, g, x: ops.silu_backward(g, x), save=("x",),
+_unary("silu", "Silu", dtypes=FLOATS, backward=lambda ops, g, x: ops.silu_backward(g, x), save=("x",),
        torch=(("torch.nn.functional.silu", {"inplace": False}),),
        doc=f"``x * sigmoid(x)`` (``torch.nn.functional.silu``; ``aclnnSilu``). {_SEE}")
 
 _GELU = ("none", "tanh")
-_unary("gelu", "GeluV2", attrs=(Attr("approximate", str, "none", choices=_GELU),),
+_unary("gelu", "GeluV2", dtypes=FLOATS, attrs=(Attr("approximate", str, "none", choices=_GELU),),
        params=lambda lib, keep, approximate: (_GELU.index(approximate),),
        backward=lambda ops, g, x, approximate: ops.gelu_backward(g, x, approximate), save=("x",),
        torch=("torch.nn.functional.gelu",),
