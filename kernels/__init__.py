@@ -46,7 +46,7 @@ from ._signature import KernelParam, KernelSignature
 from ._core import AxisError, broadcast_shapes as _broadcast_shapes, result_kind, result_type
 from ._elementwise import astype, cast, contiguous, copy_
 # the op registry (docs/DESIGN.md §11) and canna's own entries (kernels/ops/*.py)
-from ._registry import (Aclnn, Attr, Launch, OpDef, OpId, RegistrationError, Spec, Tensor, get_op, register_op,
+from ._registry import (Aclnn, Attr, Launch, OpDef, RegistrationError, Spec, Tensor, get_op, op_id, register_op,
                         registered_ops)
 from . import ops as _ops
 from . import backward
@@ -97,6 +97,6 @@ __all__ = [
     "RawKernel", "RawModule", "KernelParam", "KernelSignature", "KernelNotFoundError", "KernelSourceError",
     "CompileError", "kernel_cache_info", "MAX_BLOCKS",
     # the op registry
-    "register_op", "get_op", "registered_ops", "OpDef", "OpId", "Tensor", "Attr", "Spec", "Launch", "Aclnn",
+    "register_op", "get_op", "registered_ops", "OpDef", "op_id", "Tensor", "Attr", "Spec", "Launch", "Aclnn",
     "RegistrationError",
 ]

@@ -217,7 +217,9 @@ _next_id = [1]
 
 class OpId(enum.IntEnum):
     """The C fast path's op ids (keys of kernels/_native/fast.c), one per registered op that has a
-    fast path; assigned at registration, never reused (a duplicate cannot run another op)."""
+    fast path (member ``<namespace>__<name>``); assigned at registration, never reused (a duplicate
+    cannot run another op). The enum is rebuilt when an op is registered: read it as
+    ``kernels._registry.OpId`` (or use :func:`op_id`)."""
 
 
 def _add_op_id(name, value):
@@ -385,10 +387,10 @@ def _add(op: OpDef):
             raise RegistrationError(f"an op named {op.qualname!r} is already registered; pick another name or "
                                     "namespace")
         if op.fast:
-            op.fast_id = _add_op_id(op.qualname.replace("::", "__"), _next_id[0])
+            op.fast_id = int(_add_op_id(op.qualname.replace("::", "__"), _next_id[0]))
             _next_id[0] += 1
         elif op.qualname.replace("::", "__") in OpId.__members__:   # reserved by its hand-written function
-            op.fast_id = OpId[op.qualname.replace("::", "__")]
+            op.fast_id = int(OpId[op.qualname.replace("::", "__")])
         _REGISTRY[op.qualname] = op
         op.kernel = _wrap_impl(op) if isinstance(op.forward, Impl) else _make_kernel(op)
     return op
@@ -738,3 +740,24 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
 def define(name, **kw):
     """Register one of canna's own ops (``kernels/ops/*.py``)."""
     return _add(OpDef(name, namespace="canna", **kw))
+
+
+def op_table() -> str:
+    """The README's op list (Markdown), generated from the registry: one row per op of canna's own,
+    with its inputs and attributes, how its forward runs, what its backward saves, and where it is
+    generated for the frameworks (``tests/test_registry.py`` checks the README against it)."""
+    rows = ["| op | inputs | attributes | forward | backward saves | frameworks |",
+            "|---|---|---|---|---|---|"]
+    for op in registered_ops("canna"):
+        ins = ", ".join(t.name + ("?" if t.optional else "") for t in op.inputs)
+        attrs = ", ".join(a.name + ("" if a.required else f"={a.default!r}") for a in op.attrs) or "—"
+        f = op.forward
+        fwd = f"`aclnn{f.name}`" if isinstance(f, Aclnn) else "RawKernel" if isinstance(f, Launch) else \
+            "hand-written" if isinstance(f, Impl) else "composition"
+        if op.backward is None:
+            saves = "—" if isinstance(f, Impl) or op.name.endswith("_backward") else "no backward"
+        else:
+            saves = ", ".join(op.save) or "nothing"
+        fw = "torch, tf, jax (generated)" if op.generate else "hand-written shims"
+        rows.append(f"| `{op.name}` | {ins} | {attrs} | {fwd} | {saves} | {fw} |")
+    return "\n".join(rows) + "\n"

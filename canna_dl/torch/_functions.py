@@ -435,6 +435,18 @@ _relu, _gelu, _silu, _sigmoid, _tanh, _log, _exp, _neg, _sqrt = (
 _relu_backward = _g("relu_backward")
 
 
+def _generate_all():
+    """Every generated entry's routing function and custom op now (not while torch.compile traces a
+    backward that calls one of them)."""
+    import kernels
+    for op in kernels.registered_ops():
+        if op.generate:
+            _g(op.qualname)
+
+
+_generate_all()
+
+
 class _ReluInplace(Function):
     @staticmethod
     def forward(ctx, x):
