@@ -61,7 +61,6 @@ sum, mean, amax, sum_to_size = _k["sum"], _k["mean"], _k["amax"], _k["sum_to_siz
     _k[n] for n in ("conv2d", "cross_entropy", "layer_norm", "linear", "log_softmax", "matmul", "max_pool2d",
                     "max_pool2d_with_indices", "native_cross_entropy", "native_layer_norm", "native_nll_loss",
                     "native_rms_norm", "nll_loss", "rms_norm", "softmax"))
-del _k
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -100,3 +99,10 @@ __all__ = [
     "register_op", "get_op", "registered_ops", "OpDef", "op_id", "Tensor", "Attr", "Spec", "Launch", "Aclnn",
     "RegistrationError",
 ]
+
+# every other entry of canna's own (kernels/ops/*.py) is exported under its name too
+for _n, _f in _k.items():
+    if _n not in globals():
+        globals()[_n] = _f
+        __all__.append(_n)
+del _k, _n, _f
