@@ -70,6 +70,13 @@ _SEE = "Same conventions as :func:`kernels.add` (``out=``, ``stream=``, result k
 
 _unary("neg", "Neg", shape=same, backward=lambda ops, g: ops.neg(g), torch=("torch.neg", "torch.Tensor.neg"),
        doc=f"``-x`` (``torch.neg``; ``aclnnNeg``). Dtypes: floats, int32, int64. {_SEE}")
+_unary("abs", "Abs", shape=same, backward=lambda ops, g, x: ops.mul(g, ops.sign(x)), save=("x",),
+       torch=("torch.abs", "torch.Tensor.abs"),
+       doc=f"``|x|`` (``torch.abs``; ``aclnnAbs``); its gradient is ``grad * sign(x)`` (0 at 0, as PyTorch's). "
+           f"Dtypes: floats, int32, int64. {_SEE}")
+_unary("sign", "Sign", shape=same, backward=lambda ops, g: None, torch=("torch.sign", "torch.Tensor.sign"),
+       doc=f"-1, 0 or 1 by the sign of ``x`` (0 for NaN and ±0; ``torch.sign``; ``aclnnSign``); its gradient is 0. "
+           f"Dtypes: floats, int32, int64. {_SEE}")
 _unary("exp", "Exp", backward=lambda ops, g, y: ops.mul(g, y), save=("out",), torch=("torch.exp", "torch.Tensor.exp"),
        doc=f"``e ** x`` (``torch.exp``; ``aclnnExp``). Integer inputs give float32. {_SEE}")
 _unary("log", "Log", backward=lambda ops, g, x: ops.div(g, x), save=("x",), torch=("torch.log", "torch.Tensor.log"),
