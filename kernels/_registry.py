@@ -134,6 +134,10 @@ class Spec:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
     def __repr__(self):
         return f"Spec({self.shape}, {self.dtype.name})"
 
@@ -727,6 +731,15 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
                                 "function of registered ops")
     if backward is not None and not callable(backward):
         raise RegistrationError(f"register_op({name!r}): backward must be a function or None")
+    for a in attrs:
+        if not isinstance(a, Attr):
+            raise RegistrationError(f"register_op({name!r}): attrs must be kernels.Attr objects, not {a!r}")
+        if a.type is object:
+            raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool or "
+                                    "str) for the framework schemas")
+    for f in torch:
+        if not (callable(f) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
+            raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
     q = f"{namespace}::{name}"
     if q in _REGISTRY:
         raise RegistrationError(f"register_op: an op named {q!r} is already registered; pick another name or "
@@ -734,7 +747,20 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
     op = OpDef(name, inputs=ins, attrs=tuple(attrs), outputs=tuple(outputs), shape=shape, forward=forward,
                backward=backward, save=save, namespace=namespace, torch=torch, doc=doc, fast=fast)
     _check_registration(op, example_shapes)
-    return _add(op)
+    _add(op)
+    _notify(op)
+    return op
+
+
+def _notify(op):
+    """Make the framework forms now for the frameworks whose shim is loaded (a custom op must exist
+    before ``torch.compile`` traces a call of it; offload() maps the entry's torch functions)."""
+    import sys
+    if "canna_dl.torch._generated" in sys.modules:
+        g = sys.modules["canna_dl.torch._generated"]
+        g.function(op)
+        if op.torch and "canna_dl.torch._offload" in sys.modules:
+            g.offload_register(op)
 
 
 def define(name, **kw):

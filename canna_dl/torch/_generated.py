@@ -344,3 +344,11 @@ def _handler(fn, n, nattrs, extras):
         _chk(*v[:n])
         return fn(*v[:k])
     return h
+
+
+def offload_register(op):
+    """Add the entry's torch functions to ``offload()``'s table (an op registered after
+    ``canna_dl.torch`` was imported)."""
+    from . import _offload
+    for f, names, defaults, _extras, handler in offload_entries(op):
+        _offload._TABLE[f] = (op.name, _offload._Sig(names, None, **defaults), handler)
