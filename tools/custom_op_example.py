@@ -65,6 +65,28 @@ def register(namespace="demo"):
         backward=lambda ops, g: (g, g))      # d(x + y)/dx = d(x + y)/dy = 1
 
 
+def measure(shape, *, budget: float, batch: int, tf=None) -> dict:
+    """The registered custom add against the framework's native add on float32 ``shape`` (framework
+    tensors in, a framework tensor out), measured interleaved: seconds per call of ``torch``
+    (torch.add), ``custom_torch`` (the op's PyTorch form), ``tf`` (tf.add), ``custom_tf``."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch
+    from _benchutil import bench_many
+    op = register()
+    rng = np.random.default_rng(0)
+    xn, yn = rng.random(shape, dtype=np.float32), rng.random(shape, dtype=np.float32)
+    xt, yt = torch.from_numpy(xn), torch.from_numpy(yn)
+    ft = op.torch_fn
+    assert torch.equal(ft(xt, yt), xt + yt)
+    cands = {"torch": lambda: torch.add(xt, yt), "custom_torch": lambda: ft(xt, yt)}
+    if tf is not None:
+        xf, yf = tf.constant(xn), tf.constant(yn)
+        ff = op.tf_fn
+        np.testing.assert_array_equal(ff(xf, yf).numpy(), xn + yn)
+        cands.update(tf=lambda: tf.add(xf, yf), custom_tf=lambda: ff(xf, yf))
+    return bench_many(cands, budget=budget, batch=batch)
+
+
 def main():
     op = register()
 
