@@ -36,6 +36,7 @@ import torch
 
 import kernels
 from kernels import backward as kbw
+from kernels.ops import nn as _nnrules
 
 from . import _functions as F
 from ._common import NoTorchFunction, plain
@@ -100,18 +101,8 @@ def _fake_div_scalar(self, other):
     return self.new_empty(self.shape, dtype=dt if dt.is_floating_point else torch.float32)
 
 
-def _matmul_shape(a, b):
-    torch._check(a.dim() >= 1 and b.dim() >= 1, lambda: "canna::matmul: both operands need at least 1 dimension")
-    av, bv = a.dim() == 1, b.dim() == 1
-    kb = b.shape[0] if bv else b.shape[-2]
-    torch._check(a.shape[-1] == kb, lambda: f"canna::matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
-                 "multiplied")
-    batch = torch.broadcast_shapes(a.shape[:-2] if not av else (), b.shape[:-2] if not bv else ())
-    return (*batch, *(() if av else (a.shape[-2],)), *(() if bv else (b.shape[-1],)))
-
-
 def _fake_matmul(self, other):
-    return self.new_empty(_matmul_shape(self, other))
+    return self.new_empty(_nnrules.matmul_shape(self, other).shape)   # the registry's rule
 
 
 def _fake_linear(x, w, b=None):
@@ -132,8 +123,7 @@ def _fake_rms_norm(x, ns, w, eps):
     return x.new_empty(x.shape), x.new_empty(_stat_shape(x, ns), dtype=sdt)
 
 
-def _conv_out(n, k, s, p, d):
-    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+_conv_out, _pool_out = _nnrules.conv_out, _nnrules.pool_out   # the registry's rules (kernels/ops/nn.py)
 
 
 def _fake_conv2d(x, w, b, stride, padding, dilation, groups):
@@ -142,14 +132,6 @@ def _fake_conv2d(x, w, b, stride, padding, dilation, groups):
     if x.dim() == 3:
         return x.new_empty((w.shape[0], oh, ow))
     return x.new_empty((x.shape[0], w.shape[0], oh, ow))
-
-
-def _pool_out(n, k, s, p, d, ceil):
-    span = n + 2 * p - d * (k - 1) - 1
-    o = (-(-span // s) if ceil else span // s) + 1
-    if ceil and (o - 1) * s >= n + p:
-        o = o - 1
-    return o
 
 
 def _fake_max_pool2d(x, k, s, p, d, ceil):
