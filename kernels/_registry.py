@@ -437,7 +437,7 @@ def _make_kernel(op: OpDef):
             a = op.attrs[0]
             if a.type is str:
                 g["_CODES"] = {c: i for i, c in enumerate(a.choices or ())}
-                fp = f"_CODES.get({a.name}, -1)"
+                fp = f"(_CODES.get({a.name}, -1) if type({a.name}) is str else -1)"
             else:
                 fp = a.name
         else:

@@ -192,3 +192,13 @@ def test_readme_op_list_is_the_registry():
     assert m, "README.md has no generated op list"
     assert m.group(1) == R.op_table(), ("README.md's op list differs from the registry; regenerate it with "
                                         "python -c 'import kernels; print(kernels._registry.op_table())'")
+
+
+def test_bad_attribute_on_the_fast_path_gets_canna_message():
+    torch = pytest.importorskip("torch")
+    x = torch.ones(3)
+    kernels.gelu(x)   # the fast path is on
+    with pytest.raises(TypeError, match="approximate must be a str, not list"):
+        kernels.gelu(x, [1])
+    with pytest.raises(ValueError, match="approximate must be one of 'none', 'tanh'"):
+        kernels.gelu(x, "fast")
