@@ -13,7 +13,7 @@ from canna_dl import DeviceArray
 from . import _core as C
 from . import _native
 from . import _registry as R
-from ._core import ARITH, FLOATS, INT64, F32, F16, BF16, BOOL, TORCH
+from ._core import ARITH, INT64, F32, F16, BF16, BOOL, TORCH
 
 _fast = _native.fast
 _fast_stream = C.fast_stream

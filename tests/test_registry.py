@@ -66,7 +66,8 @@ def test_op_ids_are_a_checked_enum():
     assert len(ids) == len(set(ids)), "duplicate fast-path op ids"
     for op in R.registered_ops():
         if op.fast:
-            assert R.OpId(op.fast_id).name == op.qualname.replace("::", "__") == R.OpId[op.qualname.replace("::", "__")].name
+            key = op.qualname.replace("::", "__")
+            assert R.OpId(op.fast_id).name == key == R.OpId[key].name
             assert R.op_id(op.qualname) == op.fast_id
     with pytest.raises(R.RegistrationError, match="taken"):
         R._add_op_id("canna__relu", 999)

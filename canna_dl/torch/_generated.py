@@ -276,8 +276,9 @@ def function(op):
             head = f"    if _route(_api, {', '.join(tensors)}) == 0{cond}:\n        return _k({call})\n"
         else:
             head = ""
+        attr_dict = ", ".join(f"{a.name!r}: {a.name}" for a in op.attrs)
         src = (f"def {op.name}({', '.join(params)}):\n{head}"
-               f"    return _slow(({', '.join(tensors)},), {{{', '.join(f'{a.name!r}: {a.name}' for a in op.attrs)}}})\n")
+               f"    return _slow(({', '.join(tensors)},), {{{attr_dict}}})\n")
 
         def slow(arrays, attrs):
             for a in op.attrs:
