@@ -34,6 +34,16 @@ the forward variants that return what they need: :func:`native_layer_norm`,
 :func:`native_rms_norm`, :func:`max_pool2d_with_indices`, :func:`native_cross_entropy`,
 :func:`native_nll_loss`.
 
+Every op is an entry of the op registry (docs/DESIGN.md §11; :func:`registered_ops`,
+:func:`get_op`; canna's own in ``kernels/ops/*.py``), from which its kernel function and its
+PyTorch, TensorFlow and JAX forms are generated. :func:`register_op` registers your own kernels the
+same way (README "Your own ops")::
+
+    op = kernels.register_op("my_add", inputs=[kernels.Tensor("x", "float32"), kernels.Tensor("y", "float32")],
+                             shape=rule, forward=kernels.Launch(raw_kernel, launch_rule),
+                             backward=lambda ops, g: (g, g))
+    op.torch_fn(a, b); op.tf_fn(a, b); op.jax_fn(a, b); torch.ops.user.my_add(a, b)
+
 Custom kernels (docs/DESIGN.md §3.3): :class:`RawKernel` / :class:`RawModule` compile, load and
 launch user kernels written in the dialect of ``kernels/include/canna_kernel.h``.
 """

@@ -97,14 +97,17 @@ def test_torch(ops):
     with pytest.raises(ValueError, match="differ"):
         torch.ops.regtest.square_grad(torch.ones(3, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
     # offload() maps a torch function to it when the registration names one
-    mapped = kernels.register_op(
+    kernels.register_op(
         "square_mapped", namespace=NS, inputs=[Tensor("x", "float64")], shape=_same_shape,
-        forward=Launch(kernels.RawModule(SQUARE).get_function("square"), _blocks), torch=[torch.square])
-    del mapped
-    with ct.offload() as rep:
-        y = torch.square(torch.tensor(_x()))
-    torch.testing.assert_close(y, torch.tensor(_x()) ** 2)
-    assert rep.ops["square_mapped"].canna == 1
+        forward=Launch(kernels.RawModule(SQUARE).get_function("square"), _blocks),
+        backward=lambda ops, g, x: ops[f"{NS}::square_grad"](g, x), save=("x",), torch=[torch.square])
+    xm = torch.tensor(_x(), requires_grad=True)
+    with ct.offload(ops=["square_mapped"]) as rep:
+        y = torch.square(xm)
+        y.sum().backward()
+    torch.testing.assert_close(y, xm.detach() ** 2)
+    torch.testing.assert_close(xm.grad, 2 * xm.detach())
+    assert rep.ops["square_mapped"].canna == 1 and rep.ops["square_mapped"].backward == 1
 
 
 def test_tensorflow(ops):

@@ -353,3 +353,8 @@ def offload_register(op):
     from . import _offload
     for f, names, defaults, _extras, handler in offload_entries(op):
         _offload._TABLE[f] = (op.name, _offload._Sig(names, None, **defaults), handler)
+    _offload.OFFLOAD_OPS = tuple(sorted(set(_offload.OFFLOAD_OPS) | {op.name}))   # offload(ops=[...]) knows it
+    cls = _classes[op.qualname]
+    if cls._backward_cls not in _offload._NODES:   # the report counts its backward calls
+        _offload._NODES = _offload._NODES | {cls._backward_cls}
+        _offload._count_backward(cls)
