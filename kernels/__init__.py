@@ -34,6 +34,16 @@ the forward variants that return what they need: :func:`native_layer_norm`,
 :func:`native_rms_norm`, :func:`max_pool2d_with_indices`, :func:`native_cross_entropy`,
 :func:`native_nll_loss`.
 
+Every op is an entry of the op registry (docs/DESIGN.md §11; :func:`registered_ops`,
+:func:`get_op`; canna's own in ``kernels/ops/*.py``), from which its kernel function and its
+PyTorch, TensorFlow and JAX forms are generated. :func:`register_op` registers your own kernels the
+same way (README "Your own ops")::
+
+    op = kernels.register_op("my_add", inputs=[kernels.Tensor("x", "float32"), kernels.Tensor("y", "float32")],
+                             shape=rule, forward=kernels.Launch(raw_kernel, launch_rule),
+                             backward=lambda ops, g: (g, g))
+    op.torch_fn(a, b); op.tf_fn(a, b); op.jax_fn(a, b); torch.ops.user.my_add(a, b)
+
 Custom kernels (docs/DESIGN.md §3.3): :class:`RawKernel` / :class:`RawModule` compile, load and
 launch user kernels written in the dialect of ``kernels/include/canna_kernel.h``.
 """
@@ -44,13 +54,23 @@ from ._signature import KernelParam, KernelSignature
 
 # built-in ops
 from ._core import AxisError, broadcast_shapes as _broadcast_shapes, result_kind, result_type
-from ._elementwise import (add, astype, cast, contiguous, copy_, div, exp, gelu, log, mul, neg, pow, relu, sigmoid,
-                           silu, sqrt, sub, tanh)
-from ._reduce import amax, mean, sum, sum_to_size
-from ._nn import (conv2d, cross_entropy, layer_norm, linear, log_softmax, matmul, max_pool2d,
-                  max_pool2d_with_indices, native_cross_entropy, native_layer_norm, native_nll_loss, native_rms_norm,
-                  nll_loss, rms_norm, softmax)
+from ._elementwise import astype, cast, contiguous, copy_
+# the op registry (docs/DESIGN.md §11) and canna's own entries (kernels/ops/*.py)
+from ._registry import (Aclnn, Attr, Launch, OpDef, RegistrationError, Spec, Tensor, get_op, op_id, register_op,
+                        registered_ops)
+from . import ops as _ops
 from . import backward
+
+_k = {op.name: op.kernel for op in registered_ops("canna") if not op.name.endswith("_backward")}
+add, sub, mul, div, pow = _k["add"], _k["sub"], _k["mul"], _k["div"], _k["pow"]
+neg, exp, log, sqrt, relu, gelu, silu, sigmoid, tanh = (_k[n] for n in ("neg", "exp", "log", "sqrt", "relu", "gelu",
+                                                                          "silu", "sigmoid", "tanh"))
+sum, mean, amax, sum_to_size = _k["sum"], _k["mean"], _k["amax"], _k["sum_to_size"]  # noqa: A001
+(conv2d, cross_entropy, layer_norm, linear, log_softmax, matmul, max_pool2d, max_pool2d_with_indices,
+ native_cross_entropy, native_layer_norm, native_nll_loss, native_rms_norm, nll_loss, rms_norm, softmax) = (
+    _k[n] for n in ("conv2d", "cross_entropy", "layer_norm", "linear", "log_softmax", "matmul", "max_pool2d",
+                    "max_pool2d_with_indices", "native_cross_entropy", "native_layer_norm", "native_nll_loss",
+                    "native_rms_norm", "nll_loss", "rms_norm", "softmax"))
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -85,4 +105,14 @@ __all__ = [
     # custom kernels
     "RawKernel", "RawModule", "KernelParam", "KernelSignature", "KernelNotFoundError", "KernelSourceError",
     "CompileError", "kernel_cache_info", "MAX_BLOCKS",
+    # the op registry
+    "register_op", "get_op", "registered_ops", "OpDef", "op_id", "Tensor", "Attr", "Spec", "Launch", "Aclnn",
+    "RegistrationError",
 ]
+
+# every other entry of canna's own (kernels/ops/*.py) is exported under its name too
+for _n, _f in _k.items():
+    if _n not in globals():
+        globals()[_n] = _f
+        __all__.append(_n)
+del _k, _n, _f

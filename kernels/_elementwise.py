@@ -1,6 +1,7 @@
-"""Elementwise ops: arithmetic with NumPy broadcasting, unary math and activations, their backward
-kernels, casts and copies. Each is one aclnn call (torch_npu's mapping: ``add`` → ``aclnnAdd`` /
-``aclnnAdds``, ``gelu`` → ``aclnnGeluV2``, relu's gradient → ``aclnnThresholdBackward``, ...).
+"""Elementwise ops written by hand: arithmetic with NumPy broadcasting and Python-number operands
+(``add`` → ``aclnnAdd`` / ``aclnnAdds``, ...), ``pow`` with a scalar exponent, casts and copies.
+The unary math and activations are generated from their registry entries
+(``kernels/ops/elementwise.py``).
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from canna_dl import DeviceArray
 
 from . import _core as C
 from . import _native
-from ._core import ARITH, FLOATS, INT64, F32, F16, BF16, BOOL, TORCH
+from . import _registry as R
+from ._core import ARITH, INT64, F32, F16, BF16, BOOL, TORCH
 
 _fast = _native.fast
 _fast_stream = C.fast_stream
@@ -19,14 +21,12 @@ _FS = C._fast_state
 _L = C._lib
 _S = C._state
 
-# op ids of the C fast path (keys of kernels/_native/fast.c)
-_ADD, _SUB, _MUL, _DIV = 1, 2, 3, 4
-_NEG, _EXP, _LOG, _SQRT, _RELU, _SIGMOID, _TANH, _SILU, _GELU, _POW = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
-_RELU_BW, _GELU_BW, _SILU_BW, _SIGMOID_BW, _TANH_BW = 30, 31, 32, 33, 34
-_INPLACE = 0x10000   # flag: the output is x itself (x op= y, e.g. an optimizer's p.add_(g, alpha=-lr))
+# op ids of the C fast path (keys of kernels/_native/fast.c): the registry's OpId enum
+_ADD, _SUB, _MUL, _DIV, _POW = (int(R.reserve_op_id(n)) for n in ("canna__add", "canna__sub", "canna__mul",
+                                                                  "canna__div", "canna__pow"))
+_INPLACE = R.INPLACE   # flag: the output is x itself (x op= y, e.g. an optimizer's p.add_(g, alpha=-lr))
 
-__all__ = ["add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "pow", "relu", "gelu", "silu", "sigmoid",
-           "tanh", "astype", "cast", "contiguous", "copy_"]
+__all__ = ["add", "sub", "mul", "div", "pow", "astype", "cast", "contiguous", "copy_"]
 
 _CAST_DTYPES = ARITH + (C.INT8, C.UINT8, C.INT16, BOOL)
 
@@ -234,98 +234,8 @@ def div(x, y, *, out=None, stream=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# unary
-
-def _unary(api, name, x, out, stream, *, keep_int, make_args=None, key_extra=(), param_dtypes=None, fop=0, fp=None):
-    """out = f(x) for ``aclnn<name>(self, out)``. ``keep_int``: integer inputs give integer results
-    (neg, relu); otherwise they give float32 (exp of an int32 array is float32, as in PyTorch).
-    ``fop`` / ``fp``: the op id and parameter of the C fast path (torch in, torch out)."""
-    fkey = None
-    if fop and out is None and stream is None and _FS["on"] and _L.gen == _S.generation:
-        fkey = _fast(fop, _fast_stream(api), x, None, fp)
-        if fkey is not None and type(fkey) is not bytes:
-            return fkey
-    kind = C.result_kind(x) if out is None else None
-    a = C.as_array(api, "x", x)
-    C.check_dtype(api, "x", a.dtype, param_dtypes or ARITH)
-    dtype = a.dtype if (keep_int or C.category(a.dtype) == 2) else C.DEFAULT_FLOAT
-    if a.ndim > C.MAX_DIMS:
-        raise ValueError(f"{api}: at most {C.MAX_DIMS} dimensions are supported, got {a.ndim}")
-    s = C.device_and_stream(api, (a,), stream)
-    o = C.new_out(kind, a.shape, dtype, s) if out is None else \
-        C.given_out(api, out, a.shape, dtype, (("x", a),), allow_same=True)
-    if o.arr.size == 0:
-        return _zero_size([o])[0].obj
-    a = C.prepare_input(a)
-    C.order_inputs(s, (a,))
-    r = o.arr
-    key = (name, a.dtype, a.shape, a.strides, r.dtype, r.shape, r.strides) + tuple(key_extra)
-    plan = C.get_plan(key)
-    if plan is None:
-        plan = C.build_plan(name, (a,), (r,), make_args or (lambda lib, t, keep: (t[0], t[1])))
-        C.put_plan(key, plan)
-    C.launch(plan, s, (a.ptr, r.ptr), (o,), (a, r))
-    if fkey is not None and kind == TORCH:
-        C.fast_register(fkey, plan, a, r, o.obj)
-    return o.obj
-
-
-def neg(x, *, out=None, stream=None):
-    """``-x`` (``torch.neg``; ``aclnnNeg``). Dtypes: floats, int32, int64. Same conventions as :func:`add`."""
-    return _unary("kernels.neg", "Neg", x, out, stream, keep_int=True, fop=_NEG)
-
-
-def exp(x, *, out=None, stream=None):
-    """``e ** x`` (``torch.exp``; ``aclnnExp``). Integer inputs give float32. See :func:`add`."""
-    return _unary("kernels.exp", "Exp", x, out, stream, keep_int=False, fop=_EXP)
-
-
-def log(x, *, out=None, stream=None):
-    """Natural logarithm (``torch.log``; ``aclnnLog``): NaN below 0, -inf at 0. See :func:`exp`."""
-    return _unary("kernels.log", "Log", x, out, stream, keep_int=False, fop=_LOG)
-
-
-def sqrt(x, *, out=None, stream=None):
-    """Square root (``torch.sqrt``; ``aclnnSqrt``): NaN below 0. See :func:`exp`."""
-    return _unary("kernels.sqrt", "Sqrt", x, out, stream, keep_int=False, fop=_SQRT)
-
-
-def relu(x, *, out=None, stream=None):
-    """``max(x, 0)``, NaN kept (``torch.relu``; ``aclnnRelu``). Dtypes: floats, int32, int64."""
-    return _unary("kernels.relu", "Relu", x, out, stream, keep_int=True, fop=_RELU)
-
-
-def sigmoid(x, *, out=None, stream=None):
-    """``1 / (1 + e ** -x)`` (``torch.sigmoid``; ``aclnnSigmoid``). See :func:`exp`."""
-    return _unary("kernels.sigmoid", "Sigmoid", x, out, stream, keep_int=False, fop=_SIGMOID)
-
-
-def tanh(x, *, out=None, stream=None):
-    """Hyperbolic tangent (``torch.tanh``; ``aclnnTanh``). See :func:`exp`."""
-    return _unary("kernels.tanh", "Tanh", x, out, stream, keep_int=False, fop=_TANH)
-
-
-def silu(x, *, out=None, stream=None):
-    """``x * sigmoid(x)`` (``torch.nn.functional.silu``; ``aclnnSilu``). See :func:`exp`."""
-    return _unary("kernels.silu", "Silu", x, out, stream, keep_int=False, fop=_SILU)
-
-
-_GELU = {"none": 0, "tanh": 1}
-
-
-def gelu(x, approximate="none", *, out=None, stream=None):
-    """GELU (``torch.nn.functional.gelu``; ``aclnnGeluV2`` as torch_npu calls it):
-    ``approximate="none"`` is ``x * Φ(x)`` (the erf form), ``"tanh"`` the tanh approximation.
-
-    Raises:
-        ValueError: another ``approximate``. See :func:`exp` for the rest.
-    """
-    if approximate not in _GELU:
-        raise ValueError(f"kernels.gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
-    code = _GELU[approximate]
-    return _unary("kernels.gelu", "GeluV2", x, out, stream, keep_int=False, key_extra=(code,),
-                  make_args=lambda lib, t, keep: (t[0], code, t[1]), fop=18, fp=code)
-
+# unary math and activations, and their backward kernels: generated from their registry entries
+# (kernels/ops/elementwise.py)
 
 def pow(x, exponent, *, out=None, stream=None):  # noqa: A001 (torch.pow)
     """``x ** exponent`` for a Python-number exponent (``torch.pow``; ``aclnnPowTensorScalar``).
@@ -481,82 +391,3 @@ def _launch_copy(name, a, o, s):
         plan = C.build_plan(name, (a,), (r,), args)
         C.put_plan(key, plan)
     C.launch(plan, s, (a.ptr, r.ptr), (o,), (a, r))
-
-
-# ---------------------------------------------------------------------------------------------
-# backward of the activations (binary elementwise kernels)
-
-def _backward2(api, name, g, t, out, stream, make_args=None, key_extra=(), fop=0, fp=None):
-    """grad_input = f(grad_out, t) for ``aclnn<name>(gradOutput, t, [..,] gradInput)``."""
-    fkey = None
-    if fop and out is None and stream is None and _FS["on"] and _L.gen == _S.generation:
-        fkey = _fast(fop, _fast_stream(api), g, t, fp)
-        if fkey is not None and type(fkey) is not bytes:
-            return fkey
-    kind = C.result_kind(g, t) if out is None else None
-    ga = C.as_array(api, "grad_out", g)
-    ta = C.as_array(api, "x", t)
-    C.check_dtype(api, "grad_out", ga.dtype, FLOATS)
-    C.check_dtype(api, "x", ta.dtype, FLOATS)
-    dtype = C.promote_types(ga.dtype, ta.dtype)
-    shape = C.broadcast_shapes(api, ga.shape, ta.shape)
-    s = C.device_and_stream(api, (ga, ta), stream)
-    o = C.new_out(kind, shape, dtype, s) if out is None else \
-        C.given_out(api, out, shape, dtype, (("grad_out", ga), ("x", ta)), allow_same=True)
-    if o.arr.size == 0:
-        return _zero_size([o])[0].obj
-    ga, ta = C.prepare_input(ga), C.prepare_input(ta)
-    C.order_inputs(s, (ga, ta))
-    r = o.arr
-    key = (name, ga.dtype, ga.shape, ga.strides, ta.dtype, ta.shape, ta.strides, r.dtype, r.shape, r.strides) \
-        + tuple(key_extra)
-    plan = C.get_plan(key)
-    if plan is None:
-        plan = C.build_plan(name, (ga, ta), (r,), make_args or (lambda lib, tt, keep: (tt[0], tt[1], tt[2])))
-        C.put_plan(key, plan)
-    C.launch(plan, s, (ga.ptr, ta.ptr, r.ptr), (o,), (ga, ta, r))
-    if fkey is not None and kind == TORCH and not C.is_scalar(t):
-        C.fast_register(fkey, plan, ga, r, o.obj)
-    return o.obj
-
-
-def relu_backward(grad_out, x, *, out=None, stream=None):
-    """Gradient of :func:`relu`: ``grad_out`` where ``x > 0``, else 0 (``aclnnThresholdBackward``
-    with threshold 0, as torch_npu; ``x`` may also be relu's output). Floating dtypes."""
-    def args(lib, t, keep):
-        th = C.Param.scalar(lib, 0.0)
-        keep.append(th)
-        return (t[0], t[1], th, t[2])
-    return _backward2("kernels.backward.relu", "ThresholdBackward", grad_out, x, out, stream, args, fop=_RELU_BW)
-
-
-def gelu_backward(grad_out, x, approximate="none", *, out=None, stream=None):
-    """Gradient of :func:`gelu` at ``x`` (``aclnnGeluBackwardV2``)."""
-    if approximate not in _GELU:
-        raise ValueError(f"kernels.backward.gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
-    mode = approximate.encode()
-
-    def args(lib, t, keep):
-        c = C.ffi.new("char[]", mode)
-        keep.append(c)
-        return (t[0], t[1], c, t[2])
-    return _backward2("kernels.backward.gelu", "GeluBackwardV2", grad_out, x, out, stream, args, (approximate,),
-                      fop=_GELU_BW, fp=_GELU[approximate])
-
-
-def silu_backward(grad_out, x, *, out=None, stream=None):
-    """Gradient of :func:`silu` at ``x`` (``aclnnSiluBackward``)."""
-    return _backward2("kernels.backward.silu", "SiluBackward", grad_out, x, out, stream, fop=_SILU_BW)
-
-
-def sigmoid_backward(grad_out, y, *, out=None, stream=None):
-    """Gradient of :func:`sigmoid` from its **output** ``y``: ``grad_out * y * (1 - y)``
-    (``aclnnSigmoidBackward``)."""
-    return _backward2("kernels.backward.sigmoid", "SigmoidBackward", grad_out, y, out, stream, fop=_SIGMOID_BW)
-
-
-def tanh_backward(grad_out, y, *, out=None, stream=None):
-    """Gradient of :func:`tanh` from its **output** ``y``: ``grad_out * (1 - y²)``
-    (``aclnnTanhBackward``)."""
-    return _backward2("kernels.backward.tanh", "TanhBackward", grad_out, y, out, stream, fop=_TANH_BW)
-

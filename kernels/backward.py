@@ -19,21 +19,17 @@ normalization: ``layer_norm``, ``rms_norm``; ``conv2d`` (input / weight / bias g
 """
 from __future__ import annotations
 
-from ._elementwise import gelu_backward as gelu
-from ._elementwise import relu_backward as relu
-from ._elementwise import sigmoid_backward as sigmoid
-from ._elementwise import silu_backward as silu
-from ._elementwise import tanh_backward as tanh
-from ._nn import conv2d_backward as conv2d
 from ._nn import cross_entropy_backward as cross_entropy
 from ._nn import layer_norm_backward as layer_norm
-from ._nn import log_softmax_backward as log_softmax
-from ._nn import max_pool2d_backward as max_pool2d
 from ._nn import nll_loss_backward as nll_loss
 from ._nn import rms_norm_backward as rms_norm
-from ._nn import softmax_backward as softmax
-from ._composite import linear_backward as linear
-from ._composite import matmul_backward as matmul
+from . import ops as _ops  # noqa: F401 (registers the entries below)
+from ._registry import get_op as _get
+
+# registry entries (kernels/ops/*.py)
+relu, gelu, silu, sigmoid, tanh, softmax, log_softmax, matmul, linear, max_pool2d, conv2d = (
+    _get(f"{n}_backward").kernel for n in ("relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax",
+                                           "matmul", "linear", "max_pool2d", "conv2d"))
 from ._composite import mean_backward as mean
 from ._composite import sum_backward as sum  # noqa: A004
 

@@ -26,10 +26,12 @@ ROWS = {
     "matmul": ["matmul 1024^3 vs torch", "matmul 1024^3 vs numpy", "matmul 1024^3 vs tensorflow"],
     "softmax": ["softmax 4096x4096 vs torch", "softmax 4096x4096 vs numpy"],
     "train": ["SimpleCNN step, batch 64x1x28x28", "Dense 64-128-10 step, eager GradientTape"],
+    "custom": [f"registered custom add {size} ({fw})" for size in ("1M elements", "1024x1024", "32x1024x1024")
+               for fw in ("torch", "tf")],
 }
 
 
-def _run(args, timeout=240):
+def _run(args, timeout=360):
     env = dict(os.environ, CANNA_BACKEND="sim", COLUMNS="300")   # wide: the tables still fit 100 columns
     return subprocess.run([sys.executable, BENCH, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)

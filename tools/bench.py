@@ -49,7 +49,7 @@ sys.path.insert(0, _TOOLS)
 from _benchutil import fmt, machine_info  # noqa: E402
 from _common import unwritable  # noqa: E402
 
-SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "train")
+SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "train", "custom")
 SCHEMA = "canna-bench/2"    # 2: the framework add table is "framework_add" (was "seeds_add"), section "add"
 #: the widest line the benchmark prints (its tables fit a 100-column terminal)
 OUTPUT_WIDTH = 100
@@ -202,6 +202,24 @@ def section_softmax(run, st, tf):
     run.details["softmax"] = m
     run.row("softmax", "softmax 4096x4096 vs torch", "kernels.softmax", m["canna"], "torch.softmax", m["torch"])
     run.row("softmax", "softmax 4096x4096 vs numpy", "kernels.softmax", m["canna"], "numpy (exp/sum)", m["numpy"])
+
+
+def section_custom(run, st, tf):
+    """A user's kernel registered with kernels.register_op (tools/custom_op_example.py) against the
+    framework's native add, at the sizes of the add table."""
+    import custom_op_example
+    for label, shape in ADD_SIZES:
+        big = math.prod(shape) > 4 * 2 ** 20
+        run.note(f"registered custom add {label}")
+        m = custom_op_example.measure(shape, budget=(st["add_big_budget"] if big else st["add_budget"]) * 4,
+                                      batch=st["add_big_batch"] if big else st["add_batch"], tf=tf)
+        run.details.setdefault("custom", {})[label] = m
+        run.row("custom", f"registered custom add {label} (torch)", "register_op add_custom", m["custom_torch"],
+                "torch.add", m["torch"])
+        if "tf" in m:
+            run.row("custom", f"registered custom add {label} (tf)", "register_op add_custom", m["custom_tf"],
+                    "tf.add", m["tf"])
+        gc.collect()
 
 
 def section_train(run, st, tf):
@@ -364,7 +382,7 @@ def main(argv=None):
     import acl_rt
     import kernels  # noqa: F401
     tf = None
-    if not args.no_tf and any(s in sections for s in ("add", "matmul", "softmax", "train")):
+    if not args.no_tf and any(s in sections for s in ("add", "matmul", "softmax", "train", "custom")):
         try:
             import tensorflow as tf
         except ImportError:
@@ -394,6 +412,8 @@ def main(argv=None):
             section_softmax(run, st, tf)
         elif s == "train":
             section_train(run, st, tf)
+        elif s == "custom":
+            section_custom(run, st, tf)
         gc.collect()
 
     console.print()

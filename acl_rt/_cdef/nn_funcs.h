@@ -123,6 +123,16 @@ aclnnStatus aclnnNegGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint
     aclOpExecutor **executor);
 aclnnStatus aclnnNeg(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
     const aclrtStream stream);
+/* aclnnop/aclnn_abs.h (libopapi_math) */
+aclnnStatus aclnnAbsGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnAbs(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_sign.h (libopapi_math) */
+aclnnStatus aclnnSignGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnSign(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
 /* aclnnop/aclnn_exp.h (libopapi_math) */
 aclnnStatus aclnnExpGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
     aclOpExecutor **executor);

@@ -15,3 +15,17 @@ from ._exchange import from_jax, to_jax
 from ._ops import add, log_softmax, matmul, mul, relu, sigmoid, softmax, sub, tanh
 
 __all__ = ["to_jax", "from_jax", "add", "sub", "mul", "matmul", "relu", "sigmoid", "tanh", "softmax", "log_softmax"]
+
+
+def _export_registered():
+    """Every op generated from canna's registry entries (kernels/ops/*.py) that this module does not
+    define by hand is exported under its name (``canna_dl.jax.<name>``)."""
+    import kernels as _kernels
+    g = globals()
+    for _op in _kernels.registered_ops("canna"):
+        if _op.generate and not _op.name.endswith("_backward") and _op.name not in g:
+            g[_op.name] = _op.jax_fn
+            __all__.append(_op.name)
+
+
+_export_registered()

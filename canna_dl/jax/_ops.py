@@ -265,28 +265,30 @@ def _unary_vjp(name, f, fb, from_output, nondiff=False):
     return op
 
 
-_relu = _unary_vjp("relu", lambda x: K.relu(x), lambda g, x: K.backward.relu(g, x), False)
-_sigmoid = _unary_vjp("sigmoid", lambda x: K.sigmoid(x), lambda g, y: K.backward.sigmoid(g, y), True)
-_tanh = _unary_vjp("tanh", lambda x: K.tanh(x), lambda g, y: K.backward.tanh(g, y), True)
 _softmax = _unary_vjp("softmax", lambda x, a: K.softmax(x, a), lambda g, y, a: K.backward.softmax(g, y, a), True,
                       nondiff=True)
 _log_softmax = _unary_vjp("log_softmax", lambda x, a: K.log_softmax(x, a),
                           lambda g, y, a: K.backward.log_softmax(g, y, a), True, nondiff=True)
 
 
+def _gen(name):
+    from ._generated import function
+    return function(K.get_op(name))
+
+
 def relu(x):
-    """``max(x, 0)`` (``jax.nn.relu``; gradient 0 at 0, as JAX's)."""
-    return _relu(_array(_P + "relu", "x", x))
+    """``max(x, 0)`` (``jax.nn.relu``; gradient 0 at 0, as JAX's). Generated from its registry entry."""
+    return _gen("relu")(x)
 
 
 def sigmoid(x):
-    """``1 / (1 + exp(-x))`` (``jax.nn.sigmoid``; gradient from the output)."""
-    return _sigmoid(_array(_P + "sigmoid", "x", x))
+    """``1 / (1 + exp(-x))`` (``jax.nn.sigmoid``; gradient from the output). Generated from its registry entry."""
+    return _gen("sigmoid")(x)
 
 
 def tanh(x):
-    """``tanh(x)`` (``jnp.tanh``; gradient from the output)."""
-    return _tanh(_array(_P + "tanh", "x", x))
+    """``tanh(x)`` (``jnp.tanh``; gradient from the output). Generated from its registry entry."""
+    return _gen("tanh")(x)
 
 
 def _axis(api, axis, ndim):

@@ -145,14 +145,8 @@ def div(x, y):
 # ---------------------------------------------------------------------------------------------
 # activations
 
-def _unary_x(api, x, f, fb):
-    """An activation whose gradient needs the input: ``fb(dy, x)``."""
-    t = float_tensor(api, "x", x)
-    return apply(api, [t], (True,), lambda save, t: [f(t)], 1, lambda: _same(t), lambda d, xs, s: [fb(d[0], xs[0])])
-
-
 def _unary_y(api, x, f, fb):
-    """An activation whose gradient is cheapest from the output: ``fb(dy, y)``."""
+    """An op of one tensor whose gradient is cheapest from the output: ``fb(dy, y)`` (softmax)."""
     t = float_tensor(api, "x", x)
 
     def fwd(save, t):
@@ -161,34 +155,21 @@ def _unary_y(api, x, f, fb):
     return apply(api, [t], (True,), fwd, 1, lambda: _same(t) * 2, lambda d, xs, s: [fb(d[0], s[0])])
 
 
-def relu(x):
-    """``max(x, 0)`` (``tf.nn.relu``; ``kernels.relu`` / ``kernels.backward.relu``: the gradient is
-    0 at ``x == 0``, as in TensorFlow)."""
-    return _unary_x(_P + "relu", x, K.relu, K.backward.relu)
+def _gen(name):
+    from ._generated import function
+    return function(K.get_op(name))
+
+
+# generated from their registry entries (kernels/ops/elementwise.py; canna_dl/tf/_generated.py)
+relu, silu, sigmoid, tanh = (_gen(n) for n in ("relu", "silu", "sigmoid", "tanh"))
 
 
 def gelu(x, approximate=False):
     """GELU (``tf.nn.gelu``): exact (erf) or, with ``approximate=True``, the tanh approximation
-    (``kernels.gelu(x, "tanh")``)."""
+    (TensorFlow's bool argument; the registry entry's ``approximate="none"|"tanh"``)."""
     if not isinstance(approximate, builtins.bool):
         raise TypeError(f"{_P}gelu: approximate must be a bool, not {type(approximate).__name__}")
-    mode = "tanh" if approximate else "none"
-    return _unary_x(_P + "gelu", x, lambda t: K.gelu(t, mode), lambda g, t: K.backward.gelu(g, t, mode))
-
-
-def silu(x):
-    """``x * sigmoid(x)`` (``tf.nn.silu``; ``kernels.silu``)."""
-    return _unary_x(_P + "silu", x, K.silu, K.backward.silu)
-
-
-def sigmoid(x):
-    """``1 / (1 + exp(-x))`` (``tf.sigmoid``; gradient from the output)."""
-    return _unary_y(_P + "sigmoid", x, K.sigmoid, K.backward.sigmoid)
-
-
-def tanh(x):
-    """``tanh(x)`` (``tf.tanh``; gradient from the output)."""
-    return _unary_y(_P + "tanh", x, K.tanh, K.backward.tanh)
+    return _gen("gelu")(x, "tanh" if approximate else "none")
 
 
 def _axis(api, axis, shape):

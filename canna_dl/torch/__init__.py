@@ -35,3 +35,17 @@ del _torch
 __all__ = ["to_torch", "from_torch", "add", "sub", "mul", "div", "matmul", "sum", "mean", "relu", "relu_", "sigmoid",
            "tanh", "log", "exp", "softmax", "log_softmax", "nn", "offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS",
            "ops"]
+
+
+def _export_registered():
+    """Every op generated from canna's registry entries (kernels/ops/*.py) that this module does not
+    define by hand is exported under its name (``canna_dl.torch.<name>``)."""
+    import kernels as _kernels
+    g = globals()
+    for _op in _kernels.registered_ops("canna"):
+        if _op.generate and not _op.name.endswith("_backward") and _op.name not in g:
+            g[_op.name] = _op.torch_fn
+            __all__.append(_op.name)
+
+
+_export_registered()

@@ -92,6 +92,11 @@ def check_float(api, name, t):
                         f"({_FLOAT_NAMES}); convert it with .float() first")
 
 
+def category_is_float(canna_dtype) -> bool:
+    """A canna dtype of the floating category."""
+    return canna_dtype.kind == "f"
+
+
 def check_arith(api, name, t):
     """A tensor argument of an arithmetic op (floats, int32, int64); one that requires grad must be
     of a floating dtype canna differentiates."""

@@ -423,18 +423,28 @@ def _linear(x, w, b=None):
 # ---------------------------------------------------------------------------------------------
 # activations
 
-class _Relu(Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = kernels.relu(plain(x))
-        ctx.save_for_backward(y)
-        return y
+def _g(name):
+    from kernels import get_op
+    from . import _generated
+    return _generated.function(get_op(name))
 
-    @staticmethod
-    def backward(ctx, g):
-        with NoTorchFunction():
-            (y,) = ctx.saved_tensors
-            return _relu_backward(g, y)
+
+# generated from their registry entries (kernels/ops/elementwise.py; canna_dl/torch/_generated.py)
+_relu, _gelu, _silu, _sigmoid, _tanh, _log, _exp, _neg, _sqrt = (
+    _g(n) for n in ("relu", "gelu", "silu", "sigmoid", "tanh", "log", "exp", "neg", "sqrt"))
+_relu_backward = _g("relu_backward")
+
+
+def _generate_all():
+    """Every generated entry's routing function and custom op now (not while torch.compile traces a
+    backward that calls one of them)."""
+    import kernels
+    for op in kernels.registered_ops():
+        if op.generate:
+            _g(op.qualname)
+
+
+_generate_all()
 
 
 class _ReluInplace(Function):
@@ -453,39 +463,6 @@ class _ReluInplace(Function):
             return _relu_backward(g, y)
 
 
-class _ReluBackward(Function):
-    """relu's gradient ``g * (y > 0)`` as a Function of ``g`` (linear in it): relu is twice
-    differentiable on canna (the second derivative in ``y`` is zero almost everywhere)."""
-
-    @staticmethod
-    def forward(ctx, g, y):
-        ctx.save_for_backward(y)
-        return kbw.relu(plain(g), plain(y))
-
-    @staticmethod
-    def backward(ctx, gg):
-        with NoTorchFunction():
-            (y,) = ctx.saved_tensors
-            return (_relu_backward(gg, y) if _need(ctx, 0) else None), None
-
-
-def _relu_backward(g, y):
-    if grad_enabled() and (g.requires_grad or y.requires_grad):
-        return _ReluBackward.apply(g, y)
-    return kbw.relu(plain(g), plain(y))
-
-
-def _relu(x):
-    api = "canna_dl.torch.relu"
-    r = route(api, x)
-    if r == EAGER:
-        return kernels.relu(plain(x))
-    C.check_grad_dtype(api, "input", x)
-    if r == AUTOGRAD:
-        return _Relu.apply(x)
-    return _ops.relu(x)
-
-
 def _relu_(x):
     api = "canna_dl.torch.relu_"
     r = route(api, x)
@@ -499,87 +476,6 @@ def _relu_(x):
         return _ReluInplace.apply(x)
     raise NotImplementedError(f"{api}: in-place relu is not available under torch.compile or for tensor subclasses; "
                               "use relu(x)")
-
-
-def _activation(name, kernel, bw, from_output, extra=()):
-    """A Function for an elementwise activation whose gradient is ``bw(g, saved, *extra)`` with
-    ``saved`` the output (``from_output``) or the input."""
-
-    def forward(ctx, x, *args):
-        y = kernel(plain(x), *args)
-        ctx.args = args
-        ctx.save_for_backward(y if from_output else x)
-        return y
-
-    def backward(ctx, g):
-        with NoTorchFunction():
-            (s,) = ctx.saved_tensors
-            gx = bw(plain(g), plain(s), *ctx.args)
-            gx = C.once_differentiable_outputs(f"canna::{name}", gx, (g, s))
-            return (gx,) + (None,) * len(ctx.args)
-
-    return type(f"_{name.capitalize()}", (Function,), {"forward": staticmethod(forward),
-                                                        "backward": staticmethod(backward)})
-
-
-_Gelu = _activation("gelu", kernels.gelu, kbw.gelu, False)
-_Silu = _activation("silu", kernels.silu, kbw.silu, False)
-_Sigmoid = _activation("sigmoid", kernels.sigmoid, kbw.sigmoid, True)
-_Tanh = _activation("tanh", kernels.tanh, kbw.tanh, True)
-# d(log x)/dx = 1/x from the input, d(exp x)/dx = exp x from the output
-# (tools/autograd/derivatives.yaml: log "grad.div(self.conj())", exp "grad * result.conj()")
-_Log = _activation("log", kernels.log, lambda g, x: kernels.div(g, x), False)
-_Exp = _activation("exp", kernels.exp, lambda g, y: kernels.mul(g, y), True)
-
-
-def _unary(api, fn, custom, kernel, x, *args):
-    r = route(api, x)
-    if r == EAGER:
-        return kernel(plain(x), *args)
-    C.check_grad_dtype(api, "input", x)
-    if r == AUTOGRAD:
-        return fn.apply(x, *args)
-    return custom(x, *args)
-
-
-def _gelu(x, approximate="none"):
-    api = "canna_dl.torch.nn.functional.gelu"
-    C.check_float(api, "input", x)
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"{api}: approximate must be 'none' or 'tanh', not {approximate!r}")
-    return _unary(api, _Gelu, _ops.gelu, kernels.gelu, x, approximate)
-
-
-def _silu(x):
-    api = "canna_dl.torch.nn.functional.silu"
-    C.check_float(api, "input", x)
-    return _unary(api, _Silu, _ops.silu, kernels.silu, x)
-
-
-def _sigmoid(x):
-    return _unary("canna_dl.torch.sigmoid", _Sigmoid, _ops.sigmoid, kernels.sigmoid, x)
-
-
-def _tanh(x):
-    return _unary("canna_dl.torch.tanh", _Tanh, _ops.tanh, kernels.tanh, x)
-
-
-def _float_unary(api, fn, custom, kernel, x):
-    """An elementwise op of floating tensors only (``torch.log`` of an integer tensor is float32,
-    which canna does not differentiate: the caller converts, or ``offload()`` falls back)."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{api}: expected a torch.Tensor, got {type(x).__name__}; "
-                        "convert with torch.as_tensor() or canna_dl.to_torch()")
-    C.check_float(api, "input", x)
-    return _unary(api, fn, custom, kernel, x)
-
-
-def _log(x):
-    return _float_unary("canna_dl.torch.log", _Log, _ops.log, kernels.log, x)
-
-
-def _exp(x):
-    return _float_unary("canna_dl.torch.exp", _Exp, _ops.exp, kernels.exp, x)
 
 
 # ---------------------------------------------------------------------------------------------

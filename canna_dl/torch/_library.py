@@ -10,7 +10,8 @@ Forward ops (the differentiable ones; ``canna_dl.torch`` routes to them when com
     add(Tensor self, Tensor other, Scalar alpha=1)      add_scalar / sub_scalar / rsub_scalar(self, Scalar other, Scalar alpha=1)
     sub, mul, div(Tensor self, Tensor other)            mul_scalar / div_scalar / rdiv_scalar(self, Scalar other)
     matmul(self, other)        linear(input, weight, bias?)
-    relu, silu, sigmoid, tanh, log, exp(self)       gelu(self, str approximate='none')
+    (relu, silu, sigmoid, tanh, log, exp, neg, sqrt, gelu and their backward ops are generated from
+    their registry entries: canna_dl/torch/_generated.py)
     softmax / log_softmax(self, int dim, ScalarType? dtype=None)
     layer_norm(input, int[] normalized_shape, weight?, bias?, float eps) -> (out, mean, rstd)
     rms_norm(input, int[] normalized_shape, weight?, float? eps) -> (out, rstd)
@@ -35,6 +36,7 @@ import torch
 
 import kernels
 from kernels import backward as kbw
+from kernels.ops import nn as _nnrules
 
 from . import _functions as F
 from ._common import NoTorchFunction, plain
@@ -99,26 +101,8 @@ def _fake_div_scalar(self, other):
     return self.new_empty(self.shape, dtype=dt if dt.is_floating_point else torch.float32)
 
 
-def _fake_float_unary(self, *args):
-    return self.new_empty(self.shape, dtype=self.dtype if self.dtype.is_floating_point else torch.float32)
-
-
-def _fake_same(self, *args):
-    return self.new_empty(self.shape)
-
-
-def _matmul_shape(a, b):
-    torch._check(a.dim() >= 1 and b.dim() >= 1, lambda: "canna::matmul: both operands need at least 1 dimension")
-    av, bv = a.dim() == 1, b.dim() == 1
-    kb = b.shape[0] if bv else b.shape[-2]
-    torch._check(a.shape[-1] == kb, lambda: f"canna::matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
-                 "multiplied")
-    batch = torch.broadcast_shapes(a.shape[:-2] if not av else (), b.shape[:-2] if not bv else ())
-    return (*batch, *(() if av else (a.shape[-2],)), *(() if bv else (b.shape[-1],)))
-
-
 def _fake_matmul(self, other):
-    return self.new_empty(_matmul_shape(self, other))
+    return self.new_empty(_nnrules.matmul_shape(self, other).shape)   # the registry's rule
 
 
 def _fake_linear(x, w, b=None):
@@ -139,8 +123,7 @@ def _fake_rms_norm(x, ns, w, eps):
     return x.new_empty(x.shape), x.new_empty(_stat_shape(x, ns), dtype=sdt)
 
 
-def _conv_out(n, k, s, p, d):
-    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+_conv_out, _pool_out = _nnrules.conv_out, _nnrules.pool_out   # the registry's rules (kernels/ops/nn.py)
 
 
 def _fake_conv2d(x, w, b, stride, padding, dilation, groups):
@@ -149,14 +132,6 @@ def _fake_conv2d(x, w, b, stride, padding, dilation, groups):
     if x.dim() == 3:
         return x.new_empty((w.shape[0], oh, ow))
     return x.new_empty((x.shape[0], w.shape[0], oh, ow))
-
-
-def _pool_out(n, k, s, p, d, ceil):
-    span = n + 2 * p - d * (k - 1) - 1
-    o = (-(-span // s) if ceil else span // s) + 1
-    if ceil and (o - 1) * s >= n + p:
-        o = o - 1
-    return o
 
 
 def _fake_max_pool2d(x, k, s, p, d, ceil):
@@ -282,51 +257,6 @@ def _bw_linear(ctx, g):
     x, w, b = ctx.saved_tensors
     gx, gw, gb = torch.ops.canna.linear_backward(g, x, w, [True, True, b is not None])
     return gx, gw, (gb if b is not None else None)
-
-
-def _setup_output(ctx, inputs, output):
-    ctx.save_for_backward(output)
-    ctx.args = tuple(inputs[1:])
-
-
-def _bw_relu(ctx, g):
-    (y,) = ctx.saved_tensors
-    return torch.ops.canna.relu_backward(g, y)
-
-
-def _bw_sigmoid(ctx, g):
-    (y,) = ctx.saved_tensors
-    return torch.ops.canna.sigmoid_backward(g, y)
-
-
-def _bw_tanh(ctx, g):
-    (y,) = ctx.saved_tensors
-    return torch.ops.canna.tanh_backward(g, y)
-
-
-def _bw_exp(ctx, g):               # d(exp x) = exp x: from the output
-    (y,) = ctx.saved_tensors
-    return torch.ops.canna.mul(g, y)
-
-
-def _bw_log(ctx, g):               # d(log x) = 1 / x: from the input
-    (x,) = ctx.saved_tensors
-    return torch.ops.canna.div(g, x)
-
-
-def _setup_input(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
-    ctx.args = tuple(inputs[1:])
-
-
-def _bw_gelu(ctx, g):
-    (x,) = ctx.saved_tensors
-    return torch.ops.canna.gelu_backward(g, x, ctx.args[0]), None
-
-
-def _bw_silu(ctx, g):
-    (x,) = ctx.saved_tensors
-    return torch.ops.canna.silu_backward(g, x)
 
 
 def _setup_softmax(ctx, inputs, output):
@@ -505,16 +435,7 @@ def _register():
         _bw_matmul, _setup_save_inputs)
     _op("linear", f"({T} input, {T} weight, {T}? bias=None) -> {T}",
         lambda x, w, b=None: kernels.linear(P(x), P(w), P(b)), _fake_linear, _bw_linear, _setup_save_inputs)
-    # activations
-    _op("relu", f"({T} self) -> {T}", lambda x: kernels.relu(P(x)), _fake_same, _bw_relu, _setup_output)
-    _op("sigmoid", f"({T} self) -> {T}", lambda x: kernels.sigmoid(P(x)), _fake_float_unary, _bw_sigmoid,
-        _setup_output)
-    _op("tanh", f"({T} self) -> {T}", lambda x: kernels.tanh(P(x)), _fake_float_unary, _bw_tanh, _setup_output)
-    _op("log", f"({T} self) -> {T}", lambda x: kernels.log(P(x)), _fake_float_unary, _bw_log, _setup_input)
-    _op("exp", f"({T} self) -> {T}", lambda x: kernels.exp(P(x)), _fake_float_unary, _bw_exp, _setup_output)
-    _op("gelu", f"({T} self, str approximate='none') -> {T}", lambda x, a="none": kernels.gelu(P(x), a),
-        _fake_float_unary, _bw_gelu, _setup_input)
-    _op("silu", f"({T} self) -> {T}", lambda x: kernels.silu(P(x)), _fake_float_unary, _bw_silu, _setup_input)
+    # activations: generated from their registry entries (canna_dl/torch/_generated.py)
     _op("softmax", f"({T} self, int dim, ScalarType? dtype=None) -> {T}",
         lambda x, dim, dtype=None: kernels.softmax(P(x), dim, dtype=dtype),
         lambda x, dim, dtype=None: x.new_empty(x.shape, dtype=dtype or x.dtype), _bw_softmax, _setup_softmax)
@@ -553,12 +474,6 @@ def _register():
         _setup_reduce)
 
     # backward ops
-    _op("relu_backward", f"({T} grad, {T} result) -> {T}", lambda g, y: kbw.relu(P(g), P(y)), _fake_grad_like)
-    _op("sigmoid_backward", f"({T} grad, {T} result) -> {T}", lambda g, y: kbw.sigmoid(P(g), P(y)), _fake_grad_like)
-    _op("tanh_backward", f"({T} grad, {T} result) -> {T}", lambda g, y: kbw.tanh(P(g), P(y)), _fake_grad_like)
-    _op("gelu_backward", f"({T} grad, {T} self, str approximate='none') -> {T}",
-        lambda g, x, a="none": kbw.gelu(P(g), P(x), a), _fake_grad_like)
-    _op("silu_backward", f"({T} grad, {T} self) -> {T}", lambda g, x: kbw.silu(P(g), P(x)), _fake_grad_like)
     _op("softmax_backward", f"({T} grad, {T} result, int dim) -> {T}", lambda g, y, d: kbw.softmax(P(g), P(y), d),
         _fake_grad_like)
     _op("log_softmax_backward", f"({T} grad, {T} result, int dim) -> {T}",

@@ -245,32 +245,6 @@ def _h_relu_(v):
     return F._relu_(v[0])
 
 
-def _h_gelu(v):
-    _chk(v[0])
-    return F._gelu(v[0], v[1])
-
-
-def _h_silu(v):
-    if v[1]:
-        raise _Fallback("inplace=True")
-    _chk(v[0])
-    return F._silu(v[0])
-
-
-def _h_unary(fn):
-    """The handler of an op of one tensor and no other argument (sigmoid, tanh, log, exp)."""
-
-    def h(v):
-        _chk(v[0])
-        return fn(v[0])
-
-    h.__name__ = h.__qualname__ = f"_h{fn.__name__}"
-    return h
-
-
-_h_sigmoid, _h_tanh, _h_log, _h_exp = (_h_unary(fn) for fn in (F._sigmoid, F._tanh, F._log, F._exp))
-
-
 def _h_unary_inplace(v):   # log_ / exp_: canna has no in-place form of them
     raise _Fallback("in-place form (canna runs the out-of-place op only)")
 
@@ -394,12 +368,6 @@ def _build_table():
     m((torch.relu, _T.relu), "relu", S(("input",)), _h_relu)
     m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
     m((torch.relu_, _T.relu_), "relu_", S(("input",)), _h_relu_)
-    m((_nnf.gelu,), "gelu", S(("input", "approximate"), 1, approximate="none"), _h_gelu)
-    m((_nnf.silu,), "silu", S(("input", "inplace"), inplace=False), _h_silu)
-    m((torch.sigmoid, _T.sigmoid), "sigmoid", S(("input",)), _h_sigmoid)
-    m((torch.tanh, _T.tanh), "tanh", S(("input",)), _h_tanh)
-    m((torch.log, _T.log), "log", S(("input",)), _h_log)     # out=: falls back (unknown argument)
-    m((torch.exp, _T.exp), "exp", S(("input",)), _h_exp)
     m((g(torch, "log_", None), _T.log_), "log", S(("input",)), _h_unary_inplace)
     m((g(torch, "exp_", None), _T.exp_), "exp", S(("input",)), _h_unary_inplace)
     sm = S(("input", "dim", "dtype"), 2, dtype=None)
@@ -432,7 +400,17 @@ def _build_table():
     red = S(("input", "dim", "keepdim", "dtype", "out"), 3, dim=None, keepdim=False, dtype=None, out=None)
     m((torch.sum, _T.sum), "sum", red, _h_sum)
     m((torch.mean, _T.mean), "mean", red, _h_mean)
+    # the ops generated from the registry map the torch functions their entry names (out=: falls back)
+    from . import _generated
+    for op in _registered():
+        for f, names, defaults, _extras, handler in _generated.offload_entries(op):
+            m((f,), op.name, S(names, None, **defaults), handler)
     return t
+
+
+def _registered():
+    import kernels
+    return [op for op in kernels.registered_ops() if op.generate and op.torch]
 
 
 _TABLE = _build_table()
@@ -465,7 +443,8 @@ def _reason_of(e):
 
 def _our_nodes():
     nodes = set()
-    for v in vars(F).values():
+    from . import _generated
+    for v in list(vars(F).values()) + _generated.FUNCTIONS:
         if isinstance(v, type) and issubclass(v, torch.autograd.Function) and v is not torch.autograd.Function:
             nodes.add(v._backward_cls)
     return nodes
@@ -480,8 +459,11 @@ def _canna_custom_ops():
     from . import _library
     alias = {"add_scalar": "add", "sub_scalar": "sub", "rsub_scalar": "sub", "mul_scalar": "mul",
              "div_scalar": "div", "rdiv_scalar": "div"}
+    from . import _generated
     m = {}
-    for name, op in _library.OPS.items():
+    ops = dict(_library.OPS)
+    ops.update((q.split("::", 1)[1], c) for q, c in _generated._customs.items() if q.startswith("canna::"))
+    for name, op in ops.items():
         bw = name.endswith("_backward")
         base = name[: -len("_backward")] if bw else name
         base = alias.get(base, base)

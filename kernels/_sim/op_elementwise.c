@@ -31,7 +31,7 @@ enum {
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_THRESH_BW, EW_GELU_TANH_BW, EW_GELU_ERF_BW, EW_SILU_BW, EW_SIGMOID_BW,
     EW_TANH_BW,
     /* unary */
-    EW_COPY, EW_NEG, EW_EXP, EW_LOG, EW_SQRT, EW_POW, EW_RELU, EW_GELU_TANH, EW_GELU_ERF, EW_SILU, EW_SIGMOID,
+    EW_COPY, EW_NEG, EW_ABS, EW_SIGN, EW_EXP, EW_LOG, EW_SQRT, EW_POW, EW_RELU, EW_GELU_TANH, EW_GELU_ERF, EW_SILU, EW_SIGMOID,
     EW_TANH,
     EW_NOPS
 };
@@ -131,6 +131,8 @@ FKB(k_mul, x * y)
 FKB(k_div, x / y)
 FKU(k_copy, x)
 FKU(k_neg, -x)
+FKU(k_abs, fabs(x))
+FKU(k_sign, (T)((x > (T)0) - (x < (T)0)))   /* 0 for NaN and ±0, as torch.sign */
 FKU(k_exp, exp(x))
 FKU(k_log, log(x))
 FKU(k_sqrt, sqrt(x))
@@ -184,6 +186,10 @@ POWK(double, f64)
         for (int64_t i = 0; i < n; i++) o[i] = a[i]; }                                             \
     KSIG(k_neg_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_; (void)p;        \
         for (int64_t i = 0; i < n; i++) o[i] = (T)((U)0 - (U)a[i]); }                              \
+    KSIG(k_abs_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_; (void)p;        \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)((U)0 - (U)a[i]) : a[i]; }            \
+    KSIG(k_sign_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_; (void)p;       \
+        for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); }                     \
     KSIG(k_relu_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_; (void)p;       \
         for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0; }                              \
     KSIG(k_pow_##SUF, T) { T *restrict o = o_; const T *restrict a = a_; (void)b_;                 \
@@ -211,6 +217,8 @@ static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
     [EW_TANH_BW] = {k_tanh_bw_f32, k_tanh_bw_f64, NULL, NULL},
     [EW_COPY] = {k_copy_f32, k_copy_f64, k_copy_i32, k_copy_i64},
     [EW_NEG] = {k_neg_f32, k_neg_f64, k_neg_i32, k_neg_i64},
+    [EW_ABS] = {k_abs_f32, k_abs_f64, k_abs_i32, k_abs_i64},
+    [EW_SIGN] = {k_sign_f32, k_sign_f64, k_sign_i32, k_sign_i64},
     [EW_EXP] = {k_exp_f32, k_exp_f64, NULL, NULL},
     [EW_LOG] = {k_log_f32, k_log_f64, NULL, NULL},
     [EW_SQRT] = {k_sqrt_f32, k_sqrt_f64, NULL, NULL},
@@ -227,7 +235,8 @@ static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
 static int op_weight(int op)
 {
     switch (op) {
-    case EW_ADD: case EW_SUB: case EW_MUL: case EW_DIV: case EW_COPY: case EW_NEG: case EW_RELU:
+    case EW_ADD: case EW_SUB: case EW_MUL: case EW_DIV: case EW_COPY: case EW_NEG: case EW_ABS: case EW_SIGN:
+    case EW_RELU:
     case EW_THRESH_BW: case EW_SIGMOID_BW: case EW_TANH_BW:
         return 1;
     default:
@@ -691,6 +700,10 @@ static aclnnStatus unary(const char *api, int op, int kind, const aclTensor *sel
 
 UNARY(Neg, EW_NEG, 1)
 PHASE2C(Neg)
+UNARY(Abs, EW_ABS, 1)
+PHASE2(Abs)
+UNARY(Sign, EW_SIGN, 1)
+PHASE2(Sign)
 UNARY(Exp, EW_EXP, 0)
 PHASE2(Exp)
 UNARY(Log, EW_LOG, 0)

@@ -1,0 +1,360 @@
+"""The PyTorch shim generated from the op registry (kernels/_registry.py, docs/DESIGN.md §11).
+
+For an entry ``op`` this makes, once:
+
+- :func:`function`: the routing function (``canna_dl.torch.<name>``; see ``_common.route``):
+  eager kernel call, a ``torch.autograd.Function`` when an input requires grad, or the custom op
+  under ``torch.compile`` / ``torch.func`` / for tensor subclasses;
+- :func:`custom_op`: ``torch.ops.<namespace>.<name>``, a ``torch.library.custom_op`` whose schema
+  comes from the entry's inputs and attributes, with ``register_fake`` from its shape rule and
+  ``register_autograd`` from its backward;
+- :func:`offload_entries`: the ``offload()`` mapping of the torch functions the entry names.
+
+The backward runs against a namespace of registered ops: the routing functions when PyTorch
+records a graph of the backward (``create_graph=True``, ``torch.compile``), which makes it
+differentiable again where its ops are; plain kernel calls otherwise. An op with no backward
+raises a clear error when differentiated.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+import canna_dl
+from kernels import _abstract
+from kernels import _registry as R
+
+from . import _common as C
+from ._common import AUTOGRAD, EAGER, NoTorchFunction, Tensor, grad_enabled, plain, route
+
+__all__ = ["function", "custom_op", "offload_entries", "FUNCTIONS"]
+
+_lock = threading.RLock()
+_fns: dict = {}        # qualname -> routing function
+_customs: dict = {}    # qualname -> custom op
+_classes: dict = {}    # qualname -> autograd.Function
+#: the autograd.Function classes made here (offload() counts their backward nodes)
+FUNCTIONS: list = []
+
+
+def _hand(name):
+    """The hand-written routing functions of the ops whose shims are not generated yet."""
+    from . import _functions as F
+    return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "matmul": F._matmul, "sum": F._sum,
+            "mean": F._mean, "linear": F._linear, "softmax": F._softmax, "log_softmax": F._log_softmax,
+            "sum_to_size": F._sum_to_size}.get(name)
+
+
+def _torch_ns_fn(op):
+    if op.generate:
+        return function(op)
+    f = _hand(op.name)
+    if f is None:
+        raise AttributeError(f"ops.{op.name}: canna_dl.torch has no differentiable form of {op.qualname} yet")
+    return f
+
+
+#: backward ops when a graph is recorded (differentiable; custom ops under torch.compile)
+TOPS = _abstract.Namespace(_torch_ns_fn, "canna_dl.torch routing functions")
+
+
+def _plain_fn(op):
+    k = op.kernel
+
+    def f(*args, **kwargs):
+        return k(*[plain(a) for a in args], **kwargs)
+    return f
+
+
+#: backward ops without a graph: the kernels on plain tensors
+PKOPS = _abstract.Namespace(_plain_fn, "kernels on plain tensors")
+
+
+def _as_tuple(r):
+    return r if isinstance(r, tuple) else (r,)
+
+
+def _reduce_to(g, t):
+    """A gradient brought to its input's shape and dtype (a broadcast operand's is summed)."""
+    if g is None or t is None:
+        return g
+    if g.shape != t[0] or g.dtype != t[1]:
+        from . import _functions as F
+        g = F._reduce(g, t)
+    return g
+
+
+def _no_backward(op):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"canna_dl.torch: double backward of {op.qualname} is not supported (canna's backward "
+                           "kernel for it has no derivative); use PyTorch's own op for higher-order gradients")
+    return backward
+
+
+def _run_backward(op, ops, grads, saved, attrs, metas, needs):
+    gs = _as_tuple(op.backward(ops, *grads, *saved, **attrs))
+    by = dict(zip(op.diff, gs))
+    out = []
+    for i, t in enumerate(op.inputs):
+        g = by.get(t.name) if needs[i] else None
+        out.append(_reduce_to(g, metas[i]))
+    return out
+
+
+def _function_class(op):
+    n = len(op.inputs)
+    names = [a.name for a in op.attrs]
+    nd_names = [o for o in op.outputs if o not in op.diff_outputs]
+
+    def forward(ctx, *args):
+        arrays, attrs = args[:n], dict(zip(names, args[n:]))
+        outs = op.kernel(*[plain(a) for a in arrays], **attrs)
+        ot = _as_tuple(outs)
+        ctx.attrs = attrs
+        ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
+        ctx.save_for_backward(*op.saved(arrays, ot))
+        if nd_names:
+            ctx.mark_non_differentiable(*[o for o, nm in zip(ot, op.outputs) if nm in nd_names])
+        return outs
+
+    if op.backward is None:
+        backward = _no_backward(op)
+    else:
+        def backward(ctx, *grads):
+            with NoTorchFunction():
+                ops = TOPS if grad_enabled() else PKOPS
+                gx = _run_backward(op, ops, grads, ctx.saved_tensors, ctx.attrs, ctx.metas,
+                                   ctx.needs_input_grad[:n])
+                return (*gx, *([None] * len(names)))
+
+    cls = type(f"_{op.namespace}_{op.name}", (torch.autograd.Function,),
+               {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    FUNCTIONS.append(cls)
+    return cls
+
+
+_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
+
+
+def _default(v):
+    if isinstance(v, str):
+        return repr(v)
+    if v is None:
+        return "None"
+    return repr(v)
+
+
+def schema(op) -> str:
+    """The custom op's schema, from the entry's inputs, attributes and outputs."""
+    parts = [f"Tensor{'?' if t.optional else ''} {t.name}{'=None' if t.optional else ''}" for t in op.inputs]
+    for a in op.attrs:
+        ty = _SCHEMA_TYPES.get(a.type)
+        if ty is None:
+            raise R.RegistrationError(f"{op.qualname}: attribute {a.name} has no torch schema type")
+        parts.append(f"{ty} {a.name}" + ("" if a.required else f"={_default(a.default)}"))
+    outs = ", ".join("Tensor" for _ in op.outputs)
+    return f"({', '.join(parts)}) -> " + (outs if len(op.outputs) == 1 else f"({outs})")
+
+
+def _spec(t):
+    return None if t is None else R.Spec(tuple(t.shape), canna_dl.dtype(t.dtype))
+
+
+def _tdtype(dt):
+    return getattr(torch, dt.name)
+
+
+def custom_op(op):
+    """``torch.ops.<namespace>.<name>`` for the entry (made once)."""
+    c = _customs.get(op.qualname)
+    if c is not None:
+        return c
+    with _lock:
+        c = _customs.get(op.qualname)
+        if c is not None:
+            return c
+        n = len(op.inputs)
+        names = [a.name for a in op.attrs]
+
+        def impl(*args):
+            with NoTorchFunction():
+                r = op.kernel(*[plain(a) for a in args[:n]], **dict(zip(names, args[n:])))
+                # a custom op must not return one of its inputs
+                return tuple(_fresh(o, args[:n]) for o in r) if isinstance(r, tuple) else _fresh(r, args[:n])
+        impl.__name__ = op.name
+        c = torch.library.custom_op(op.qualname, impl, mutates_args=(), schema=schema(op))
+
+        def fake(*args):
+            arrays, attrs = args[:n], dict(zip(names, args[n:]))
+            like = next(a for a in arrays if a is not None)
+            specs = op.specs([_spec(a) for a in arrays], attrs)
+            outs = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) for s in specs)
+            return outs[0] if len(outs) == 1 else outs
+        c.register_fake(fake)
+        if op.backward is not None:
+            def setup(ctx, inputs, output):
+                arrays, attrs = inputs[:n], dict(zip(names, inputs[n:]))
+                ot = _as_tuple(output)
+                ctx.attrs = attrs
+                ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
+                ctx.save_for_backward(*op.saved(arrays, ot))
+                nd = [o for o, nm in zip(ot, op.outputs) if nm not in op.diff_outputs]
+                if nd:
+                    ctx.mark_non_differentiable(*nd)
+
+            def bw(ctx, *grads):
+                gx = _run_backward(op, TOPS, grads, ctx.saved_tensors, ctx.attrs, ctx.metas,
+                                   [m is not None for m in ctx.metas])
+                return (*gx, *([None] * len(names)))
+            c.register_autograd(bw, setup_context=setup)
+        _customs[op.qualname] = c
+        return c
+
+
+def _fresh(r, inputs):
+    for a in inputs:
+        if r is a:
+            return r.clone()
+    return r
+
+
+def _check(op, api, arrays):
+    for t, a in zip(op.inputs, arrays):
+        if a is None:
+            if not t.optional:
+                raise TypeError(f"{api}: {t.name} must be a tensor, not None")
+            continue
+        if not isinstance(a, Tensor):
+            raise TypeError(f"{api}: {t.name}: expected a torch.Tensor, got {type(a).__name__}; convert with "
+                            "torch.as_tensor() or canna_dl.to_torch()")
+        if True:
+            C.check_grad_dtype(api, t.name, a)
+            if op.shape is R.same_float and not a.dtype.is_floating_point:
+                # int in, float out: canna differentiates floating tensors only (cast first; offload falls back)
+                C.check_float(api, t.name, a)
+            dt = _known(a.dtype)
+            if dt is not None and dt not in t.dtypes and all(C.category_is_float(d) for d in t.dtypes):
+                C.check_float(api, t.name, a)
+            if dt is None or dt not in t.dtypes:
+                raise TypeError(f"{api}: {t.name} has dtype {a.dtype}, which this op does not support "
+                                f"({', '.join(d.name for d in t.dtypes)})")
+
+
+def _known(dt):
+    try:
+        return canna_dl.dtype(dt)
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def function(op):
+    """The routing function of the entry (``canna_dl.torch.<name>`` for canna's own)."""
+    f = _fns.get(op.qualname)
+    if f is not None:
+        return f
+    with _lock:
+        f = _fns.get(op.qualname)
+        if f is not None:
+            return f
+        api = f"canna_dl.torch.{op.name}" if op.namespace == "canna" else f"{op.namespace}.{op.name}"
+        cls = _function_class(op)
+        _classes[op.qualname] = cls
+        tensors = [t.name for t in op.inputs]
+        params = [f"{t.name}=None" if t.optional else t.name for t in op.inputs]
+        g = {"_route": route, "_k": op.kernel, "_p": plain, "_slow": None, "_api": api}
+        for a in op.attrs:
+            params.append(a.name if a.required else f"{a.name}=_D_{a.name}")
+            g[f"_D_{a.name}"] = a.default
+        attrs = ", ".join(f"{a.name}={a.name}" for a in op.attrs)
+        call = ", ".join([f"_p({t})" for t in tensors] + ([attrs] if attrs else []))
+        if len(tensors) <= 4:
+            cond = ""
+            if op.shape is R.same_float:   # ints are refused (see _check)
+                cond = f" and getattr({tensors[0]}, 'dtype', None) in _FL"
+                g["_FL"] = C.FLOATS
+            head = f"    if _route(_api, {', '.join(tensors)}) == 0{cond}:\n        return _k({call})\n"
+        else:
+            head = ""
+        attr_dict = ", ".join(f"{a.name!r}: {a.name}" for a in op.attrs)
+        src = (f"def {op.name}({', '.join(params)}):\n{head}"
+               f"    return _slow(({', '.join(tensors)},), {{{attr_dict}}})\n")
+
+        def slow(arrays, attrs):
+            for a in op.attrs:
+                attrs[a.name] = a.check(api, attrs[a.name])
+            r = route(api, *arrays[:4])
+            _check(op, api, arrays)
+            if r == EAGER:
+                return op.kernel(*[plain(a) for a in arrays], **attrs)
+            if r == AUTOGRAD:
+                return cls.apply(*arrays, *attrs.values())
+            return custom_op(op)(*arrays, **attrs)
+        g["_slow"] = slow
+        exec(compile(src, f"<torch shim {op.qualname}>", "exec"), g)  # noqa: S102 (generated from the entry)
+        f = g[op.name]
+        f.__doc__ = f"PyTorch form of :func:`kernels.{op.name}` (autograd, torch.compile).\n\n{op.doc}"
+        f.__module__ = "canna_dl.torch"
+        f.opdef = op
+        custom_op(op)   # torch.ops.<ns>.<name> exists as soon as the function does
+        _fns[op.qualname] = f
+        return f
+
+
+def offload_entries(op):
+    """``[(torch function, names, defaults, required extras, handler)]`` for ``offload()``: the
+    torch functions the entry names (dotted names or callables; a ``(function, {arg: value})``
+    pair accepts extra torch arguments only at those values, e.g. ``inplace=False``)."""
+    import importlib
+    out = []
+    fn = function(op)
+    n = len(op.inputs)
+    for spec in op.torch:
+        extras = {}
+        if isinstance(spec, tuple):
+            spec, extras = spec
+        if isinstance(spec, str):
+            mod, _, attr = spec.rpartition(".")
+            try:
+                obj = importlib.import_module(mod)
+            except ImportError:
+                m2, _, cls = mod.rpartition(".")
+                obj = getattr(importlib.import_module(m2), cls, None)
+            f = getattr(obj, attr, None) if obj is not None else None
+        else:
+            f = spec
+        if f is None:
+            continue
+        names = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs] + list(extras)
+        defaults = {t.name: None for t in op.inputs[1:] if t.optional}
+        defaults.update({a.name: a.default for a in op.attrs if not a.required})
+        defaults.update(extras)
+        out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras)))
+    return out
+
+
+def _handler(fn, n, nattrs, extras):
+    from ._offload import _Fallback, _chk
+    keys = list(extras.items())
+    k = n + nattrs
+
+    def h(v):
+        for i, (name, want) in enumerate(keys):
+            if v[k + i] != want:
+                raise _Fallback(f"{name}={v[k + i]!r}")
+        _chk(*v[:n])
+        return fn(*v[:k])
+    return h
+
+
+def offload_register(op):
+    """Add the entry's torch functions to ``offload()``'s table (an op registered after
+    ``canna_dl.torch`` was imported)."""
+    from . import _offload
+    for f, names, defaults, _extras, handler in offload_entries(op):
+        _offload._TABLE[f] = (op.name, _offload._Sig(names, None, **defaults), handler)
+    _offload.OFFLOAD_OPS = tuple(sorted(set(_offload.OFFLOAD_OPS) | {op.name}))   # offload(ops=[...]) knows it
+    cls = _classes[op.qualname]
+    if cls._backward_cls not in _offload._NODES:   # the report counts its backward calls
+        _offload._NODES = _offload._NODES | {cls._backward_cls}
+        _offload._count_backward(cls)

@@ -1,0 +1,789 @@
+"""The op registry (docs/DESIGN.md §11): one declarative definition per op, the only place its facts
+live, and what is generated from it.
+
+An :class:`OpDef` states an op's name; its array inputs (:class:`Tensor`: name, dtypes, optional)
+and attributes (:class:`Attr`: type, default); its outputs; the shape/dtype rule (a function of
+:class:`Spec`-like inputs — anything with ``.shape`` and ``.dtype`` — and the attributes, returning
+one :class:`Spec` per output); the forward (:class:`Aclnn`: one aclnn call; :class:`Launch`: a
+RawKernel with its host-side launch rule; or a function composing registered ops); the backward
+(a function of registered ops, with the inputs or outputs it saves named in ``save``); and what it
+answers to in each framework (``torch``: the torch functions ``offload()`` maps to it; ``tf`` /
+``jax``: the names in ``canna_dl.tf`` / ``canna_dl.jax``).
+
+From one entry are generated:
+
+- the kernel-level function (``kernels.relu``, ...: argument binding, the input checks —
+  ``None`` or a non-array for a required array is a TypeError —, dtypes, the shape rule, ``out=``,
+  the plan cache and the C fast path for torch tensors, keyed by the op's :class:`OpId`);
+- the PyTorch shim (``canna_dl/torch/_generated.py``: eager ``autograd.Function``,
+  ``torch.library.custom_op`` with ``register_fake`` from the shape rule and ``register_autograd``
+  from the backward, the ``offload()`` mapping), the TensorFlow shim (``canna_dl/tf/_generated.py``,
+  eager and ``tf.function`` with static shapes from the shape rule) and the JAX shim
+  (``canna_dl/jax/_generated.py``, ``custom_vjp``, ``jit`` through ``pure_callback``);
+- the tests' parametrization and the README's op list (``tests/test_registry.py`` checks it).
+
+The backward is written once, against a namespace of registered ops (its first argument ``ops``):
+each framework runs it with its own namespace (kernels on eager tensors; differentiable
+``canna_dl.torch`` ops when PyTorch builds a graph of the backward, which gives double backward;
+``torch.ops.<ns>.*`` under ``torch.compile``; the shape rules themselves, on :class:`Spec` s, when a
+registration is checked).
+
+Users register their own ops through the same path: :func:`register_op`.
+"""
+from __future__ import annotations
+
+import builtins
+import enum
+import keyword
+import math
+import operator
+import threading
+
+import canna_dl
+
+from . import _core as C
+from . import _native
+
+__all__ = ["Tensor", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "register_op", "get_op", "registered_ops",
+           "OpId", "op_id", "RegistrationError"]
+
+_REQ = object()     # a required attribute
+
+
+class RegistrationError(ValueError):
+    """A registration that cannot work (raised by :func:`register_op`, naming the problem)."""
+
+
+def _dtypes(v, default):
+    if v is None:
+        return default
+    if isinstance(v, str):
+        v = {"float": C.FLOATS, "arith": C.ARITH, "int": C.INTS}.get(v, (v,))
+    return tuple(canna_dl.dtype(d) for d in v)
+
+
+class Tensor:
+    """An array input of an op: ``name``; ``dtypes`` (canna/NumPy/torch dtypes or names, or
+    ``"float"`` — the default: float32, float64, float16, bfloat16 — or ``"arith"``); ``optional``
+    (None allowed); ``diff`` (gets a gradient; default True for floating inputs)."""
+
+    __slots__ = ("name", "dtypes", "optional", "diff")
+
+    def __init__(self, name, dtypes=None, *, optional=False, diff=True):
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise RegistrationError(f"input name {name!r} is not a Python identifier")
+        self.name = name
+        self.dtypes = _dtypes(dtypes, C.FLOATS)
+        self.optional = builtins.bool(optional)
+        self.diff = builtins.bool(diff)
+
+    def __repr__(self):
+        return f"Tensor({self.name!r}{', optional' if self.optional else ''})"
+
+
+#: attribute types: Python type -> torch schema type
+_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", object: None}
+
+
+class Attr:
+    """A non-array argument: ``name``, ``type`` (int, float, bool or str), ``default`` (omit for
+    a required one), ``choices`` (allowed values; for a str attribute also what the C fast path
+    keys on)."""
+
+    __slots__ = ("name", "type", "default", "choices")
+
+    def __init__(self, name, type, default=_REQ, *, choices=None):  # noqa: A002
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
+        if type not in _ATTR_TYPES:
+            raise RegistrationError(f"attribute {name}: type must be int, float, bool or str, not {type!r}")
+        self.name, self.type, self.default = name, type, default
+        self.choices = tuple(choices) if choices is not None else None
+
+    @property
+    def required(self):
+        return self.default is _REQ
+
+    def check(self, api, v):
+        t = self.type
+        if t is object:   # a hand-written op's argument (checked by its function)
+            return v
+        if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
+            v = float(v)
+        if t is int and hasattr(v, "__index__") and not isinstance(v, builtins.bool):
+            v = operator.index(v)
+        if type(v) is not t:
+            raise TypeError(f"{api}: {self.name} must be a{'n' if t is int else ''} {t.__name__}, not "
+                            f"{type(v).__name__}")
+        if self.choices is not None and v not in self.choices:
+            raise ValueError(f"{api}: {self.name} must be one of {', '.join(map(repr, self.choices))}, not {v!r}")
+        return v
+
+
+class Spec:
+    """An abstract array: ``shape`` (a tuple) and ``dtype`` (a canna dtype) — what shape rules take
+    and return."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = canna_dl.dtype(dtype)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    def __repr__(self):
+        return f"Spec({self.shape}, {self.dtype.name})"
+
+    def __eq__(self, other):
+        return isinstance(other, Spec) and other.shape == self.shape and other.dtype is self.dtype
+
+    __hash__ = None
+
+
+# ---------------------------------------------------------------------------------------------
+# common shape rules
+
+def same(x, *rest, **attrs):
+    """Elementwise, same shape and dtype as the first input."""
+    return Spec(x.shape, x.dtype)
+
+
+def same_float(x, *rest, **attrs):
+    """Same shape; integer inputs give float32 (PyTorch's rule for exp, log, ...)."""
+    return Spec(x.shape, x.dtype if C.category(x.dtype) == 2 else C.DEFAULT_FLOAT)
+
+
+def grad_like(g, t, *rest, **attrs):
+    """A gradient ``f(g, t)``: the broadcast shape, the promoted dtype."""
+    return Spec(C.broadcast_shapes("shape rule", g.shape, t.shape), C.promote_types(g.dtype, t.dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# forwards
+
+class Aclnn:
+    """A forward that is one aclnn call ``aclnn<name>(inputs..., params..., outputs...)``.
+
+    ``params(lib, keep, **attrs)`` returns the extra arguments between the inputs and outputs
+    (aclScalars, ints, strings), appending objects to keep alive to ``keep``; ``key(**attrs)`` the
+    attributes' part of the executor cache key (default: the attribute values)."""
+
+    __slots__ = ("name", "params", "key")
+
+    def __init__(self, name, params=None, key=None):
+        self.name, self.params, self.key = name, params, key
+
+
+class Impl:
+    """A forward written by hand in the kernel library (an op whose entry states its facts while
+    its launch code is not yet generated): ``fn`` is the kernel-level function. The generated
+    function checks the required arrays (None is a TypeError) and calls it."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
+class Launch:
+    """A forward that launches a :class:`kernels.RawKernel`: ``rule(*inputs, *outputs, **attrs)``
+    (arrays with ``.shape`` / ``.dtype``) returns ``(num_blocks, scalars)`` — the number of blocks
+    and the scalar / tiling arguments computed on the host from the shapes, the way Ascend C kernels
+    take a tiling struct. The kernel is called as ``kernel(num_blocks, *inputs, *outputs,
+    *scalars)``; inputs are made C-contiguous first (a RawKernel takes contiguous arrays)."""
+
+    __slots__ = ("kernel", "rule")
+
+    def __init__(self, kernel, rule):
+        from ._raw import RawKernel
+        if not isinstance(kernel, RawKernel):
+            raise RegistrationError(f"Launch: kernel must be a kernels.RawKernel, not {type(kernel).__name__}")
+        if not callable(rule):
+            raise RegistrationError("Launch: rule must be a function (inputs, outputs, attrs) -> (num_blocks, "
+                                    "scalars)")
+        self.kernel, self.rule = kernel, rule
+
+
+# ---------------------------------------------------------------------------------------------
+# the registry
+
+_REGISTRY: dict = {}         # qualified name "ns::name" -> OpDef
+_lock = threading.Lock()
+_next_id = [1]
+
+
+class OpId(enum.IntEnum):
+    """The C fast path's op ids (keys of kernels/_native/fast.c), one per registered op that has a
+    fast path (member ``<namespace>__<name>``); assigned at registration, never reused (a duplicate
+    cannot run another op). The enum is rebuilt when an op is registered: read it as
+    ``kernels._registry.OpId`` (or use :func:`op_id`)."""
+
+
+def _add_op_id(name, value):
+    # IntEnum members cannot be added after creation through the public API: rebuild the enum
+    global OpId
+    members = {m.name: m.value for m in OpId}
+    if name in members or value in members.values():
+        raise RegistrationError(f"fast-path op id {name}={value} is taken")
+    members[name] = value
+    OpId = enum.IntEnum("OpId", members, module=__name__)
+    OpId.__doc__ = _OPID_DOC
+    return OpId[name]
+
+
+_OPID_DOC = OpId.__doc__
+
+#: flag added to an OpId: the output is the first input itself (x op= y)
+INPLACE = 0x10000
+
+
+def reserve_op_id(qualname_key: str):
+    """An OpId for a hand-written op's fast path (``"canna__add"``), before its entry exists."""
+    with _lock:
+        if qualname_key in OpId.__members__:
+            return OpId[qualname_key]
+        m = _add_op_id(qualname_key, _next_id[0])
+        _next_id[0] += 1
+        return m
+
+
+def op_id(name: str) -> int:
+    """The :class:`OpId` value of a registered op with a fast path."""
+    return OpId[name.replace("::", "__")].value
+
+
+class OpDef:
+    """One op's definition (see the module doc). Built by :func:`register_op`; read-only after."""
+
+    def __init__(self, name, *, inputs, attrs=(), outputs=("out",), shape, forward, backward=None, save=(),
+                 namespace="canna", torch=(), tf=None, jax=None, doc=None, fast=False, elementwise=False,
+                 api=None, diff_outputs=None, generate=True, inplace_out=False, check_none=True):
+        self.name = name
+        self.namespace = namespace
+        self.qualname = f"{namespace}::{name}"
+        self.inputs = tuple(inputs)
+        self.attrs = tuple(attrs)
+        self.outputs = tuple(outputs)
+        self.shape = shape
+        self.forward = forward
+        self.backward = backward
+        self.save = tuple(save)
+        self.torch = tuple(torch)
+        self.tf = name if tf is None else tf
+        self.jax = name if jax is None else jax
+        self.doc = doc or f"The registered op ``{self.qualname}``."
+        self.fast = fast
+        self.elementwise = elementwise      # out= may be exactly an input (in place)
+        self.api = api or (f"kernels.{name}" if namespace == "canna" else f"{namespace}.{name}")
+        self.diff = tuple(t.name for t in self.inputs if t.diff)
+        #: outputs that get a gradient (the rest — indices, statistics — are non-differentiable)
+        self.diff_outputs = tuple(self.outputs if diff_outputs is None else diff_outputs)
+        self.generate = generate            # framework shims generated from this entry
+        self.fast_id = None
+        self.kernel = None                  # the kernel-level function (set by _make_kernel)
+        self.inplace_out = inplace_out
+        self.check_none = check_none
+
+    @property
+    def arg_names(self):
+        return tuple(t.name for t in self.inputs) + tuple(a.name for a in self.attrs)
+
+    def __repr__(self):
+        return f"<OpDef {self.qualname}({', '.join(self.arg_names)}) -> {', '.join(self.outputs)}>"
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel(*args, **kwargs)
+
+    # the framework functions (generated on first use: importing a framework is the caller's choice)
+    @property
+    def torch_fn(self):
+        """The PyTorch function (eager autograd, ``torch.compile``-able; ``canna_dl.torch``)."""
+        from canna_dl.torch import _generated
+        return _generated.function(self)
+
+    @property
+    def torch_op(self):
+        """The ``torch.ops.<namespace>.<name>`` custom op."""
+        from canna_dl.torch import _generated
+        return _generated.custom_op(self)
+
+    @property
+    def tf_fn(self):
+        """The TensorFlow function (GradientTape, ``tf.function``; ``canna_dl.tf``)."""
+        from canna_dl.tf import _generated
+        return _generated.function(self)
+
+    @property
+    def jax_fn(self):
+        """The JAX function (``custom_vjp``: ``jax.grad``, ``jax.jit``; ``canna_dl.jax``)."""
+        from canna_dl.jax import _generated
+        return _generated.function(self)
+
+    # helpers the shims share
+    def bind(self, api, args, kwargs):
+        """(arrays, attrs dict) of a call, attributes checked."""
+        names = self.arg_names
+        if len(args) > len(names):
+            raise TypeError(f"{api}() takes {len(names)} arguments, got {len(args)}")
+        vals = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"{api}() got an unexpected keyword argument {k!r}")
+            if k in vals:
+                raise TypeError(f"{api}() got multiple values for argument {k!r}")
+            vals[k] = v
+        arrays = []
+        for t in self.inputs:
+            if t.name not in vals:
+                if not t.optional:
+                    raise TypeError(f"{api}() missing required array argument {t.name!r}")
+                vals[t.name] = None
+            arrays.append(vals[t.name])
+        attrs = {}
+        for a in self.attrs:
+            if a.name in vals:
+                attrs[a.name] = a.check(api, vals[a.name])
+            elif a.required:
+                raise TypeError(f"{api}() missing required argument {a.name!r}")
+            else:
+                attrs[a.name] = a.default
+        return arrays, attrs
+
+    def specs(self, ins, attrs):
+        """The output specs (a tuple) for these inputs (anything with shape / dtype)."""
+        r = self.shape(*ins, **attrs)
+        return tuple(r) if isinstance(r, (tuple, list)) else (r,)
+
+    def saved(self, ins, outs):
+        """The tensors ``save`` names, from the inputs and outputs."""
+        d = dict(zip((t.name for t in self.inputs), ins))
+        d.update(zip(self.outputs, outs))
+        return [d[n] for n in self.save]
+
+
+def get_op(name: str) -> OpDef:
+    """The registered op ``name`` (``"relu"`` for canna's own, ``"ns::name"`` for others).
+
+    Raises:
+        KeyError: no such op."""
+    q = name if "::" in name else f"canna::{name}"
+    try:
+        return _REGISTRY[q]
+    except KeyError:
+        raise KeyError(f"no registered op {name!r} (registered: {', '.join(sorted(_REGISTRY))})") from None
+
+
+def registered_ops(namespace=None) -> list:
+    """The registered ops (of one namespace), in registration order."""
+    return [op for op in _REGISTRY.values() if namespace is None or op.namespace == namespace]
+
+
+def _add(op: OpDef):
+    with _lock:
+        if op.qualname in _REGISTRY:
+            raise RegistrationError(f"an op named {op.qualname!r} is already registered; pick another name or "
+                                    "namespace")
+        if op.fast:
+            op.fast_id = int(_add_op_id(op.qualname.replace("::", "__"), _next_id[0]))
+            _next_id[0] += 1
+        elif op.qualname.replace("::", "__") in OpId.__members__:   # reserved by its hand-written function
+            op.fast_id = int(OpId[op.qualname.replace("::", "__")])
+        _REGISTRY[op.qualname] = op
+        op.kernel = _wrap_impl(op) if isinstance(op.forward, Impl) else _make_kernel(op)
+    return op
+
+
+# ---------------------------------------------------------------------------------------------
+# the kernel-level function generated from an entry
+
+_fast = _native.fast
+_FS = C._fast_state
+_L = C._lib
+_S = C._state
+
+
+def _scalar_key(v):
+    if isinstance(v, float) and (v != v or v == 0.0):
+        return ("f", repr(v))
+    return (type(v), v)
+
+
+def _make_kernel(op: OpDef):
+    """``kernels.<name>(inputs..., attrs..., *, out=None, stream=None)`` with the op's own
+    signature (so arguments bind at C speed) and the C fast path first where the op has one."""
+    params = []
+    for t in op.inputs:
+        params.append(f"{t.name}=None" if t.optional else t.name)
+    for a in op.attrs:
+        params.append(f"{a.name}=_D_{a.name}" if not a.required else a.name)
+    ins = ", ".join(t.name for t in op.inputs)
+    attrs = ", ".join(f"{a.name!r}: {a.name}" for a in op.attrs)
+    g = {"_call": _call, "_OP": op, "_fast": _fast, "_FS": _FS, "_L": _L, "_S": _S, "_fast_stream": C.fast_stream}
+    for a in op.attrs:
+        g[f"_D_{a.name}"] = a.default
+    fast = ""
+    tensors = [t.name for t in op.inputs]
+    if op.fast and len(tensors) in (1, 2) and len(op.outputs) == 1 and len(op.attrs) <= 1 \
+            and not any(t.optional for t in op.inputs):
+        g["_ID"] = int(op.fast_id)
+        if op.attrs:
+            a = op.attrs[0]
+            if a.type is str:
+                g["_CODES"] = {c: i for i, c in enumerate(a.choices or ())}
+                fp = f"(_CODES.get({a.name}, -1) if type({a.name}) is str else -1)"
+            else:
+                fp = a.name
+        else:
+            fp = "None"
+        y = tensors[1] if len(tensors) == 2 else "None"
+        fast = (f"    k = None\n"
+                f"    if out is None and stream is None and _FS['on'] and _L.gen == _S.generation:\n"
+                f"        k = _fast(_ID, _fast_stream({op.api!r}), {tensors[0]}, {y}, {fp})\n"
+                f"        if k is not None and type(k) is not bytes:\n"
+                f"            return k\n")
+        tail = "k"
+    else:
+        tail = "None"
+    src = (f"def {op.name}({', '.join(params + ['*', 'out=None', 'stream=None'])}):\n"
+           f"{fast}"
+           f"    return _call(_OP, ({ins}{',' if len(op.inputs) == 1 else ''}), {{{attrs}}}, out, stream, {tail})\n")
+    exec(compile(src, f"<registry {op.qualname}>", "exec"), g)  # noqa: S102 (generated from the entry)
+    fn = g[op.name]
+    fn.__doc__ = op.doc
+    fn.__qualname__ = op.name
+    fn.__module__ = "kernels"
+    fn.opdef = op
+    return fn
+
+
+def _wrap_impl(op: OpDef):
+    """The hand-written function, behind the registry's input check where it has required arrays
+    (with the same signature, generated, so a call binds at C speed)."""
+    import inspect
+    fn = op.forward.fn
+    req = [t.name for t in op.inputs if not t.optional]
+    sig = inspect.signature(fn)
+    if not op.check_none or not req:
+        fn.opdef = op
+        return fn
+    params, call = [], []
+    g = {"_fn": fn, "_none": _none_error, "_OP": op}
+    star = False
+    for p in sig.parameters.values():
+        if p.kind is p.KEYWORD_ONLY and not star:
+            params.append("*")
+            star = True
+        d = ""
+        if p.default is not p.empty:
+            g[f"_D_{p.name}"] = p.default
+            d = f"=_D_{p.name}"
+        if p.kind is p.VAR_POSITIONAL:
+            params.append(f"*{p.name}")
+            star = True
+            call.append(f"*{p.name}")
+            continue
+        params.append(p.name + d)
+        call.append(p.name if p.kind is not p.KEYWORD_ONLY else f"{p.name}={p.name}")
+    test = " or ".join(f"{n} is None" for n in req)
+    src = (f"def {fn.__name__}({', '.join(params)}):\n"
+           f"    if {test}:\n"
+           f"        _none(_OP, ({', '.join(req)},))\n"
+           f"    return _fn({', '.join(call)})\n")
+    exec(compile(src, f"<registry {op.qualname}>", "exec"), g)  # noqa: S102
+    w = g[fn.__name__]
+    w.__doc__, w.__qualname__, w.__module__, w.__wrapped__ = fn.__doc__, fn.__qualname__, fn.__module__, fn
+    w.opdef = op
+    return w
+
+
+def _none_error(op, values):
+    for t, v in zip((t for t in op.inputs if not t.optional), values):
+        if v is None:
+            raise TypeError(f"{op.api}: {t.name} must be an array (a DeviceArray, a torch/TensorFlow/JAX tensor, a "
+                            "NumPy array), not None")
+
+
+def check_inputs(op, arrays):
+    """The inputs as DeviceArrays (None for an absent optional one), checked: a required array is
+    present and an array (TypeError otherwise, naming it), of an allowed dtype (TypeError), with
+    at most 8 dims (ValueError)."""
+    api = op.api
+    out = []
+    for t, x in zip(op.inputs, arrays):
+        if x is None:
+            if t.optional:
+                out.append(None)
+                continue
+            raise TypeError(f"{api}: {t.name} must be an array (a DeviceArray, a torch/TensorFlow/JAX tensor, a "
+                            "NumPy array), not None")
+        a = C.as_array(api, t.name, x)
+        C.check_dtype(api, t.name, a.dtype, t.dtypes)
+        if a.ndim > C.MAX_DIMS:
+            raise ValueError(f"{api}: at most {C.MAX_DIMS} dimensions are supported, got {a.ndim} ({t.name})")
+        out.append(a)
+    return out
+
+
+def _call(op, arrays, attrs, out, stream, fkey=None):
+    api = op.api
+    if not isinstance(op.forward, (Aclnn, Launch)):   # a composition of registered ops
+        if out is not None or stream is not None:
+            raise TypeError(f"{api}: out= and stream= are not supported by an op composed of other ops")
+        from ._abstract import KOPS
+        return op.forward(KOPS, *arrays, **attrs)
+    for a in op.attrs:
+        if a.choices is not None or a.type is not type(attrs[a.name]):
+            attrs[a.name] = a.check(api, attrs[a.name])
+    kind = C.result_kind(*arrays) if out is None else None
+    ins = check_inputs(op, arrays)
+    specs = op.specs(ins, attrs)
+    s = C.device_and_stream(api, ins, stream)
+    named = tuple((t.name, a) for t, a in zip(op.inputs, ins))
+    outs = []
+    for i, sp in enumerate(specs):
+        if i == 0 and out is not None:
+            outs.append(C.given_out(api, out, sp.shape, sp.dtype, named, allow_same=op.elementwise))
+        else:
+            outs.append(C.new_out(kind, sp.shape, sp.dtype, s))
+    if all(o.arr.size == 0 for o in outs):
+        C.finish_empty(outs)
+    else:
+        f = op.forward
+        if isinstance(f, Aclnn):
+            plan = _run_aclnn(f, s, ins, outs, attrs)
+            if fkey is not None and kind == C.TORCH and plan is not None:
+                C.fast_register(fkey, plan, ins[0], outs[0].arr, outs[0].obj)
+        elif isinstance(f, Launch):
+            _run_launch(op, f, s, ins, outs, attrs)
+    if len(outs) == 1:
+        return outs[0].obj
+    return tuple(o.obj for o in outs)
+
+
+def _run_aclnn(f, s, ins, outs, attrs):
+    """One aclnn call through the plan cache; returns the plan (for the fast path)."""
+    ins = [None if a is None else C.prepare_input(a) for a in ins]
+    C.order_inputs(s, ins)
+    rs = [o.arr for o in outs]
+    extra = f.key(**attrs) if f.key is not None else tuple(_scalar_key(v) for v in attrs.values())
+    key = (f.name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra)
+    plan = C.get_plan(key)
+    if plan is None:
+        nin = len(ins)
+        params = f.params
+
+        def make_args(lib, t, keep):
+            mid = tuple(params(lib, keep, **attrs)) if params is not None else ()
+            present = list(t)
+            # absent optional inputs are NULL descriptors in t already
+            return tuple(present[:nin]) + mid + tuple(present[nin:])
+        plan = C.build_plan(f.name, ins, rs, make_args)
+        C.put_plan(key, plan)
+    addrs = [a.ptr for a in ins if a is not None] + [r.ptr for r in rs]
+    C.launch(plan, s, addrs, outs, (ins, rs))
+    return plan
+
+
+def _run_launch(op, f, s, ins, outs, attrs):
+    """A RawKernel launch: the launch rule on the shapes, then the kernel on contiguous operands."""
+    from ._elementwise import contiguous
+    ins = [None if a is None else (a if a.is_contiguous() else contiguous(a, stream=s)) for a in ins]
+    C.order_inputs(s, ins)
+    rs = [o.arr for o in outs]
+    r = f.rule(*ins, *rs, **attrs)
+    try:
+        nb, scalars = r
+        scalars = tuple(scalars)
+    except (TypeError, ValueError):
+        raise TypeError(f"{op.api}: the launch rule must return (num_blocks, scalars), not {r!r}") from None
+    f.kernel.launch(nb, *ins, *rs, *scalars, stream=s)
+    if any(o.sync for o in outs):
+        s.synchronize()
+        for o in outs:
+            C.finish_out(o, s)
+    else:
+        for o in outs:
+            o.arr.storage.stream = s
+
+
+# ---------------------------------------------------------------------------------------------
+# public registration
+
+def _check_registration(op: OpDef, example):
+    """Run the op's rules on abstract inputs: the shape rule gives one Spec per declared output,
+    the backward (run on the shape rules of the ops it calls) one gradient per differentiable input
+    of that input's shape. Raises RegistrationError naming the problem."""
+    from . import _abstract
+    where = f"register_op({op.qualname!r})"
+    if example is None:
+        example = [(2, 3)] * len(op.inputs)
+    if len(example) != len(op.inputs):
+        raise RegistrationError(f"{where}: example_shapes has {len(example)} shapes for {len(op.inputs)} inputs")
+    ins = [Spec(shape, t.dtypes[0]) for shape, t in zip(example, op.inputs)]
+    attrs = {a.name: a.default for a in op.attrs if not a.required}
+    missing = [a.name for a in op.attrs if a.required]
+    if missing:
+        raise RegistrationError(f"{where}: required attributes {missing} need defaults to check the registration "
+                                "(give them a default)")
+    try:
+        outs = op.shape(*ins, **attrs)
+    except Exception as e:
+        raise RegistrationError(f"{where}: the shape rule fails on inputs "
+                                f"{', '.join(map(repr, ins))} ({type(e).__name__}: {e}); pass example_shapes= "
+                                "that the op accepts") from None
+    outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+    if len(outs) != len(op.outputs) or not all(isinstance(o, Spec) for o in outs):
+        raise RegistrationError(f"{where}: the shape rule returns {len(outs)} value(s) "
+                                f"({', '.join(type(o).__name__ for o in outs)}) but the schema declares "
+                                f"{len(op.outputs)} output(s) {op.outputs} (return one kernels.Spec per output)")
+    for n in op.save:
+        if n not in op.arg_names[:len(op.inputs)] and n not in op.outputs:
+            raise RegistrationError(f"{where}: save names {n!r}, which is neither an input "
+                                    f"{tuple(t.name for t in op.inputs)} nor an output {op.outputs}")
+    if op.backward is None:
+        return
+    if not op.diff:
+        raise RegistrationError(f"{where}: a backward is given but no input is differentiable")
+    grads = [Spec(o.shape, o.dtype) for o in outs]
+    saved = op.saved(ins, outs)
+    try:
+        r = op.backward(_abstract.OPS, *grads, *saved, **attrs)
+    except RegistrationError:
+        raise
+    except Exception as e:
+        raise RegistrationError(f"{where}: the backward fails on abstract inputs ({type(e).__name__}: {e}); it "
+                                "must be made of registered ops (its first argument, ops.<name>)") from None
+    r = tuple(r) if isinstance(r, (tuple, list)) else (r,)
+    if len(r) != len(op.diff):
+        raise RegistrationError(f"{where}: the backward returns {len(r)} gradient(s) but the op has "
+                                f"{len(op.diff)} differentiable input(s) {op.diff}")
+    by = dict(zip((t.name for t in op.inputs), ins))
+    for n, gspec in zip(op.diff, r):
+        if gspec is None:
+            continue
+        if not isinstance(gspec, Spec):
+            raise RegistrationError(f"{where}: the backward's gradient of {n} is a {type(gspec).__name__}, not the "
+                                    "result of a registered op")
+        if gspec.shape != by[n].shape:
+            raise RegistrationError(f"{where}: the backward's gradient of {n} has shape {gspec.shape} but {n} has "
+                                    f"shape {by[n].shape}")
+
+
+def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, backward=None, save=(),
+                namespace="user", torch=(), example_shapes=None, doc=None, fast=False):
+    """Register an op once; get a kernel-level function and PyTorch, TensorFlow and JAX ops with
+    gradients (docs/DESIGN.md §11; README "Your own ops").
+
+    Args:
+        name: the op's name (an identifier), unique in ``namespace``.
+        inputs: the array inputs: :class:`Tensor` s or names (float dtypes, required).
+        outputs: the outputs' names.
+        attrs: :class:`Attr` s (non-array arguments, after the arrays).
+        shape: the shape/dtype rule ``shape(*inputs, **attrs)`` on arrays or :class:`Spec` s
+            (``.shape``, ``.dtype``), returning one :class:`Spec` per output; raise TypeError /
+            ValueError for inputs the op refuses (it runs before every launch, for
+            ``torch.compile``'s fake tensors, TF's static shapes and JAX's abstract values).
+        forward: a :class:`Launch` (a RawKernel with its launch rule), an :class:`Aclnn`, or a
+            function ``forward(ops, *inputs, **attrs)`` of registered ops.
+        backward: ``backward(ops, *grads, *saved, **attrs)`` -> one gradient per differentiable
+            input (None for none), made of registered ops (``ops.<name>``, including your own).
+        save: what the backward needs, by name: inputs and/or outputs.
+        namespace: ``torch.ops.<namespace>.<name>``; the kernel-level name is
+            ``<namespace>.<name>`` in messages.
+        torch: torch functions (callables) that ``canna_dl.torch.offload()`` maps to this op
+            (their arguments must bind to the op's inputs and attrs by position).
+        example_shapes: one shape per input on which the rules are checked (default all (2, 3)).
+
+    Returns:
+        The :class:`OpDef`: call it like a kernel (any array kind in, the same kind out), or use
+        ``.torch_fn`` / ``.torch_op``, ``.tf_fn``, ``.jax_fn``.
+
+    Raises:
+        RegistrationError (a ValueError): the name is taken or not an identifier, the shape rule
+            does not give one Spec per output, the backward does not give one gradient of the right
+            shape per differentiable input, ``save`` names something unknown.
+        TypeError: arguments of the wrong type.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise RegistrationError(f"register_op: name must be a Python identifier, not {name!r}")
+    if not isinstance(namespace, str) or not namespace.isidentifier():
+        raise RegistrationError(f"register_op: namespace must be an identifier, not {namespace!r}")
+    if namespace == "canna":
+        raise RegistrationError("register_op: the namespace 'canna' is canna's own; pick another")
+    ins = tuple(t if isinstance(t, Tensor) else Tensor(t) for t in inputs)
+    if not ins:
+        raise RegistrationError(f"register_op({name!r}): an op needs at least one array input")
+    names = [t.name for t in ins] + [a.name for a in attrs]
+    dup = {n for n in names if names.count(n) > 1} | (set(outputs) & set(t.name for t in ins))
+    if dup:
+        raise RegistrationError(f"register_op({name!r}): names {sorted(dup)} are used twice")
+    if not callable(shape):
+        raise RegistrationError(f"register_op({name!r}): shape must be a function (inputs, attrs) -> Spec(s)")
+    if not isinstance(forward, (Aclnn, Launch)) and not callable(forward):
+        raise RegistrationError(f"register_op({name!r}): forward must be a kernels.Launch, a kernels.Aclnn or a "
+                                "function of registered ops")
+    if backward is not None and not callable(backward):
+        raise RegistrationError(f"register_op({name!r}): backward must be a function or None")
+    for a in attrs:
+        if not isinstance(a, Attr):
+            raise RegistrationError(f"register_op({name!r}): attrs must be kernels.Attr objects, not {a!r}")
+        if a.type is object:
+            raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool or "
+                                    "str) for the framework schemas")
+    for f in torch:
+        if not (callable(f) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
+            raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
+    q = f"{namespace}::{name}"
+    if q in _REGISTRY:
+        raise RegistrationError(f"register_op: an op named {q!r} is already registered; pick another name or "
+                                "namespace")
+    op = OpDef(name, inputs=ins, attrs=tuple(attrs), outputs=tuple(outputs), shape=shape, forward=forward,
+               backward=backward, save=save, namespace=namespace, torch=torch, doc=doc, fast=fast)
+    _check_registration(op, example_shapes)
+    _add(op)
+    _notify(op)
+    return op
+
+
+def _notify(op):
+    """Make the framework forms now for the frameworks whose shim is loaded (a custom op must exist
+    before ``torch.compile`` traces a call of it; offload() maps the entry's torch functions)."""
+    import sys
+    if "canna_dl.torch._generated" in sys.modules:
+        g = sys.modules["canna_dl.torch._generated"]
+        g.function(op)
+        if op.torch and "canna_dl.torch._offload" in sys.modules:
+            g.offload_register(op)
+
+
+def define(name, **kw):
+    """Register one of canna's own ops (``kernels/ops/*.py``)."""
+    return _add(OpDef(name, namespace="canna", **kw))
+
+
+def op_table() -> str:
+    """The README's op list (Markdown), generated from the registry: one row per op of canna's own,
+    with its inputs and attributes, how its forward runs, what its backward saves, and where it is
+    generated for the frameworks (``tests/test_registry.py`` checks the README against it)."""
+    rows = ["| op | inputs | attributes | forward | backward saves | frameworks |",
+            "|---|---|---|---|---|---|"]
+    for op in registered_ops("canna"):
+        ins = ", ".join(t.name + ("?" if t.optional else "") for t in op.inputs)
+        attrs = ", ".join(a.name + ("" if a.required else f"={a.default!r}") for a in op.attrs) or "—"
+        f = op.forward
+        fwd = f"`aclnn{f.name}`" if isinstance(f, Aclnn) else "RawKernel" if isinstance(f, Launch) else \
+            "hand-written" if isinstance(f, Impl) else "composition"
+        if op.backward is None:
+            saves = "—" if isinstance(f, Impl) or op.name.endswith("_backward") else "no backward"
+        else:
+            saves = ", ".join(op.save) or "nothing"
+        fw = "torch, tf, jax (generated)" if op.generate else "hand-written shims"
+        rows.append(f"| `{op.name}` | {ins} | {attrs} | {fwd} | {saves} | {fw} |")
+    return "\n".join(rows) + "\n"

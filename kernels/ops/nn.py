@@ -1,0 +1,178 @@
+"""Products, normalization, convolution, pooling, losses and reductions: their registry entries.
+
+Their launch code is still written by hand (``kernels/_nn.py``, ``kernels/_reduce.py``,
+``kernels/_composite.py``: workspace-sized executors, ``native_*`` variants, ``output_mask``), as
+are their framework shims; the entry states their inputs (a required array given None is a
+TypeError, checked here for all of them) and their shape rules, which the torch shim's
+``register_fake`` uses (one matmul rule, one convolution / pooling output-length rule).
+"""
+from __future__ import annotations
+
+from .. import _core as C
+from .. import _composite as CO
+from .. import _nn as N
+from .. import _reduce as RD
+from .._registry import Attr, Impl, Spec, Tensor, define
+
+F, ARITH = C.FLOATS, C.ARITH
+
+
+def matmul_shape(a, b, **attrs):
+    """``torch.matmul``'s result (``kernels._nn.matmul_shape``)."""
+    return Spec(N.matmul_shape("kernels.matmul", tuple(a.shape), tuple(b.shape)), a.dtype)
+
+
+def linear_shape(x, weight, bias=None, **attrs):
+    return Spec(tuple(x.shape[:-1]) + (weight.shape[0],), x.dtype)
+
+
+def conv_out(n, k, s, p, d):
+    """Output length of a convolution along one dim (PyTorch's ``conv2d`` formula)."""
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def pool_out(n, k, s, p, d, ceil):
+    """Output length of a pooling window along one dim, PyTorch's rule (``ceil_mode``: the last
+    window must start inside the input or its left padding)."""
+    span = n + 2 * p - d * (k - 1) - 1
+    o = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (o - 1) * s >= n + p:
+        o = o - 1
+    return o
+
+
+def _pair(v):
+    if hasattr(v, "__index__"):
+        return (int(v), int(v))
+    t = tuple(int(i) for i in v)
+    return t * 2 if len(t) == 1 else t
+
+
+def conv2d_shape(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, **attrs):
+    st, pd, dl = _pair(stride), _pair(padding), _pair(dilation)
+    oh = conv_out(x.shape[-2], weight.shape[2], st[0], pd[0], dl[0])
+    ow = conv_out(x.shape[-1], weight.shape[3], st[1], pd[1], dl[1])
+    lead = () if len(x.shape) == 3 else (x.shape[0],)
+    return Spec(lead + (weight.shape[0], oh, ow), x.dtype)
+
+
+def max_pool2d_shape(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, **attrs):
+    k = _pair(kernel_size)
+    s = k if stride is None or (not hasattr(stride, "__index__") and len(stride) == 0) else _pair(stride)
+    p, d = _pair(padding), _pair(dilation)
+    oh = pool_out(x.shape[-2], k[0], s[0], p[0], d[0], ceil_mode)
+    ow = pool_out(x.shape[-1], k[1], s[1], p[1], d[1], ceil_mode)
+    return Spec(tuple(x.shape[:-2]) + (oh, ow), x.dtype)
+
+
+def _same(x, *a, **k):
+    return Spec(x.shape, x.dtype)
+
+
+def _stat(x, k):
+    return tuple(x.shape[: len(x.shape) - k]) + (1,) * k
+
+
+def _ln_shape(x, normalized_shape, weight=None, bias=None, eps=1e-5, **attrs):
+    return Spec(x.shape, x.dtype)
+
+
+def _reduced(x, dim=None, keepdim=False, **attrs):
+    nd = len(x.shape)
+    dims = C.dims_arg("shape rule", dim, nd)
+    if keepdim:
+        shape = tuple(1 if i in dims else n for i, n in enumerate(x.shape))
+    else:
+        shape = tuple(n for i, n in enumerate(x.shape) if i not in dims)
+    return Spec(shape, x.dtype)
+
+
+def _loss_shape(input, target, weight=None, ignore_index=-100, reduction="mean", *a, **k):
+    return Spec(target.shape if reduction == "none" else (), input.dtype)
+
+
+_o = object
+define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, forward=Impl(N.matmul), generate=False)
+define("linear", inputs=(Tensor("x", F), Tensor("weight", F), Tensor("bias", F, optional=True)), shape=linear_shape,
+       forward=Impl(N.linear), generate=False)
+define("softmax", inputs=(Tensor("x", F),), attrs=(Attr("dim", _o, -1),), shape=_same, forward=Impl(N.softmax),
+       generate=False)
+define("log_softmax", inputs=(Tensor("x", F),), attrs=(Attr("dim", _o, -1),), shape=_same,
+       forward=Impl(N.log_softmax), generate=False)
+define("layer_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True), Tensor("bias", F, optional=True)),
+       attrs=(Attr("normalized_shape", _o), Attr("eps", _o, 1e-5)), shape=_ln_shape, forward=Impl(N.layer_norm),
+       generate=False)
+define("native_layer_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True),
+                                    Tensor("bias", F, optional=True)),
+       attrs=(Attr("normalized_shape", _o), Attr("eps", _o, 1e-5)), outputs=("out", "mean", "rstd"),
+       shape=lambda x, normalized_shape, *a, **k: (Spec(x.shape, x.dtype),
+                                                   Spec(_stat(x, len(tuple(normalized_shape))), x.dtype),
+                                                   Spec(_stat(x, len(tuple(normalized_shape))), x.dtype)),
+       forward=Impl(N.native_layer_norm), generate=False)
+define("rms_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True)),
+       attrs=(Attr("normalized_shape", _o), Attr("eps", _o, None)), shape=_ln_shape, forward=Impl(N.rms_norm),
+       generate=False)
+define("native_rms_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True)),
+       attrs=(Attr("normalized_shape", _o), Attr("eps", _o, None)), outputs=("out", "rstd"),
+       shape=lambda x, normalized_shape, *a, **k: (Spec(x.shape, x.dtype),
+                                                   Spec(_stat(x, len(tuple(normalized_shape))), x.dtype)),
+       forward=Impl(N.native_rms_norm), generate=False)
+define("conv2d", inputs=(Tensor("x", F), Tensor("weight", F), Tensor("bias", F, optional=True)),
+       attrs=(Attr("stride", _o, 1), Attr("padding", _o, 0), Attr("dilation", _o, 1), Attr("groups", _o, 1)),
+       shape=conv2d_shape, forward=Impl(N.conv2d), generate=False)
+_pool_attrs = (Attr("kernel_size", _o), Attr("stride", _o, None), Attr("padding", _o, 0), Attr("dilation", _o, 1),
+               Attr("ceil_mode", _o, False))
+define("max_pool2d", inputs=(Tensor("x", F),), attrs=_pool_attrs + (Attr("return_indices", _o, False),),
+       shape=max_pool2d_shape, forward=Impl(N.max_pool2d), generate=False)
+define("max_pool2d_with_indices", inputs=(Tensor("x", F),), attrs=_pool_attrs, outputs=("out", "indices"),
+       shape=lambda x, *a, **k: (max_pool2d_shape(x, *a, **k), Spec(max_pool2d_shape(x, *a, **k).shape, C.INT64)),
+       forward=Impl(N.max_pool2d_with_indices), generate=False)
+_loss_attrs = (Attr("ignore_index", _o, -100), Attr("reduction", _o, "mean"))
+define("cross_entropy", inputs=(Tensor("input", F), Tensor("target", C.INTS, diff=False),
+                                Tensor("weight", F, optional=True, diff=False)),
+       attrs=_loss_attrs + (Attr("label_smoothing", _o, 0.0),), shape=_loss_shape, forward=Impl(N.cross_entropy),
+       generate=False)
+define("native_cross_entropy", inputs=(Tensor("input", F), Tensor("target", C.INTS, diff=False),
+                                       Tensor("weight", F, optional=True, diff=False)),
+       attrs=_loss_attrs + (Attr("label_smoothing", _o, 0.0),), outputs=("loss", "log_prob"),
+       shape=lambda input, *a, **k: (_loss_shape(input, *a, **k), Spec(input.shape, input.dtype)),
+       forward=Impl(N.native_cross_entropy), generate=False)
+define("nll_loss", inputs=(Tensor("input", F), Tensor("target", C.INTS, diff=False),
+                           Tensor("weight", F, optional=True, diff=False)),
+       attrs=_loss_attrs, shape=_loss_shape, forward=Impl(N.nll_loss), generate=False)
+define("native_nll_loss", inputs=(Tensor("input", F), Tensor("target", C.INTS, diff=False),
+                                  Tensor("weight", F, optional=True, diff=False)),
+       attrs=_loss_attrs, outputs=("loss", "total_weight"),
+       shape=lambda input, *a, **k: (_loss_shape(input, *a, **k), Spec((), input.dtype)),
+       forward=Impl(N.native_nll_loss), generate=False)
+define("sum", inputs=(Tensor("x", ARITH),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
+       shape=_reduced, forward=Impl(RD.sum), generate=False)
+define("mean", inputs=(Tensor("x", F),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
+       shape=_reduced, forward=Impl(RD.mean), generate=False)
+define("amax", inputs=(Tensor("x", ARITH),), attrs=(Attr("dim", _o, ()), Attr("keepdim", _o, False)),
+       shape=lambda x, dim=(), keepdim=False: _reduced(x, dim if dim != () else None, keepdim), forward=Impl(RD.amax),
+       generate=False)
+define("sum_to_size", inputs=(Tensor("x", ARITH),), attrs=(Attr("shape", _o),),
+       shape=lambda x, shape: Spec(tuple(shape), x.dtype), forward=Impl(RD.sum_to_size), generate=False)
+
+# backward kernels written by hand (kernels.backward.*)
+define("softmax_backward", inputs=(Tensor("grad_out", F), Tensor("y", F)), attrs=(Attr("dim", _o, -1),),
+       shape=_same, forward=Impl(N.softmax_backward), generate=False, api="kernels.backward.softmax")
+define("log_softmax_backward", inputs=(Tensor("grad_out", F), Tensor("y", F)), attrs=(Attr("dim", _o, -1),),
+       shape=_same, forward=Impl(N.log_softmax_backward), generate=False, api="kernels.backward.log_softmax")
+define("matmul_backward", inputs=(Tensor("grad_out", F), Tensor("a", F), Tensor("b", F)),
+       attrs=(Attr("output_mask", _o, (True, True)),), outputs=("grad_a", "grad_b"),
+       shape=lambda g, a, b, **k: (Spec(a.shape, a.dtype), Spec(b.shape, b.dtype)),
+       forward=Impl(CO.matmul_backward), generate=False, api="kernels.backward.matmul")
+define("linear_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("weight", F)),
+       attrs=(Attr("output_mask", _o, (True, True, True)),), outputs=("grad_x", "grad_weight", "grad_bias"),
+       shape=lambda g, x, w, **k: (Spec(x.shape, x.dtype), Spec(w.shape, w.dtype), Spec((w.shape[0],), w.dtype)),
+       forward=Impl(CO.linear_backward), generate=False, api="kernels.backward.linear")
+define("max_pool2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("indices", C.INTS)),
+       attrs=_pool_attrs, shape=lambda g, x, *a, **k: Spec(x.shape, g.dtype), forward=Impl(N.max_pool2d_backward),
+       generate=False, api="kernels.backward.max_pool2d")
+define("conv2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("weight", F)),
+       attrs=(Attr("stride", _o, 1), Attr("padding", _o, 0), Attr("dilation", _o, 1), Attr("groups", _o, 1)),
+       outputs=("grad_x", "grad_weight", "grad_bias"),
+       shape=lambda g, x, w, *a, **k: (Spec(x.shape, x.dtype), Spec(w.shape, w.dtype), Spec((w.shape[0],), w.dtype)),
+       forward=Impl(N.conv2d_backward), generate=False, api="kernels.backward.conv2d")

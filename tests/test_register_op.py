@@ -1,0 +1,190 @@
+"""kernels.register_op (docs/DESIGN.md §11, README "Your own ops"): a user's RawKernels registered
+once become a PyTorch op (eager, autograd, gradcheck in float64, torch.compile(fullgraph=True),
+offload() mapping), a TensorFlow op (GradientTape with finite differences, tf.function with static
+shapes) and a JAX function (jax.grad, jax.jit); registrations that cannot work are refused when
+they are made, and bad call-time inputs get the usual exception types."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import kernels
+from kernels import Attr, Launch, Spec, Tensor
+
+SQUARE = r"""
+#include "canna_kernel.h"
+CANNA_KERNEL void square(GM_ADDR x, GM_ADDR z, uint64_t n) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i)
+        ((double *)z)[i] = ((const double *)x)[i] * ((const double *)x)[i];
+}
+/* the gradient: 2 * g * x, scaled by `scale` (an attribute) */
+CANNA_KERNEL void square_grad(GM_ADDR g, GM_ADDR x, GM_ADDR z, uint64_t n, double scale) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i)
+        ((double *)z)[i] = scale * 2.0 * ((const double *)g)[i] * ((const double *)x)[i];
+}
+"""
+
+NS = "regtest"
+
+
+def _same_shape(*xs, **attrs):
+    for x in xs[1:]:
+        if tuple(x.shape) != tuple(xs[0].shape):
+            raise ValueError(f"shapes {tuple(xs[0].shape)} and {tuple(x.shape)} differ")
+    return Spec(xs[0].shape, xs[0].dtype)
+
+
+def _blocks(*arrays, **attrs):
+    n = math.prod(arrays[0].shape)
+    return max(1, min(4, n)), (n,) + tuple(attrs.values())
+
+
+@pytest.fixture(scope="module")
+def ops():
+    mod = kernels.RawModule(SQUARE)
+    grad = kernels.register_op(
+        "square_grad", namespace=NS, inputs=[Tensor("g", "float64"), Tensor("x", "float64", diff=False)],
+        attrs=[Attr("scale", float, 1.0)], shape=_same_shape,
+        forward=Launch(mod.get_function("square_grad"), _blocks))
+    sq = kernels.register_op(
+        "square", namespace=NS, inputs=[Tensor("x", "float64")], shape=_same_shape,
+        forward=Launch(mod.get_function("square"), _blocks),
+        backward=lambda ops, g, x: ops[f"{NS}::square_grad"](g, x), save=("x",))
+    return sq, grad
+
+
+def _x(n=6):
+    return np.linspace(-1.5, 2.0, n)
+
+
+def test_kernel_level(ops):
+    sq, grad = ops
+    x = _x()
+    np.testing.assert_array_equal(sq(x), x * x)
+    np.testing.assert_allclose(grad(np.ones(6), x, scale=0.5), x)
+    with pytest.raises(TypeError, match="float64"):
+        sq(x.astype(np.float32))
+    with pytest.raises(ValueError, match="differ"):
+        grad(np.ones(5), x)
+    with pytest.raises(TypeError, match="x must be an array"):
+        sq(None)
+
+
+def test_torch(ops):
+    torch = pytest.importorskip("torch")
+    import canna_dl.torch as ct
+    sq, _ = ops
+    f = sq.torch_fn
+    x = torch.tensor(_x(), requires_grad=True)
+    assert torch.equal(f(x.detach()), x.detach() ** 2)
+    assert torch.autograd.gradcheck(f, (x,))
+    assert torch.autograd.gradcheck(torch.ops.regtest.square, (x,))
+    # the backward is a registered op with no backward: a second derivative is refused clearly
+    (g,) = torch.autograd.grad(f(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward of regtest::square_grad"):
+        g.sum().backward()
+    torch.compiler.reset()
+    c = torch.compile(lambda t: f(t).sum(), fullgraph=True)
+    xc = x.detach().clone().requires_grad_()
+    c(xc).backward()
+    torch.testing.assert_close(xc.grad, 2 * xc.detach())
+    with pytest.raises(TypeError, match="float64"):
+        f(torch.ones(3))
+    with pytest.raises(ValueError, match="differ"):
+        torch.ops.regtest.square_grad(torch.ones(3, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
+    # offload() maps a torch function to it when the registration names one
+    kernels.register_op(
+        "square_mapped", namespace=NS, inputs=[Tensor("x", "float64")], shape=_same_shape,
+        forward=Launch(kernels.RawModule(SQUARE).get_function("square"), _blocks),
+        backward=lambda ops, g, x: ops[f"{NS}::square_grad"](g, x), save=("x",), torch=[torch.square])
+    xm = torch.tensor(_x(), requires_grad=True)
+    with ct.offload(ops=["square_mapped"]) as rep:
+        y = torch.square(xm)
+        y.sum().backward()
+    torch.testing.assert_close(y, xm.detach() ** 2)
+    torch.testing.assert_close(xm.grad, 2 * xm.detach())
+    assert rep.ops["square_mapped"].canna == 1 and rep.ops["square_mapped"].backward == 1
+
+
+def test_tensorflow(ops):
+    tf = pytest.importorskip("tensorflow")
+    sq, _ = ops
+    f = sq.tf_fn
+    x = tf.constant(_x())
+    np.testing.assert_array_equal(f(x).numpy(), _x() ** 2)
+    theo, num = tf.test.compute_gradient(f, [x])
+    np.testing.assert_allclose(theo[0], num[0], rtol=1e-6, atol=1e-8)
+
+    @tf.function
+    def grad(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = tf.reduce_sum(f(t))
+        return tape.gradient(y, t)
+    np.testing.assert_allclose(grad(x).numpy(), 2 * _x())
+    conc = tf.function(f).get_concrete_function(tf.TensorSpec([4, 5], tf.float64))
+    assert conc.structured_outputs.shape.as_list() == [4, 5]   # a static shape Keras can use
+    with pytest.raises(TypeError, match="float"):
+        f(tf.constant([1, 2]))
+    with pytest.raises(ValueError, match="differ"):
+        _.tf_fn(tf.ones(3, tf.float64), tf.ones(4, tf.float64))
+
+
+def test_jax(ops):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    sq, _ = ops
+    f = sq.jax_fn
+    with jax.enable_x64(True):
+        x = jnp.asarray(_x())
+        np.testing.assert_array_equal(np.asarray(f(x)), _x() ** 2)
+        g = jax.grad(lambda t: jnp.sum(f(t)))(x)
+        np.testing.assert_allclose(np.asarray(g), 2 * _x())
+        gj = jax.jit(jax.grad(lambda t: jnp.sum(f(t))))(x)
+        np.testing.assert_allclose(np.asarray(gj), 2 * _x())
+        with pytest.raises(ValueError, match="differ"):
+            _.jax_fn(jnp.ones(3), jnp.ones(4))
+
+
+# ---------------------------------------------------------------------------------------------
+# refused at registration
+
+def _k():
+    return kernels.RawModule(SQUARE).get_function("square")
+
+
+def _launch():
+    return Launch(_k(), _blocks)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(shape=lambda x: (Spec(x.shape, x.dtype), Spec(x.shape, x.dtype))), "declares 1 output"),
+    (dict(shape=lambda x: x.shape), "declares 1 output"),
+    (dict(outputs=("a", "b")), "returns 1 value"),
+    (dict(shape=lambda x: 1 / 0), "shape rule fails"),
+    (dict(backward=lambda ops, g: (g, g)), "returns 2 gradient"),
+    (dict(backward=lambda ops, g: ops.sum(g)), "has shape"),
+    (dict(backward=lambda ops, g: ops.no_such_op(g)), "backward fails"),
+    (dict(backward=lambda ops, g, q: g, save=("q",)), "save names 'q'"),
+    (dict(forward="square"), "forward must be"),
+    (dict(attrs=[Attr("k", object, 1)]), "needs a type"),
+    (dict(inputs=["x", "x"]), "used twice"),
+    (dict(inputs=["not an id"]), "identifier"),
+    (dict(namespace="canna"), "canna's own"),
+])
+def test_refused_at_registration(kw, match):
+    args = dict(inputs=[Tensor("x", "float64")], shape=_same_shape, forward=_launch(), namespace=NS)
+    args.update(kw)
+    with pytest.raises(kernels.RegistrationError, match=match):
+        kernels.register_op("refused", **args)
+    assert "regtest::refused" not in {op.qualname for op in kernels.registered_ops()}
+
+
+def test_name_taken_is_refused(ops):
+    with pytest.raises(kernels.RegistrationError, match="already registered"):
+        kernels.register_op("square", namespace=NS, inputs=[Tensor("x", "float64")], shape=_same_shape,
+                            forward=_launch())

@@ -1,0 +1,205 @@
+"""The op registry (kernels/_registry.py, docs/DESIGN.md §11): tests parametrized by its entries —
+the required-array checks of every op, the gradients of every generated op in PyTorch (gradcheck
+in float64), TensorFlow (finite differences) and JAX (``jax.grad`` against finite differences),
+``torch.compile`` / ``tf.function`` / ``jax.jit`` of them, the C fast path's op ids, and the
+README's op list."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import kernels
+from kernels import _registry as R
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+#: stand-ins for the required attributes of the hand-written ops (to reach their input checks)
+_ATTR_STANDINS = {"kernel_size": 2, "normalized_shape": (2,), "shape": (2, 2), "exponent": 2}
+
+
+def _required_inputs():
+    for op in R.registered_ops("canna"):
+        for i, t in enumerate(op.inputs):
+            if not t.optional:
+                yield pytest.param(op, i, id=f"{op.name}-{t.name}")
+
+
+@pytest.mark.parametrize("op,i", list(_required_inputs()))
+def test_none_for_a_required_array_is_a_type_error(op, i):
+    """Issue 12 item 21: None for a required array raised AttributeError in matmul, linear, conv2d,
+    layer_norm, softmax, max_pool2d; the registry's input check makes it a TypeError naming it."""
+    arr = np.ones((1, 1, 2, 2), np.float32)
+    args = [None if j == i else (np.zeros(1, np.int64) if t.dtypes == kernels._core.INTS else arr)
+            for j, t in enumerate(op.inputs)]
+    kw = {a.name: _ATTR_STANDINS[a.name] for a in op.attrs if a.required}
+    if isinstance(op.forward, R.Impl):   # its own signature: arguments by name
+        call = dict(zip([t.name for t in op.inputs], args))
+        call.update(kw)
+        with pytest.raises(TypeError, match=f"{op.inputs[i].name} must be an array"):
+            op.kernel(**call)
+    else:
+        with pytest.raises(TypeError, match=f"{op.inputs[i].name} must be an array"):
+            op.kernel(*args, **kw)
+
+
+def test_none_in_the_torch_functions_is_a_type_error():
+    torch = pytest.importorskip("torch")
+    import canna_dl.torch as ct
+    from canna_dl.torch.nn import functional as CF
+    x = torch.ones(1, 1, 4, 4)
+    for call in (lambda: ct.matmul(None, x), lambda: CF.linear(None, torch.ones(2, 4)),
+                 lambda: CF.linear(x, None), lambda: CF.conv2d(None, torch.ones(1, 1, 3, 3)),
+                 lambda: CF.layer_norm(None, (4,)), lambda: ct.softmax(None, 0), lambda: CF.max_pool2d(None, 2),
+                 lambda: ct.relu(None)):
+        with pytest.raises(TypeError, match="must be a"):
+            call()
+
+
+# ---------------------------------------------------------------------------------------------
+# the C fast path's op ids
+
+def test_op_ids_are_a_checked_enum():
+    ids = [m.value for m in R.OpId]
+    assert len(ids) == len(set(ids)), "duplicate fast-path op ids"
+    for op in R.registered_ops():
+        if op.fast:
+            key = op.qualname.replace("::", "__")
+            assert R.OpId(op.fast_id).name == key == R.OpId[key].name
+            assert R.op_id(op.qualname) == op.fast_id
+    with pytest.raises(R.RegistrationError, match="taken"):
+        R._add_op_id("canna__relu", 999)
+    src = (ROOT / "kernels" / "_elementwise.py").read_text()
+    assert not re.search(r"fop=\d", src), "a literal fast-path op id"
+
+
+# ---------------------------------------------------------------------------------------------
+# generated ops: gradients in every framework
+
+#: inputs in the domain of every generated op (positive for log / sqrt, away from relu's and abs' kinks)
+def _x(n=5, dtype=np.float64):
+    v = np.linspace(0.3, 2.0, n)
+    return (v * np.array([1, -1] * n)[:n]).astype(dtype)
+
+
+def _domain(op, x):
+    return np.abs(x) if op.name in ("log", "sqrt") else x
+
+
+_GEN = [op for op in R.registered_ops("canna") if op.generate and not op.name.endswith("_backward")]
+_GEN_IDS = [op.name for op in _GEN]
+
+
+def _attrs(op):
+    return {a.name: (a.choices[-1] if a.choices else a.default) for a in op.attrs}
+
+
+@pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
+def test_torch_gradcheck(op):
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(_domain(op, _x()), requires_grad=True)
+    f = op.torch_fn
+    kw = _attrs(op)
+    assert torch.autograd.gradcheck(lambda t: f(t, **kw), (x,))
+    # the custom op (torch.compile's path) agrees, with its fake from the shape rule
+    from torch.library import opcheck
+    res = opcheck(op.torch_op.default if hasattr(op.torch_op, "default") else op.torch_op, (x.detach(),), kw)
+    assert all(v == "SUCCESS" for v in res.values()), res
+
+
+@pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
+def test_torch_compile_fullgraph(op):
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(_domain(op, _x(dtype=np.float32)), requires_grad=True)
+    f = op.torch_fn
+    kw = _attrs(op)
+    ref = x.detach().clone().requires_grad_()
+    torch.compiler.reset()
+    g = torch.compile(lambda t: f(t, **kw).sum(), fullgraph=True)
+    y = g(x)
+    y.backward()
+    y0 = f(ref, **kw).sum()
+    y0.backward()
+    torch.testing.assert_close(y, y0)
+    torch.testing.assert_close(x.grad, ref.grad)
+
+
+@pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
+def test_tf_finite_differences(op):
+    tf = pytest.importorskip("tensorflow")
+    f = op.tf_fn
+    kw = _attrs(op)
+    x = tf.constant(_domain(op, _x()))
+    theo, num = tf.test.compute_gradient(lambda t: f(t, **kw), [x])
+    np.testing.assert_allclose(theo[0], num[0], rtol=1e-5, atol=1e-6)
+
+    def grad(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = tf.reduce_sum(f(t, **kw))
+        return tape.gradient(y, t)
+    np.testing.assert_allclose(tf.function(grad)(x).numpy(), grad(x).numpy(), rtol=1e-12)
+    # the static shape of the tf.function graph comes from the shape rule
+    conc = tf.function(lambda t: f(t, **kw)).get_concrete_function(tf.TensorSpec([4, 3], tf.float32))
+    assert conc.structured_outputs.shape.as_list() == [4, 3]
+
+
+@pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
+def test_jax_grad(op):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    f = op.jax_fn
+    kw = _attrs(op)
+    x = jnp.asarray(_domain(op, _x(dtype=np.float32)))
+    g = jax.grad(lambda t: jnp.sum(f(t, **kw)))(x)
+    gj = jax.jit(jax.grad(lambda t: jnp.sum(f(t, **kw))))(x)
+    # central differences in float64 on the kernel itself
+    xd = _domain(op, _x())
+    h = 1e-6
+    num = np.array([(np.sum(kernels.get_op(op.name).kernel(xd + h * e, **kw))
+                     - np.sum(kernels.get_op(op.name).kernel(xd - h * e, **kw))) / (2 * h) for e in np.eye(xd.size)])
+    np.testing.assert_allclose(np.asarray(g), num, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(gj), np.asarray(g), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
+def test_offload_maps_the_entry_torch_functions(op):
+    torch = pytest.importorskip("torch")
+    import importlib
+    import canna_dl.torch as ct
+    for spec in op.torch:
+        name = spec[0] if isinstance(spec, tuple) else spec
+        mod, _, attr = name.rpartition(".")
+        try:
+            fn = getattr(importlib.import_module(mod), attr)
+        except ImportError:
+            m2, _, cls = mod.rpartition(".")
+            fn = getattr(getattr(importlib.import_module(m2), cls), attr)
+        x = torch.tensor(_domain(op, _x(dtype=np.float32)))
+        with ct.offload() as rep:
+            y = fn(x)
+        torch.testing.assert_close(y, fn(x))
+        assert rep.ops[op.name].canna == 1, (name, rep)
+
+
+# ---------------------------------------------------------------------------------------------
+# the README
+
+def test_readme_op_list_is_the_registry():
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- registry-ops:begin -->\n(.*?)<!-- registry-ops:end -->", text, re.S)
+    assert m, "README.md has no generated op list"
+    assert m.group(1) == R.op_table(), ("README.md's op list differs from the registry; regenerate it with "
+                                        "python -c 'import kernels; print(kernels._registry.op_table())'")
+
+
+def test_bad_attribute_on_the_fast_path_gets_canna_message():
+    torch = pytest.importorskip("torch")
+    x = torch.ones(3)
+    kernels.gelu(x)   # the fast path is on
+    with pytest.raises(TypeError, match="approximate must be a str, not list"):
+        kernels.gelu(x, [1])
+    with pytest.raises(ValueError, match="approximate must be one of 'none', 'tanh'"):
+        kernels.gelu(x, "fast")
