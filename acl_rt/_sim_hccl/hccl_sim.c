@@ -198,6 +198,23 @@ static HcclResult seg_broken(comm_t *c)
     return herr((HcclResult)a, "rank %u: the communicator is broken: %s", c->rank, c->seg->abort_msg);
 }
 
+/* a process that exited (a zombie not yet reaped by its parent counts as dead) */
+static bool pid_dead(int32_t pid)
+{
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return true;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* A peer that is gone: left (HcclCommDestroy) or its process died. Aborts and returns the code. */
 static HcclResult check_peers(comm_t *c)
 {
@@ -212,7 +229,7 @@ static HcclResult check_peers(comm_t *c)
             snprintf(msg, sizeof msg, "rank %u destroyed its communicator while rank %u waited for it", r, c->rank);
             return seg_abort(c, HCCL_E_REMOTE, msg);
         }
-        if (pid > 0 && pid != me && kill(pid, 0) < 0 && errno == ESRCH) {
+        if (pid > 0 && pid != me && pid_dead(pid)) {
             snprintf(msg, sizeof msg, "rank %u (process %d) died while rank %u waited for it", r, (int)pid, c->rank);
             return seg_abort(c, HCCL_E_REMOTE, msg);
         }
