@@ -279,3 +279,32 @@ def test_bad_arguments(py):
     assert lines[6] == "HcclError:HCCL_E_PARA"
     assert lines[7] == "HcclError:HCCL_E_PARA"
     assert lines[8] == "True"
+
+
+def test_ddp_two_processes_follow_single_process(tmp_path):
+    """torchrun, 2 ranks on the "canna" backend, DistributedDataParallel under offload(): the loss
+    curve is the 1-process doubled-batch curve, and the parameters are identical on both ranks."""
+    pytest.importorskip("torch")
+    import json
+
+    import numpy as np
+    import torch
+
+    env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", PYTHONPATH=str(REPO))
+    env.pop("CANNA_SIM_SHARED", None)
+    demo = str(REPO / "tools" / "ddp_demo.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", demo,
+           "--steps", "8", "--out", str(tmp_path)]
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    r = subprocess.run([sys.executable, demo, "--single", "--steps", "8", "--out", str(tmp_path)], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    single = np.array(json.loads((tmp_path / "single.json").read_text()), dtype=np.float64)
+    for rank in range(2):
+        losses = np.array(json.loads((tmp_path / f"rank{rank}.json").read_text()), dtype=np.float64)
+        np.testing.assert_allclose(losses, single, rtol=1e-4, atol=1e-5)
+    p0, p1, ps = (torch.load(tmp_path / f"{t}.pt") for t in ("rank0", "rank1", "single"))
+    for k in p0:
+        assert torch.equal(p0[k], p1[k]), k                    # bit-identical across ranks
+        np.testing.assert_allclose(p0[k].double().numpy(), ps[k].double().numpy(), rtol=1e-4, atol=1e-5)
