@@ -2,7 +2,8 @@
 
 ``acl_rt.Communicator`` works on raw device memory; this module takes anything DLPack can import
 (canna DeviceArrays, PyTorch / NumPy / JAX / TensorFlow arrays; zero-copy in the simulator's
-unified memory model) and passes its address, element count and dtype to HCCL.
+unified memory model) and passes its address, element count and dtype to HCCL. The operands are
+kept alive until the collective completes (the calls return before it runs), so temporaries are safe.
 
 torch.distributed::
 
@@ -28,6 +29,28 @@ __all__ = ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "register_
            "torch_communicator"]
 
 
+import threading
+
+_pending_lock = threading.Lock()
+_pending: list = []   # (event, operands) of collectives not yet seen complete
+
+
+def _keep(ev, *operands):
+    """Keep the operands (and the framework tensors their DLPack import holds) alive until the
+    collective's event completes: the call returns before the collective runs."""
+    with _pending_lock:
+        _pending[:] = [(e, ops) for e, ops in _pending if not _done(e)]
+        _pending.append((ev, operands))
+    return ev
+
+
+def _done(ev) -> bool:
+    try:
+        return ev.query()
+    except Exception:  # a failed or stale event: its operation is over
+        return True
+
+
 def _view(x):
     """(DeviceArray, number of elements, dtype name) of anything DLPack imports (no copy)."""
     a = from_dlpack(x)
@@ -39,26 +62,27 @@ def all_reduce(comm: acl_rt.Communicator, x, op: str = "sum", *, out=None, strea
     ``comm``; ``x`` is a DeviceArray or any DLPack-exporting array/tensor. Returns the Event."""
     a, n, dt = _view(x)
     o = a if out is None else _view(out)[0]
-    return comm.all_reduce(a.ptr, o.ptr, n, dt, op, stream=stream)
+    return _keep(comm.all_reduce(a.ptr, o.ptr, n, dt, op, stream=stream), a, o)
 
 
 def broadcast(comm: acl_rt.Communicator, x, *, root: int = 0, stream=None) -> acl_rt.Event:
     """Broadcast ``root``'s ``x`` into every rank's ``x`` (in place). Returns the Event."""
     a, n, dt = _view(x)
-    return comm.broadcast(a.ptr, n, dt, root=root, stream=stream)
+    return _keep(comm.broadcast(a.ptr, n, dt, root=root, stream=stream), a)
 
 
 def all_gather(comm: acl_rt.Communicator, x, out, *, stream=None) -> acl_rt.Event:
     """Gather every rank's ``x`` into ``out`` (``comm.size`` times as many elements, rank order)."""
     a, n, dt = _view(x)
-    return comm.all_gather(a.ptr, _view(out)[0].ptr, n, dt, stream=stream)
+    o = _view(out)[0]
+    return _keep(comm.all_gather(a.ptr, o.ptr, n, dt, stream=stream), a, o)
 
 
 def reduce_scatter(comm: acl_rt.Communicator, x, out, op: str = "sum", *, stream=None) -> acl_rt.Event:
     """Reduce ``x`` (``comm.size`` blocks) over the ranks; rank r gets block r in ``out``."""
     a, _, dt = _view(x)
     o, n, _ = _view(out)
-    return comm.reduce_scatter(a.ptr, o.ptr, n, dt, op, stream=stream)
+    return _keep(comm.reduce_scatter(a.ptr, o.ptr, n, dt, op, stream=stream), a, o)
 
 
 # ------------------------------------------------------------------------------------------------

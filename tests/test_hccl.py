@@ -308,3 +308,36 @@ def test_ddp_two_processes_follow_single_process(tmp_path):
     for k in p0:
         assert torch.equal(p0[k], p1[k]), k                    # bit-identical across ranks
         np.testing.assert_allclose(p0[k].double().numpy(), ps[k].double().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_array_level_collectives_on_framework_tensors(py):
+    """canna_dl.distributed: torch tensors, NumPy arrays and canna DeviceArrays through DLPack
+    (zero-copy in the unified memory model), one thread per rank."""
+    pytest.importorskip("torch")
+    r = py(textwrap.dedent('''
+        import threading, numpy as np, torch, acl_rt, canna_dl, canna_dl.distributed as cd
+        comms = acl_rt.Communicator.init_all([0, 1])
+        out = {}
+        def work(c):
+            with c.device:
+                t = torch.arange(10, dtype=torch.float32) * (c.rank + 1)
+                cd.all_reduce(c, t, "sum").synchronize()                 # in place on the tensor
+                a = np.full(6, c.rank + 1, dtype=np.int32)
+                g = np.zeros(12, dtype=np.int32)
+                cd.all_gather(c, a, g).synchronize()
+                d = canna_dl.asarray(np.arange(4, dtype=np.float64) + 10 * c.rank)
+                cd.broadcast(c, d, root=1).synchronize()
+                rs = torch.zeros(5, dtype=torch.float16)
+                cd.reduce_scatter(c, torch.ones(10, dtype=torch.float16) * (c.rank + 1), rs, "max").synchronize()
+                out[c.rank] = (t.numpy().copy(), g.copy(), np.asarray(d.to_numpy() if hasattr(d, "to_numpy") else d), rs.numpy().copy())
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        for rank in (0, 1):
+            t, g, d, rs = out[rank]
+            assert (t == np.arange(10) * 3).all(), t
+            assert (g == [1] * 6 + [2] * 6).all(), g
+            assert (d == np.arange(4) + 10).all(), d
+            assert (rs == 2).all(), rs
+        print("ok")
+    '''), env={"CANNA_SIM_DEVICES": "2"})
+    assert r.stdout.strip().endswith("ok")
