@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 
 from . import _runtime as rt
@@ -27,7 +28,7 @@ from ._memory import DeviceBuffer, HostBuffer
 from ._stream import Event, Stream, _resolve_stream
 
 __all__ = ["Communicator", "HcclError", "HcclTimeoutError", "hccl_get_root_info", "HCCL_DTYPES",
-           "HCCL_REDUCE_OPS", "root_info_from_store", "root_info_from_file", "hccl_library"]
+           "HCCL_REDUCE_OPS", "root_info_from_store", "root_info_from_file", "hccl_library", "hccl_stats"]
 
 #: the simulator's HCCL library, built at install
 SIM_HCCL_LIBRARY = Path(__file__).resolve().parent / "_sim_hccl" / "libhccl_sim.so"
@@ -224,6 +225,7 @@ class Communicator:
         self._rank = int(out[0])
         _check(lib.HcclGetRankSize(handle, out), "HcclGetRankSize", lib)
         self._size = int(out[0])
+        _live.add(self)
         return self
 
     @classmethod
@@ -422,6 +424,23 @@ class Communicator:
         s = self._stream(stream, api)
         _check(self._lib.HcclBarrier(self._handle(api), s._h), api, self._lib)
         return self._done(s)
+
+
+#: the live communicators of this process (for hccl_stats)
+_live: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+def hccl_stats() -> list:
+    """Simulator only: one dict per live communicator of this process, in (device, rank) order:
+    ``{"device", "rank", "size", "ops", "bytes_moved", "wait_ns"}`` — operations completed, bytes
+    this rank copied through the shared segment, nanoseconds it waited for its peers. Empty on a
+    real CANN install (HCCL has no such counters) or before any communicator exists."""
+    out = []
+    for c in sorted(list(_live), key=lambda c: (c._device._id, c._rank)):
+        if c._h is None or not c._lib.has("hcclsimGetCommStats"):
+            continue
+        out.append({"device": c._device._id, "rank": c._rank, "size": c._size, **c.stats()})
+    return out
 
 
 class group:

@@ -121,8 +121,12 @@ def test_collectives_threads(py):
         [t.start() for t in ts]; [t.join() for t in ts]
         if errors:
             raise errors[0]
+        st = acl_rt.hccl_stats()
+        assert [(s["device"], s["rank"], s["size"]) for s in st] == [(0, 0, 2), (1, 1, 2)], st
+        assert all(s["ops"] > 50 and s["bytes_moved"] > 2**24 and s["wait_ns"] > 0 for s in st), st
         for c in comms:
             c.destroy()
+        assert acl_rt.hccl_stats() == []
         print("ok")
     ''')
     r = py(code, env={"CANNA_SIM_DEVICES": "2"}, timeout=600)
