@@ -345,3 +345,45 @@ def test_array_level_collectives_on_framework_tensors(py):
         print("ok")
     '''), env={"CANNA_SIM_DEVICES": "2"})
     assert r.stdout.strip().endswith("ok")
+
+
+def test_skipped_collective_breaks_the_communicator(py):
+    """A rank whose stream failed earlier skips its collective (the stream's sticky error): its peer
+    gets HCCL_E_INTERNAL at once instead of waiting for HCCL_EXEC_TIMEOUT (HCCL_E_TIMEOUT, 9)."""
+    r = py(textwrap.dedent('''
+        import threading, acl_rt
+        from acl_rt._lib import backend, ffi
+        comms = acl_rt.Communicator.init_all([0, 1])
+        res = {}
+        def work(c):
+            with c.device:
+                s = c.device.create_stream()
+                b = acl_rt.alloc(4096)
+                if c.rank == 0:
+                    backend().lib.aclsimLaunchFault(ffi.cast("aclrtStream", s.handle), 507000, b"injected")
+                try:
+                    c.all_reduce(b, b, 1024, "float32", stream=s)
+                except acl_rt.HcclError as e:      # rank 0 already broke the communicator
+                    res[c.rank] = ("at enqueue", e.code)
+                    return
+                try:
+                    s.synchronize()
+                except acl_rt.AclError as e:
+                    res[c.rank] = (e.code, c.async_error())
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        print(res[0], res[1])
+    '''), env={"CANNA_SIM_DEVICES": "2", "HCCL_EXEC_TIMEOUT": "600"}, timeout=300)
+    assert r.stdout.startswith("(507000, 4) "), r.stdout
+    assert r.stdout.split(") (")[1].strip() in ("507057, 4)", "'at enqueue', 4)"), r.stdout
+
+
+def test_bad_timeout_variable(py):
+    r = py(textwrap.dedent('''
+        import acl_rt
+        try:
+            acl_rt.Communicator.init_all([0])
+        except acl_rt.HcclError as e:
+            print(e.name, "HCCL_EXEC_TIMEOUT" in str(e))
+    '''), env={"HCCL_EXEC_TIMEOUT": "soon"})
+    assert r.stdout.strip() == "HCCL_E_PARA True"
