@@ -387,3 +387,29 @@ def test_bad_timeout_variable(py):
             print(e.name, "HCCL_EXEC_TIMEOUT" in str(e))
     '''), env={"HCCL_EXEC_TIMEOUT": "soon"})
     assert r.stdout.strip() == "HCCL_E_PARA True"
+
+
+def test_collective_stats_in_monitor_and_prometheus(py, tmp_path):
+    """Each rank's operations, bytes moved and time waited reach acl_rt.monitor (through the
+    published per-process record) and the Prometheus exporter."""
+    pytest.importorskip("prometheus_client")
+    r = py(textwrap.dedent('''
+        import threading, acl_rt, acl_rt.monitor as mon, acl_rt.smi as smi
+        from prometheus_client import CollectorRegistry, generate_latest
+        comms = acl_rt.Communicator.init_all([0, 1])
+        def work(c):
+            with c.device:
+                b = acl_rt.alloc(1 << 20)
+                c.all_reduce(b, b, 1 << 18, "float32").synchronize()
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        mon.publish_pool_stats()
+        rows = sorted((c["device_id"], c["rank"], c["ops"], c["bytes_moved"] > 0) for c in mon.collective_stats())
+        print(rows)
+        reg = CollectorRegistry(); reg.register(smi.make_collector())
+        text = generate_latest(reg).decode()
+        print(sum(1 for l in text.splitlines() if l.startswith("canna_hccl_bytes_moved_total{")))
+    '''), env={"CANNA_SIM_DEVICES": "2", "CANNA_STATS_DIR": str(tmp_path)})
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == "[(0, 0, 1, True), (1, 1, 1, True)]", r.stdout
+    assert lines[1] == "2", r.stdout
