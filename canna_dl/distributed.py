@@ -12,8 +12,8 @@ torch.distributed::
 
 Each rank uses device ``LOCAL_RANK % acl_rt.device_count()``; the root info is exchanged through
 the process group's store (``HcclGetRootInfo`` on rank 0, ``HcclCommInitRootInfo`` on every rank).
-The backend runs allreduce (sum, product, max, min, avg), broadcast, allgather, reduce_scatter,
-reduce, alltoall_base, send/recv and barrier on CPU tensors (contiguous ones in place, others
+The backend runs allreduce (sum, product, max, min, avg), broadcast, allgather (and into a tensor),
+reduce_scatter (and of a tensor), reduce, all_to_all_single (equal splits), send/recv and barrier on CPU tensors (contiguous ones in place, others
 through a contiguous copy), enough for ``DistributedDataParallel``. On a CANN install the same
 script runs with this backend or torch_npu's ``"hccl"``.
 """
@@ -260,6 +260,11 @@ def _torch_backend_class():
             if o is not output:
                 output.copy_(o)
             return _Work([output])
+
+        # the names torch.distributed calls in recent releases (the older ones stay for older torch)
+        all_gather_single = _allgather_base
+        reduce_scatter_single = _reduce_scatter_base
+        all_to_all_single = alltoall_base
 
         def send(self, tensors, dst, tag=0):
             for t in tensors:
