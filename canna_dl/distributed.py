@@ -13,8 +13,9 @@ torch.distributed::
 Each rank uses device ``LOCAL_RANK % acl_rt.device_count()``; the root info is exchanged through
 the process group's store (``HcclGetRootInfo`` on rank 0, ``HcclCommInitRootInfo`` on every rank).
 The backend runs allreduce (sum, product, max, min, avg), broadcast, allgather (and into a tensor),
-reduce_scatter (and of a tensor), reduce, all_to_all_single (equal splits), send/recv and barrier on CPU tensors (contiguous ones in place, others
-through a contiguous copy), enough for ``DistributedDataParallel``. On a CANN install the same
+reduce_scatter (and of a tensor), reduce, all_to_all_single (equal splits), send/recv and barrier
+on CPU tensors (contiguous ones in place, others through a contiguous copy; the simulator's
+unified memory model, where host memory is a valid operand), enough for ``DistributedDataParallel``. On a CANN install the same
 script runs with this backend or torch_npu's ``"hccl"``.
 """
 from __future__ import annotations
