@@ -86,6 +86,15 @@ API const char *HcclGetErrorString(HcclResult code)
     return "unknown HCCL error";
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -261,7 +270,7 @@ static HcclResult barrier(comm_t *c, double timeout, const char *what)
     }
     uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)(timeout * 1e9);
     for (int spin = 0; spin < 2000 && atomic_load(&s->gen) == g; ++spin)
-        __builtin_ia32_pause();
+        cpu_relax();
     while (atomic_load(&s->gen) == g) {
         if ((rc = seg_broken(c)))
             break;
@@ -278,8 +287,8 @@ static HcclResult barrier(comm_t *c, double timeout, const char *what)
     }
     if (rc && atomic_load(&s->gen) != g)   /* everyone had arrived after all */
         rc = HCCL_SUCCESS;
-    if (rc)
-        rc = seg_broken(c) ? seg_broken(c) : rc;
+    if (rc && atomic_load(&s->abort) > 0)
+        rc = seg_broken(c);   /* the communicator's first failure, with its message */
     atomic_fetch_add(&c->wait_ns, now_ns() - t0);
     return rc;
 }
