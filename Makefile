@@ -11,7 +11,7 @@ PIP    := $(PY) -m pip
 # already provides the CPU wheel, goes on with pip's own indexes); `make TORCH_INDEX=` skips it.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # sources of the C libraries built at install: a change rebuilds them
-NATIVE := setup.py $(wildcard acl_rt/_cdef/*.h acl_rt/_sim/*.c acl_rt/_sim/*.h acl_rt/_native/*.c acl_rt/_native/*.h kernels/_sim/*.c kernels/_sim/*.h kernels/include/*.h canna_dl/_native/*.c canna_dl/_native/*.h kernels/_native/*.c kernels/_native/*.h)
+NATIVE := setup.py $(wildcard acl_rt/_cdef/*.h acl_rt/_sim/*.c acl_rt/_sim/*.h acl_rt/_sim_hccl/*.c acl_rt/_native/*.c acl_rt/_native/*.h kernels/_sim/*.c kernels/_sim/*.h kernels/include/*.h canna_dl/_native/*.c canna_dl/_native/*.h kernels/_native/*.c kernels/_native/*.h)
 
 .PHONY: demo test clean
 
@@ -38,4 +38,4 @@ test: $(VENV)/.built
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info acl_rt/_acl_ffi.py acl_rt/_sim/*.so kernels/_sim/*.so canna_dl/_native*.so kernels/_native*.so
+	rm -rf $(VENV) build *.egg-info acl_rt/_acl_ffi.py acl_rt/_sim/*.so acl_rt/_sim_hccl/*.so kernels/_sim/*.so canna_dl/_native*.so kernels/_native*.so

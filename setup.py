@@ -49,6 +49,10 @@ ext_modules = []
 # the simulated AscendCL runtime (libascendcl_sim.so)
 if glob.glob("acl_rt/_sim/*.c"):
     ext_modules.append(sim_library("acl_rt._sim.libascendcl_sim", "acl_rt/_sim"))
+# the simulated HCCL (libhccl_sim.so: Hccl* collectives between simulated devices); like the op
+# library it calls the runtime's functions (aclsimLaunchTask & co.), resolved from libascendcl_sim.so
+if glob.glob("acl_rt/_sim_hccl/*.c"):
+    ext_modules.append(sim_library("acl_rt._sim_hccl.libhccl_sim", "acl_rt/_sim_hccl", libraries=["rt"]))
 # the simulated op library (aclCreateTensor & co. + aclnn*: libopapi_sim.so); it calls the runtime's
 # functions, resolved at load time from libascendcl_sim.so (loaded first, RTLD_GLOBAL)
 if glob.glob("kernels/_sim/*.c"):

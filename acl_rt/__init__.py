@@ -27,11 +27,17 @@ from ._pool import (DebugPrintHook, MemoryHook, MemoryPool, empty_cache, get_mem
                     memory_stats_as_nested_dict, memory_summary, reset_accumulated_memory_stats,
                     reset_peak_memory_stats, set_memory_limit)
 
+from ._hccl import (Communicator, HcclError, HcclTimeoutError, hccl_get_root_info, hccl_stats,
+                    root_info_from_file, root_info_from_store)
+from ._hccl import group as hccl_group
+
 from . import monitor
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Communicator", "HcclError", "HcclTimeoutError", "hccl_get_root_info", "hccl_group", "hccl_stats",
+    "root_info_from_file", "root_info_from_store",
     "AclError", "AclTimeoutError", "BackendNotFoundError", "ContextError", "DeviceError",
     "ForkedProcessError", "InvalidArgumentError", "InvalidHandleError", "KernelError",
     "NotInitializedError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "ResourceExhaustedError",

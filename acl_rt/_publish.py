@@ -22,6 +22,7 @@ import atexit
 import json
 import os
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -133,9 +134,13 @@ def _record() -> tuple[tuple, dict]:
             "num_alloc_retries": s[11], "num_device_alloc": s[12], "num_device_free": s[13],
             "limit_bytes": p._limit or None,
         })
+    # the HCCL communicators' counters (only when acl_rt._hccl is in use: never loads HCCL)
+    hccl_mod = sys.modules.get(__package__ + "._hccl")
+    collectives = hccl_mod.hccl_stats() if hccl_mod is not None else []
+    versions.extend(("hccl", c["device"], c["rank"], c["ops"]) for c in collectives)
     pid = os.getpid()
     rec = {"pid": pid, "starttime": proc_starttime(pid), "name": proc_name(pid), "machine": machine_id(),
-           "updated": time.time(), "devices": devices}
+           "updated": time.time(), "devices": devices, "collectives": collectives}
     return tuple(versions), rec
 
 

@@ -37,7 +37,7 @@ from ._lib import backend, ffi
 from ._runtime import check_device_index
 
 __all__ = ["DeviceStatus", "ProcessInfo", "PoolStats", "DcmiError", "device_count", "device_status", "devices",
-           "processes", "pool_stats", "publish_pool_stats", "snapshot", "source"]
+           "processes", "pool_stats", "publish_pool_stats", "collective_stats", "snapshot", "source"]
 
 _MB = 1 << 20
 _NOT_SUPPORT = -8255
@@ -351,6 +351,31 @@ def pool_stats(device_id: int | None = None) -> list[PoolStats]:
     return out
 
 
+def collective_stats(device_id: int | None = None) -> list[dict]:
+    """The HCCL communicators of live canna processes (simulator; published with the pool
+    statistics), one dict per rank: ``device_id``, ``pid``, ``name``, ``rank``, ``size``, ``ops``
+    (operations completed), ``bytes_moved`` (bytes the rank copied through the shared segment),
+    ``wait_ns`` (nanoseconds it waited for its peers), ``updated`` (Unix time of the record).
+
+    Raises:
+        TypeError / InvalidArgumentError: bad device id."""
+    if device_id is not None:
+        device_id = _check_id(device_id, "acl_rt.monitor.collective_stats")
+    out = []
+    for _path, rec in _publish.read_records(_publish.machine_id()):
+        for c in (rec.get("collectives") if isinstance(rec.get("collectives"), list) else ()):
+            try:
+                row = {"device_id": int(c["device"]), "pid": int(rec["pid"]), "name": rec.get("name"),
+                       "rank": int(c["rank"]), "size": int(c["size"]), "ops": int(c["ops"]),
+                       "bytes_moved": int(c["bytes_moved"]), "wait_ns": int(c["wait_ns"]),
+                       "updated": float(rec.get("updated", 0))}
+            except (KeyError, TypeError, ValueError):
+                continue
+            if device_id is None or row["device_id"] == device_id:
+                out.append(row)
+    return out
+
+
 def publish_pool_stats() -> str | None:
     """Publish this process's pool statistics now (normally a background thread does it at most
     every ``CANNA_STATS_INTERVAL`` seconds, 0.5 by default). Returns the record's path."""
@@ -369,5 +394,6 @@ def snapshot(ids=None) -> dict:
     except Exception as e:  # the device rows still matter
         procs = [{"error": f"{type(e).__name__}: {e}"}]
     pools = [p.as_dict() for p in pool_stats() if p.device_id in wanted]
+    collectives = [c for c in collective_stats() if c["device_id"] in wanted]
     return {"time": time.time(), "backend": b.name, "source": _source, "devices": [d.as_dict() for d in devs],
-            "processes": procs, "pools": pools}
+            "processes": procs, "pools": pools, "collectives": collectives}

@@ -193,7 +193,8 @@ def make_collector(ids=None):
     labels ``id`` and ``model_name``; canna adds byte-valued metrics after Prometheus' unit
     conventions: ``canna_device_memory_{used,total}_bytes``, ``canna_process_memory_bytes``
     (labels + ``pid``, ``process_name``) and the pool metrics ``canna_pool_*_bytes`` (labels +
-    ``pid``, ``process_name``), ``canna_pool_ooms_total``, ``canna_pool_alloc_retries_total``.
+    ``pid``, ``process_name``), ``canna_pool_ooms_total``, ``canna_pool_alloc_retries_total``,
+    and per HCCL rank (labels + ``rank``) ``canna_hccl_{ops,bytes_moved,wait_seconds}_total``.
     A metric the backend does not support is absent for that device; ``canna_device_up`` is 0
     for a device that failed to query."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -283,6 +284,17 @@ def make_collector(ids=None):
             yield from pool_g.values()
             yield ooms
             yield retries
+            clab = plab + ["rank"]
+            hccl = {k: CounterMetricFamily(f"canna_hccl_{k}", doc, labels=clab) for k, doc in (
+                ("ops", "HCCL operations completed by the rank"),
+                ("bytes_moved", "bytes the rank copied through the collectives' shared segment"),
+                ("wait_seconds", "seconds the rank waited for its peers"))}
+            for c in s.get("collectives", ()):
+                lv = [str(c["device_id"]), names.get(c["device_id"], ""), str(c["pid"]), c["name"] or "", str(c["rank"])]
+                hccl["ops"].add_metric(lv, c["ops"])
+                hccl["bytes_moved"].add_metric(lv, c["bytes_moved"])
+                hccl["wait_seconds"].add_metric(lv, c["wait_ns"] / 1e9)
+            yield from hccl.values()
 
     return Collector()
 

@@ -120,6 +120,18 @@ def test_every_error_code_checked(report):
         assert r.decl.data["value"] == int(value)
 
 
+def test_hccl_declarations_checked(report):
+    """HCCL (acl_rt/_cdef/hccl_*.h) against the wheel's third_party/hccl/inc/hccl/hccl.h and
+    hccl_types.h: every declaration is checked (the wheel always ships them) and matches."""
+    results = [r for r in report.results if r.decl.file.startswith("hccl_")]
+    names = {r.decl.name for r in results}
+    for name in ("HcclAllReduce", "HcclCommInitRootInfo", "HcclGroupEnd", "HcclRootInfo", "HCCL_E_TIMEOUT",
+                 "HCCL_ROOT_INFO_BYTES", "HCCL_DATA_TYPE_BFP16", "HCCL_REDUCE_MIN"):
+        assert name in names
+    bad = [r for r in results if r.status != abi_check.OK]
+    assert not bad, _lines(bad)
+
+
 def test_no_unchecked_declarations(report):
     if report.unchecked:
         # one line per cdef file (its missing headers named once): nn_funcs.h alone has ~100

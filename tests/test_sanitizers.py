@@ -77,3 +77,20 @@ def test_the_harness_reports_a_heap_overflow(tmp_path, libasan):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(prefix, libasan),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 86 and "heap-buffer-overflow" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_hccl_is_clean_under_asan_and_ubsan(tmp_path, libasan):
+    """The simulated HCCL (acl_rt/_sim_hccl) under the sanitizers, loaded as a CANN install's
+    libhccl.so next to the runtime; tests/test_hccl.py without its torch-driven tests."""
+    prefix = _build(tmp_path / "cann")
+    sources = sorted(glob.glob(os.path.join(ROOT, "acl_rt", "_sim_hccl", "*.c")))
+    proc = subprocess.run(["gcc", *FLAGS, "-o", str(prefix / "lib64" / "libhccl.so"), *sources, "-lm", "-lrt"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_hccl.py",
+                           "-k", "not ddp and not array and not monitor"],
+                          cwd=ROOT, env=_env(prefix, libasan), capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert "AddressSanitizer" not in out and "runtime error:" not in out, out[-6000:]
+    assert proc.returncode == 0, out[-6000:]
+    assert " passed" in out

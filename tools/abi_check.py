@@ -52,7 +52,10 @@ WHEEL_PIP_TAGS = ("--only-binary=:all:", "--python-version", "3.11", "--implemen
                   "--platform", "manylinux_2_28_x86_64")
 # include dirs taken from the wheel (below torch_npu/include/), when present. torch-npu 2.14.0 ships
 # acl/ (runtime, model, op, error codes) only: no aclnn/, aclnnop/ or nnopbase/.
-WHEEL_INCLUDE_DIRS = ("acl", "aclnn", "aclnnop", "nnopbase")
+WHEEL_INCLUDE_DIRS = ("acl", "aclnn", "aclnnop", "nnopbase", "third_party")
+# HCCL's hccl.h / hccl_types.h are under third_party/hccl/inc/hccl/ (they include each other by that
+# path); the cache dir is named after this list so a cache extracted without third_party/ is redone
+CACHE_INCLUDE_NAME = "include-hccl"
 
 # CANN headers that the declarations of a cdef file mirror, by the file's prefix ("rt" for
 # rt_funcs.h). A cdef file may name its own instead in a comment: "@cann-headers: a/b.h c/d.h".
@@ -185,7 +188,7 @@ def get_cann_include(headers: str | os.PathLike | None = None, cache_dir: Path |
     if os.environ.get("CANNA_CANN_INCLUDE"):
         return _check_include_dir(Path(os.environ["CANNA_CANN_INCLUDE"]), "CANNA_CANN_INCLUDE")
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    include = cache / f"torch-npu-{WHEEL_VERSION}" / "include"
+    include = cache / f"torch-npu-{WHEEL_VERSION}" / CACHE_INCLUDE_NAME
     if (include / "acl" / "acl.h").is_file():
         return include
     try:

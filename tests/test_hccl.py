@@ -1,0 +1,452 @@
+"""HCCL collectives on the simulator (acl_rt.Communicator, acl_rt/_sim_hccl): every collective across
+dtypes and reductions against NumPy (float64), from threads (HcclCommInitAll) and from processes
+(HcclCommInitRootInfo with the root info in a file); dead and missing peers give errors, not hangs."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Every rank computes every rank's input (seeded by rank), runs each collective and checks its own
+# result against NumPy in float64. `check_all(comm)` raises AssertionError on a wrong value.
+CHECKS = textwrap.dedent(r'''
+    import numpy as np, acl_rt
+
+    DTYPES = ["float32", "float16", "float64", "int32", "int64", "int8", "uint8"]
+    OPS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+    def data(rank, dtype, n, op="sum"):
+        rng = np.random.default_rng(1000 + rank)
+        if np.dtype(dtype).kind == "f":
+            lo, hi = (0.5, 1.5) if op == "prod" else (-4, 4)
+            return rng.uniform(lo, hi, n).astype(dtype)
+        lo, hi = (1, 4) if op == "prod" else (0 if np.dtype(dtype).kind == "u" else -20, 20)
+        return rng.integers(lo, hi, n).astype(dtype)
+
+    def tol(dtype, nterms):
+        return {"float16": 2e-3 * nterms, "float32": 1e-6 * nterms}.get(dtype, 0)
+
+    def expect_close(got, want, dtype, nterms=2, what=""):
+        want = np.asarray(want)
+        if np.dtype(dtype).kind == "f":
+            np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol(dtype, nterms),
+                                       atol=tol(dtype, nterms), err_msg=what)
+        else:   # integers wrap like the device's (two's complement)
+            np.testing.assert_array_equal(got, want.astype(np.int64).astype(dtype), err_msg=what)
+
+    def dev(x):
+        b = acl_rt.alloc(max(x.nbytes, 1)); b.copy_from(x); return b
+
+    def host(b, dtype, n):
+        y = np.empty(n, dtype); b.copy_to(y); return y
+
+    def check_all(comm, n=3001):
+        r, size = comm.rank, comm.size
+        s = comm.device.create_stream()
+        for dtype in DTYPES:
+            for op, fn in OPS.items():
+                xs = [data(k, dtype, n, op) for k in range(size)]
+                want = fn(np.stack([x.astype(np.float64) for x in xs]), axis=0)
+                src, out = dev(xs[r]), acl_rt.alloc(xs[r].nbytes)
+                comm.all_reduce(src, out, n, dtype, op, stream=s).synchronize()
+                expect_close(host(out, dtype, n), want, dtype, size, f"all_reduce {dtype} {op}")
+                # reduce to the last rank; in place (send is recv) on the others is allowed too
+                root = size - 1
+                ev = comm.reduce(src, out if r == root else None, n, dtype, op, root=root, stream=s)
+                ev.synchronize()
+                if r == root:
+                    expect_close(host(out, dtype, n), want, dtype, size, f"reduce {dtype} {op}")
+                # reduce-scatter: block r of the reduction
+                m = n // size + 1
+                ys = [data(k + 7, dtype, m * size, op) for k in range(size)]
+                full = fn(np.stack([y.astype(np.float64) for y in ys]), axis=0)
+                rs = acl_rt.alloc(m * ys[r].itemsize)
+                comm.reduce_scatter(dev(ys[r]), rs, m, dtype, op, stream=s).synchronize()
+                expect_close(host(rs, dtype, m), full[r * m:(r + 1) * m], dtype, size, f"reduce_scatter {dtype} {op}")
+            x = data(r, dtype, n)
+            # all-gather
+            g = acl_rt.alloc(x.nbytes * size)
+            comm.all_gather(dev(x), g, n, dtype, stream=s).synchronize()
+            np.testing.assert_array_equal(host(g, dtype, n * size), np.concatenate([data(k, dtype, n) for k in range(size)]))
+            # broadcast from rank 1 (in place)
+            b = dev(x)
+            comm.broadcast(b, n, dtype, root=1, stream=s).synchronize()
+            np.testing.assert_array_equal(host(b, dtype, n), data(1, dtype, n))
+            # all-to-all: block d of rank k's input goes to rank d
+            xa = [data(k + 3, dtype, n * size) for k in range(size)]
+            a = acl_rt.alloc(xa[r].nbytes)
+            comm.all_to_all(dev(xa[r]), a, n, dtype, stream=s).synchronize()
+            np.testing.assert_array_equal(host(a, dtype, n * size),
+                                          np.concatenate([xa[k][r * n:(r + 1) * n] for k in range(size)]))
+        # point to point in a ring, sends and receives of one rank grouped (no deadlock), 3 MiB
+        big = 3 * 1024 * 1024 // 4 + 5
+        x = data(r, "float32", big)
+        rb = acl_rt.alloc(x.nbytes)
+        with acl_rt.hccl_group():
+            comm.send(dev(x), big, "float32", (r + 1) % size, stream=s)
+            comm.recv(rb, big, "float32", (r - 1) % size, stream=s)
+        s.synchronize()
+        np.testing.assert_array_equal(host(rb, "float32", big), data((r - 1) % size, "float32", big))
+        # a large all-reduce spans many chunks of the shared segment
+        big = 5 * 1024 * 1024 + 3
+        xs = [data(k, "float32", big) for k in range(size)]
+        out = acl_rt.alloc(xs[r].nbytes)
+        comm.all_reduce(dev(xs[r]), out, big, "float32", stream=s).synchronize()
+        expect_close(host(out, "float32", big), sum(x.astype(np.float64) for x in xs), "float32", size)
+        comm.barrier(stream=s).synchronize()
+        assert comm.async_error() == 0
+        st = comm.stats()
+        assert st["ops"] > 0 and st["bytes_moved"] > 0
+''')
+
+
+def test_collectives_threads(py):
+    """HcclCommInitAll: 2 devices of one process, each rank driven by its own thread."""
+    code = CHECKS + textwrap.dedent('''
+        import threading
+        comms = acl_rt.Communicator.init_all([0, 1])
+        assert [c.rank for c in comms] == [0, 1] and all(c.size == 2 for c in comms)
+        errors = []
+        def work(c):
+            try:
+                with c.device:
+                    check_all(c)
+            except BaseException as e:
+                errors.append(e)
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        if errors:
+            raise errors[0]
+        st = acl_rt.hccl_stats()
+        assert [(s["device"], s["rank"], s["size"]) for s in st] == [(0, 0, 2), (1, 1, 2)], st
+        assert all(s["ops"] > 50 and s["bytes_moved"] > 2**24 and s["wait_ns"] > 0 for s in st), st
+        for c in comms:
+            c.destroy()
+        assert acl_rt.hccl_stats() == []
+        print("ok")
+    ''')
+    r = py(code, env={"CANNA_SIM_DEVICES": "2"}, timeout=600)
+    assert r.stdout.strip().endswith("ok")
+
+
+RANK_MAIN = textwrap.dedent('''
+    import os, sys, acl_rt
+    rank, size, path = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.environ["ROOT_FILE"]
+    acl_rt.Device(rank).set_current()
+    info = acl_rt.root_info_from_file(path, rank)
+    comm = acl_rt.Communicator.init(info, size, rank, device=rank)
+    assert comm.rank == rank and comm.size == size
+''')
+
+
+def _spawn(code, rank, size, root_file, extra_env=None):
+    env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES=str(size), RANK=str(rank),
+               WORLD_SIZE=str(size), ROOT_FILE=str(root_file), PYTHONPATH=str(REPO))
+    env.update(extra_env or {})
+    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(procs, timeout=600):
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            pytest.fail(f"rank process hung:\n{err[-3000:]}")
+        outs.append((p.returncode, out, err))
+    return outs
+
+
+def test_collectives_processes(tmp_path):
+    """HcclCommInitRootInfo: 2 processes, one device each, the root info through a file."""
+    code = CHECKS + RANK_MAIN + "check_all(comm)\ncomm.destroy()\nprint('ok')\n"
+    outs = _finish([_spawn(code, r, 2, tmp_path / "root") for r in range(2)])
+    for rc, out, err in outs:
+        assert rc == 0, err[-3000:]
+        assert out.strip().endswith("ok")
+
+
+def test_peer_killed_mid_collective(tmp_path):
+    """Rank 1 dies while rank 0 waits in an all-reduce: rank 0's stream reports an error (the dead
+    peer is noticed well before HCCL_EXEC_TIMEOUT, which bounds the wait anyway)."""
+    code = RANK_MAIN + textwrap.dedent('''
+        import numpy as np, time
+        b = acl_rt.alloc(4096)
+        s = comm.device.create_stream()
+        comm.all_reduce(b, b, 1024, "float32", stream=s).synchronize()   # both ranks alive
+        if rank == 1:
+            os._exit(3)                                                    # dies before the 2nd one
+        comm.all_reduce(b, b, 1024, "float32", stream=s)
+        try:
+            s.synchronize()
+        except acl_rt.AclError as e:
+            print("error", e.code, comm.async_error(), str(e).replace(chr(10), " "))
+        else:
+            print("no error")
+    ''')
+    outs = _finish([_spawn(code, r, 2, tmp_path / "root", {"HCCL_EXEC_TIMEOUT": "30"}) for r in range(2)],
+                   timeout=120)
+    assert outs[1][0] == 3, outs[1][2][-3000:]
+    rc, out, err = outs[0]
+    assert rc == 0, err[-3000:]
+    words = out.split()
+    assert words[0] == "error", out
+    assert int(words[2]) == 21, out      # HCCL_E_REMOTE
+    assert "died" in out
+
+
+def test_exec_timeout(tmp_path):
+    """A rank that never calls the collective: the other times out after HCCL_EXEC_TIMEOUT with
+    HCCL_E_TIMEOUT (the process stays alive and usable)."""
+    code = RANK_MAIN + textwrap.dedent('''
+        import time
+        b = acl_rt.alloc(4096)
+        s = comm.device.create_stream()
+        if rank == 0:
+            comm.all_reduce(b, b, 1024, "float32", stream=s)
+            try:
+                s.synchronize()
+            except acl_rt.AclError as e:
+                print("error", comm.async_error(), "timed out" in str(e))
+            s.synchronize()        # the sticky error was reported once; the stream is usable again
+            try:                   # the communicator stays broken
+                comm.barrier(stream=s)
+            except acl_rt.HcclError as e:
+                print("broken", e.code)
+        else:
+            time.sleep(4)
+    ''')
+    outs = _finish([_spawn(code, r, 2, tmp_path / "root", {"HCCL_EXEC_TIMEOUT": "1"}) for r in range(2)],
+                   timeout=120)
+    rc, out, err = outs[0]
+    assert rc == 0, err[-3000:]
+    assert "error 9 True" in out, out
+    assert "broken 9" in out, out
+
+
+def test_connect_timeout(tmp_path, py):
+    """A rank that never arrives at init: HcclCommInitRootInfo fails with HCCL_E_TIMEOUT after
+    HCCL_CONNECT_TIMEOUT, and no shared segment is left behind."""
+    r = py(textwrap.dedent('''
+        import acl_rt, os, glob
+        info = acl_rt.hccl_get_root_info()
+        try:
+            acl_rt.Communicator.init(info, 2, 0, device=0)
+        except acl_rt.HcclTimeoutError as e:
+            print("timeout", e.code, e.name)
+        print("left", len(glob.glob("/dev/shm/canna_hccl_%d_*" % os.getpid())))
+    '''), env={"HCCL_CONNECT_TIMEOUT": "0.5"})
+    assert "timeout 9 HCCL_E_TIMEOUT" in r.stdout
+    assert "left 0" in r.stdout
+
+
+def test_bad_arguments(py):
+    r = py(textwrap.dedent('''
+        import acl_rt, numpy as np
+        (c,) = acl_rt.Communicator.init_all([0])
+        b = acl_rt.alloc(64)
+        def err(f, *a, **k):
+            try:
+                f(*a, **k)
+            except (acl_rt.HcclError, ValueError, TypeError) as e:
+                return type(e).__name__ + ":" + getattr(e, "name", "")
+            return "none"
+        print(err(c.all_reduce, b, b, 1000, "float32"))          # buffer too small
+        print(err(c.all_reduce, b, b, 4, "complex64"))            # not an HCCL dtype
+        print(err(c.all_reduce, b, b, 4, "float32", "avg"))       # unknown op
+        print(err(c.broadcast, b, 4, "float32", root=3))          # root out of range
+        print(err(c.all_reduce, 12345, 12345, 4, "float32"))      # not device memory... host in unified model
+        print(err(acl_rt.Communicator.init, b"x", 2, 0))
+        print(err(c.send, b, 4, "float32", 0))                    # to itself
+        c.barrier().synchronize()
+        c.destroy()
+        print(err(c.barrier))
+        # a single-rank communicator works
+        (c,) = acl_rt.Communicator.init_all([0])
+        x = np.arange(16, dtype=np.float32); b.copy_from(x)
+        c.all_reduce(b, b, 16, "float32", "max").synchronize()
+        y = np.empty_like(x); b.copy_to(y); print(bool((y == x).all()))
+    '''))
+    lines = r.stdout.split()
+    assert lines[0] == "ValueError:"
+    assert lines[1] == "TypeError:"
+    assert lines[2] == "ValueError:"
+    assert lines[3] == "HcclError:HCCL_E_PARA"
+    assert lines[5] == "ValueError:"
+    assert lines[6] == "HcclError:HCCL_E_PARA"
+    assert lines[7] == "HcclError:HCCL_E_PARA"
+    assert lines[8] == "True"
+
+
+def test_ddp_two_processes_follow_single_process(tmp_path):
+    """torchrun, 2 ranks on the "canna" backend, DistributedDataParallel under offload(): the loss
+    curve is the 1-process doubled-batch curve, and the parameters are identical on both ranks."""
+    pytest.importorskip("torch")
+    import json
+
+    import numpy as np
+    import torch
+
+    env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", PYTHONPATH=str(REPO))
+    env.pop("CANNA_SIM_SHARED", None)
+    demo = str(REPO / "tools" / "ddp_demo.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", demo,
+           "--steps", "8", "--out", str(tmp_path)]
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    r = subprocess.run([sys.executable, demo, "--single", "--steps", "8", "--out", str(tmp_path)], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    single = np.array(json.loads((tmp_path / "single.json").read_text()), dtype=np.float64)
+    for rank in range(2):
+        losses = np.array(json.loads((tmp_path / f"rank{rank}.json").read_text()), dtype=np.float64)
+        np.testing.assert_allclose(losses, single, rtol=1e-4, atol=1e-5)
+    p0, p1, ps = (torch.load(tmp_path / f"{t}.pt") for t in ("rank0", "rank1", "single"))
+    for k in p0:
+        assert torch.equal(p0[k], p1[k]), k                    # bit-identical across ranks
+        np.testing.assert_allclose(p0[k].double().numpy(), ps[k].double().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_array_level_collectives_on_framework_tensors(py):
+    """canna_dl.distributed: torch tensors, NumPy arrays and canna DeviceArrays through DLPack
+    (zero-copy in the unified memory model), one thread per rank."""
+    pytest.importorskip("torch")
+    r = py(textwrap.dedent('''
+        import threading, numpy as np, torch, acl_rt, canna_dl, canna_dl.distributed as cd
+        comms = acl_rt.Communicator.init_all([0, 1])
+        out = {}
+        def work(c):
+            with c.device:
+                t = torch.arange(10, dtype=torch.float32) * (c.rank + 1)
+                cd.all_reduce(c, t, "sum").synchronize()                 # in place on the tensor
+                a = np.full(6, c.rank + 1, dtype=np.int32)
+                g = np.zeros(12, dtype=np.int32)
+                cd.all_gather(c, a, g).synchronize()
+                d = canna_dl.asarray(np.arange(4, dtype=np.float64) + 10 * c.rank)
+                cd.broadcast(c, d, root=1).synchronize()
+                rs = torch.zeros(5, dtype=torch.float16)
+                cd.reduce_scatter(c, torch.ones(10, dtype=torch.float16) * (c.rank + 1), rs, "max").synchronize()
+                out[c.rank] = (t.numpy().copy(), g.copy(), np.asarray(d.to_numpy() if hasattr(d, "to_numpy") else d), rs.numpy().copy())
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        for rank in (0, 1):
+            t, g, d, rs = out[rank]
+            assert (t == np.arange(10) * 3).all(), t
+            assert (g == [1] * 6 + [2] * 6).all(), g
+            assert (d == np.arange(4) + 10).all(), d
+            assert (rs == 2).all(), rs
+        print("ok")
+    '''), env={"CANNA_SIM_DEVICES": "2"})
+    assert r.stdout.strip().endswith("ok")
+
+
+def test_skipped_collective_breaks_the_communicator(py):
+    """A rank whose stream failed earlier skips its collective (the stream's sticky error): its peer
+    gets HCCL_E_INTERNAL at once instead of waiting for HCCL_EXEC_TIMEOUT (HCCL_E_TIMEOUT, 9)."""
+    r = py(textwrap.dedent('''
+        import threading, acl_rt
+        from acl_rt._lib import backend, ffi
+        comms = acl_rt.Communicator.init_all([0, 1])
+        res = {}
+        def work(c):
+            with c.device:
+                s = c.device.create_stream()
+                b = acl_rt.alloc(4096)
+                if c.rank == 0:
+                    backend().lib.aclsimLaunchFault(ffi.cast("aclrtStream", s.handle), 507000, b"injected")
+                try:
+                    c.all_reduce(b, b, 1024, "float32", stream=s)
+                except acl_rt.HcclError as e:      # rank 0 already broke the communicator
+                    res[c.rank] = ("at enqueue", e.code)
+                    return
+                try:
+                    s.synchronize()
+                except acl_rt.AclError as e:
+                    res[c.rank] = (e.code, c.async_error())
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        print(res[0], res[1])
+    '''), env={"CANNA_SIM_DEVICES": "2", "HCCL_EXEC_TIMEOUT": "600"}, timeout=300)
+    assert r.stdout.startswith("(507000, 4) "), r.stdout
+    assert r.stdout.split(") (")[1].strip() in ("507057, 4)", "'at enqueue', 4)"), r.stdout
+
+
+def test_bad_timeout_variable(py):
+    r = py(textwrap.dedent('''
+        import acl_rt
+        try:
+            acl_rt.Communicator.init_all([0])
+        except acl_rt.HcclError as e:
+            print(e.name, "HCCL_EXEC_TIMEOUT" in str(e))
+    '''), env={"HCCL_EXEC_TIMEOUT": "soon"})
+    assert r.stdout.strip() == "HCCL_E_PARA True"
+
+
+def test_collective_stats_in_monitor_and_prometheus(py, tmp_path):
+    """Each rank's operations, bytes moved and time waited reach acl_rt.monitor (through the
+    published per-process record) and the Prometheus exporter."""
+    pytest.importorskip("prometheus_client")
+    r = py(textwrap.dedent('''
+        import threading, acl_rt, acl_rt.monitor as mon, acl_rt.smi as smi
+        from prometheus_client import CollectorRegistry, generate_latest
+        comms = acl_rt.Communicator.init_all([0, 1])
+        def work(c):
+            with c.device:
+                b = acl_rt.alloc(1 << 20)
+                c.all_reduce(b, b, 1 << 18, "float32").synchronize()
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        mon.publish_pool_stats()
+        rows = sorted((c["device_id"], c["rank"], c["ops"], c["bytes_moved"] > 0) for c in mon.collective_stats())
+        print(rows)
+        reg = CollectorRegistry(); reg.register(smi.make_collector())
+        text = generate_latest(reg).decode()
+        print(sum(1 for l in text.splitlines() if l.startswith("canna_hccl_bytes_moved_total{")))
+    '''), env={"CANNA_SIM_DEVICES": "2", "CANNA_STATS_DIR": str(tmp_path)})
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == "[(0, 0, 1, True), (1, 1, 1, True)]", r.stdout
+    assert lines[1] == "2", r.stdout
+
+
+def test_torch_distributed_collectives(tmp_path):
+    """The "canna" backend's collectives through torch.distributed (2 processes under torchrun)."""
+    pytest.importorskip("torch")
+    script = tmp_path / "coll.py"
+    script.write_text(textwrap.dedent('''
+        import torch, torch.distributed as dist
+        import canna_dl.distributed  # registers "canna"
+        dist.init_process_group("canna")
+        r, n = dist.get_rank(), dist.get_world_size()
+        t = torch.arange(6, dtype=torch.float32) + r
+        dist.all_reduce(t, op=dist.ReduceOp.MAX); assert t.tolist() == [1, 2, 3, 4, 5, 6], t
+        t = torch.full((3,), float(r + 1)); dist.all_reduce(t, op=dist.ReduceOp.PRODUCT); assert (t == 2).all(), t
+        t = torch.tensor([r * 10, r * 10 + 1], dtype=torch.int64); dist.broadcast(t, src=1); assert t.tolist() == [10, 11]
+        outs = [torch.zeros(2, dtype=torch.int32) for _ in range(n)]
+        dist.all_gather(outs, torch.tensor([r, r], dtype=torch.int32)); assert [o.tolist() for o in outs] == [[0, 0], [1, 1]]
+        out = torch.zeros(4); dist.all_gather_into_tensor(out, torch.full((2,), float(r))); assert out.tolist() == [0, 0, 1, 1]
+        o = torch.zeros(2); dist.reduce_scatter_tensor(o, torch.arange(4, dtype=torch.float32)); assert o.tolist() == [2 * 2 * r, 2 * (2 * r + 1)], o
+        o = torch.zeros(4, dtype=torch.float64); dist.all_to_all_single(o, torch.arange(4, dtype=torch.float64) + 10 * r)
+        assert o.tolist() == ([0, 1, 10, 11] if r == 0 else [2, 3, 12, 13]), o
+        x = torch.zeros(3)[::1]
+        if r == 0:
+            dist.send(torch.tensor([7., 8., 9.]), dst=1)
+        else:
+            dist.recv(x, src=0); assert x.tolist() == [7, 8, 9]
+        nc = torch.zeros(4, 2).t()               # not contiguous: through a contiguous copy
+        nc += r + 1; dist.all_reduce(nc); assert (nc == 3).all()
+        dist.barrier()
+        dist.destroy_process_group()
+        print("ok", r)
+    '''))
+    env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "ok 0" in r.stdout and "ok 1" in r.stdout
