@@ -1,5 +1,5 @@
-"""``offload()``: run an unchanged PyTorch program's supported ops on canna (the "operator mapping
-table with fallback" of shared/SEEDS.md, document 002), as a ``torch.overrides.TorchFunctionMode``.
+"""``offload()``: run an unchanged PyTorch program's supported ops on canna (an operator mapping
+table with fallback to PyTorch), as a ``torch.overrides.TorchFunctionMode``.
 
 Every ``torch.*``, ``Tensor.*`` (methods and operators) and ``torch.nn.functional.*`` call made in
 the block reaches :meth:`Offload.__torch_function__`. A call whose function is in the mapping
