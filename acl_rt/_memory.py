@@ -14,6 +14,7 @@ wait for their stream before returning. Copies with a :class:`HostBuffer` (page-
 from __future__ import annotations
 
 import abc
+import threading
 import warnings
 
 from . import _keepalive
