@@ -95,7 +95,7 @@ def _check_limit(nbytes: int, what: str) -> int:
     """``nbytes`` if it is a limit the pool can hold (at most ``_MAX_ALLOC`` bytes, more than any
     device has), else an InvalidArgumentError naming ``what`` and the maximum."""
     if nbytes > _MAX_ALLOC:
-        raise InvalidArgumentError(100000, "acl_rt.set_memory_limit",
+        raise InvalidArgumentError(E.ACL_ERROR_INVALID_PARAM, "acl_rt.set_memory_limit",
                                    f"{what}: a limit of {nbytes} bytes is too large (at most {_MAX_ALLOC} bytes, "
                                    "2**62; use None for no limit)")
     return nbytes

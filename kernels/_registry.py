@@ -259,6 +259,17 @@ def op_id(name: str) -> int:
     return OpId[name.replace("::", "__")].value
 
 
+#: the framework shims that generate an op's framework functions, by name. kernels sits below the
+#: shims (docs/DESIGN.md §1) and never imports them statically: the shim is loaded by name only when
+#: a caller asks for its function (``op.torch_fn``), the way plugins are found.
+_SHIMS = {"torch": "canna_dl.torch._generated", "tf": "canna_dl.tf._generated", "jax": "canna_dl.jax._generated"}
+
+
+def _shim(framework: str):
+    import importlib
+    return importlib.import_module(_SHIMS[framework])
+
+
 class OpDef:
     """One op's definition (see the module doc). Built by :func:`register_op`; read-only after."""
 
@@ -305,26 +316,22 @@ class OpDef:
     @property
     def torch_fn(self):
         """The PyTorch function (eager autograd, ``torch.compile``-able; ``canna_dl.torch``)."""
-        from canna_dl.torch import _generated
-        return _generated.function(self)
+        return _shim("torch").function(self)
 
     @property
     def torch_op(self):
         """The ``torch.ops.<namespace>.<name>`` custom op."""
-        from canna_dl.torch import _generated
-        return _generated.custom_op(self)
+        return _shim("torch").custom_op(self)
 
     @property
     def tf_fn(self):
         """The TensorFlow function (GradientTape, ``tf.function``; ``canna_dl.tf``)."""
-        from canna_dl.tf import _generated
-        return _generated.function(self)
+        return _shim("tf").function(self)
 
     @property
     def jax_fn(self):
         """The JAX function (``custom_vjp``: ``jax.grad``, ``jax.jit``; ``canna_dl.jax``)."""
-        from canna_dl.jax import _generated
-        return _generated.function(self)
+        return _shim("jax").function(self)
 
     # helpers the shims share
     def bind(self, api, args, kwargs):
