@@ -592,6 +592,8 @@ def live_source(source: str, *, options: tuple, toolchain: Toolchain, source_nam
         for row in text.split("\n"):
             m = _MARKER.match(row)
             if m:
+                if in_main and row.rstrip().endswith(" 1"):
+                    kept.add(line)   # an active #include of the source: entering the header it names
                 line = int(m.group(1))
                 in_main = _unescape_marker(m.group(2)) == want
                 seen = seen or in_main
