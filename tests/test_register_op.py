@@ -15,13 +15,13 @@ from kernels import Attr, Launch, Spec, Tensor
 
 SQUARE = r"""
 #include "canna_kernel.h"
-CANNA_KERNEL void square(GM_ADDR x, GM_ADDR z, uint64_t n) {
+CANNA_KERNEL void square(const GM_ADDR x, GM_ADDR z, uint64_t n) {
     uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
     for (uint64_t i = lo; i < n && i < lo + per; ++i)
         ((double *)z)[i] = ((const double *)x)[i] * ((const double *)x)[i];
 }
 /* the gradient: 2 * g * x, scaled by `scale` (an attribute) */
-CANNA_KERNEL void square_grad(GM_ADDR g, GM_ADDR x, GM_ADDR z, uint64_t n, double scale) {
+CANNA_KERNEL void square_grad(const GM_ADDR g, const GM_ADDR x, GM_ADDR z, uint64_t n, double scale) {
     uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
     for (uint64_t i = lo; i < n && i < lo + per; ++i)
         ((double *)z)[i] = scale * 2.0 * ((const double *)g)[i] * ((const double *)x)[i];

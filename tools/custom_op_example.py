@@ -24,7 +24,7 @@ from kernels import Launch, Spec, Tensor  # noqa: E402
 SOURCE = r"""
 #include "canna_kernel.h"
 /* z = x + y over n floats, `tile` elements per step of a block (the host's tiling) */
-CANNA_KERNEL void add_custom(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t n, uint32_t tile) {
+CANNA_KERNEL void add_custom(const GM_ADDR x, const GM_ADDR y, GM_ADDR z, uint32_t n, uint32_t tile) {
     for (uint32_t lo = GetBlockIdx() * tile; lo < n; lo += GetBlockNum() * tile) {
         uint32_t hi = lo + tile < n ? lo + tile : n;
         for (uint32_t i = lo; i < hi; ++i) ((float *)z)[i] = ((const float *)x)[i] + ((const float *)y)[i];
