@@ -420,7 +420,7 @@ def test_torch_distributed_collectives(tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "coll.py"
     script.write_text(textwrap.dedent('''
-        import torch, torch.distributed as dist
+        import os, torch, torch.distributed as dist
         import canna_dl.distributed  # registers "canna"
         dist.init_process_group("canna")
         r, n = dist.get_rank(), dist.get_world_size()
@@ -443,7 +443,7 @@ def test_torch_distributed_collectives(tmp_path):
         nc += r + 1; dist.all_reduce(nc); assert (nc == 3).all()
         dist.barrier()
         dist.destroy_process_group()
-        print("ok", r)
+        os.write(1, f"ok {r}\\n".encode())   # one write: both ranks share stdout
     '''))
     env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

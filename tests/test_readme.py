@@ -52,6 +52,8 @@ def _commands(code: str):
 
 def _check_command(argv: list[str]) -> None:
     from acl_rt import smi
+    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):   # VAR=value prefixes
+        argv = argv[1:]
     exe, args = argv[0], argv[1:]
     if exe == "make":
         makefile = (Path(ROOT) / "Makefile").read_text()
@@ -66,6 +68,9 @@ def _check_command(argv: list[str]) -> None:
             smi._parser().parse_args(args)
     elif exe == ".venv/bin/python":
         assert args and (Path(ROOT) / args[0]).is_file(), f"no script {args[0]!r}"
+    elif exe == ".venv/bin/torchrun":
+        scripts = [a for a in args if a.endswith(".py")]
+        assert scripts and all((Path(ROOT) / a).is_file() for a in scripts), f"no script in {args!r}"
     else:
         pytest.fail(f"README sh block: unexpected command {' '.join(argv)!r} (add a check for it here)")
 
