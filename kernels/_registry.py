@@ -270,6 +270,17 @@ def _shim(framework: str):
     return importlib.import_module(_SHIMS[framework])
 
 
+def export_generated(namespace: dict, names: list, framework: str) -> None:
+    """Put every op generated from canna's registry entries (kernels/ops/*.py) that a framework shim
+    does not define by hand into the shim's ``namespace`` under its name, and into its ``names``
+    (``__all__``): ``canna_dl.<framework>.<name>``. ``framework`` is ``"torch"``, ``"tf"`` or ``"jax"``."""
+    attr = {"torch": "torch_fn", "tf": "tf_fn", "jax": "jax_fn"}[framework]
+    for op in registered_ops("canna"):
+        if op.generate and not op.name.endswith("_backward") and op.name not in namespace:
+            namespace[op.name] = getattr(op, attr)
+            names.append(op.name)
+
+
 class OpDef:
     """One op's definition (see the module doc). Built by :func:`register_op`; read-only after."""
 

@@ -38,14 +38,8 @@ __all__ = ["to_torch", "from_torch", "add", "sub", "mul", "div", "matmul", "sum"
 
 
 def _export_registered():
-    """Every op generated from canna's registry entries (kernels/ops/*.py) that this module does not
-    define by hand is exported under its name (``canna_dl.torch.<name>``)."""
-    import kernels as _kernels
-    g = globals()
-    for _op in _kernels.registered_ops("canna"):
-        if _op.generate and not _op.name.endswith("_backward") and _op.name not in g:
-            g[_op.name] = _op.torch_fn
-            __all__.append(_op.name)
+    from kernels import _registry
+    _registry.export_generated(globals(), __all__, "torch")
 
 
 _export_registered()
