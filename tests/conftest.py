@@ -89,3 +89,17 @@ def assert_usable():
     buf.copy_from(bytes(range(64)))
     assert buf.tobytes() == bytes(range(64))
     buf.close()
+
+
+@pytest.fixture(scope="module")
+def kernel_cache(tmp_path_factory):
+    """A private on-disk kernel cache (``CANNA_KERNEL_CACHE``) for the module that uses it and the
+    subprocesses it starts; the previous setting comes back afterwards."""
+    d = tmp_path_factory.mktemp("kcache")
+    old = os.environ.get("CANNA_KERNEL_CACHE")
+    os.environ["CANNA_KERNEL_CACHE"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("CANNA_KERNEL_CACHE", None)
+    else:
+        os.environ["CANNA_KERNEL_CACHE"] = old

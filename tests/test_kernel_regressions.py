@@ -25,17 +25,8 @@ CANNA_KERNEL void peek(const GM_ADDR in, GM_ADDR out, uint32_t n) { for (uint32_
 '''
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    """A private on-disk kernel cache for this module (and the subprocesses it starts)."""
-    d = tmp_path_factory.mktemp("kcache")
-    old = os.environ.get("CANNA_KERNEL_CACHE")
-    os.environ["CANNA_KERNEL_CACHE"] = str(d)
-    yield d
-    if old is None:
-        os.environ.pop("CANNA_KERNEL_CACHE", None)
-    else:
-        os.environ["CANNA_KERNEL_CACHE"] = old
+# a private on-disk kernel cache for this module (and the subprocesses it starts): tests/conftest.py
+pytestmark = pytest.mark.usefixtures("kernel_cache")
 
 
 @pytest.fixture(scope="module")

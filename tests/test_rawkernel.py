@@ -64,17 +64,8 @@ SCALARS_DTYPE = np.dtype([("a", "i1"), ("b", "u1"), ("c", "i2"), ("d", "u2"), ("
                           ("h", "u8"), ("i", "f4"), ("j", "f8"), ("k", "?")], align=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    """A private on-disk kernel cache for this module (and the subprocesses it starts)."""
-    d = tmp_path_factory.mktemp("kcache")
-    old = os.environ.get("CANNA_KERNEL_CACHE")
-    os.environ["CANNA_KERNEL_CACHE"] = str(d)
-    yield d
-    if old is None:
-        os.environ.pop("CANNA_KERNEL_CACHE", None)
-    else:
-        os.environ["CANNA_KERNEL_CACHE"] = old
+# a private on-disk kernel cache for this module (and the subprocesses it starts): tests/conftest.py
+pytestmark = pytest.mark.usefixtures("kernel_cache")
 
 
 @pytest.fixture(scope="module")
