@@ -328,3 +328,18 @@ def test_download_path_keeps_setuptools_importable(tmp_path, py):
         print("ok")
     """, env={"CANNA_CANN_INCLUDE": None})
     assert proc.stdout.strip() == "ok"
+
+
+def test_ci_checks_the_folder_abi_check_extracts_to(tmp_path):
+    """.ci/run fails unless the first test run extracted CANN's headers into the empty cache; the
+    glob it checks must match the path get_cann_include() extracts to (a rename of the cache folder
+    once made every CI run fail after a green suite)."""
+    import fnmatch
+    text = (REPO / ".ci" / "run").read_text()
+    m = re.search(r'compgen -G "\$CANNA_ABI_CACHE/([^"]+)"', text)
+    assert m, ".ci/run no longer checks the ABI cache with compgen -G"
+    extracted = (f"torch-npu-{abi_check.WHEEL_VERSION}/{abi_check.CACHE_INCLUDE_NAME}"
+                 "/acl/acl.h")
+    assert fnmatch.fnmatch(extracted, m.group(1)), (m.group(1), extracted)
+    # and the pattern is not so loose that any file would do
+    assert not fnmatch.fnmatch(f"torch-npu-{abi_check.WHEEL_VERSION}/wheels/x.whl", m.group(1))
