@@ -148,8 +148,13 @@ def unflatten(lay, flat):
 #: an int-list attribute's type (``Attr(name, list[int], default)``; torch schema ``int[]``)
 INT_LIST = list[int]
 
+#: a dtype attribute's type (``Attr("dtype", DTYPE, None)``; torch schema ``ScalarType``): any dtype
+#: :func:`canna_dl.dtype` takes, given to the op as a canna dtype
+DTYPE = type(canna_dl.dtype("float32"))
+
 #: attribute types: Python type -> torch schema type
-_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]", object: None}
+_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]",
+               DTYPE: "ScalarType", object: None}
 
 
 def _ints(api, name, v):
@@ -182,8 +187,8 @@ class Attr:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
         if type not in _ATTR_TYPES:
-            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str or list[int], not "
-                                    f"{type!r}")
+            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str, list[int] or "
+                                    f"kernels.DTYPE, not {type!r}")
         if type == INT_LIST:
             type = INT_LIST     # one object (list[int] makes a new alias each time)  # noqa: A001
         self.name, self.type, self.default = name, type, default
@@ -212,6 +217,11 @@ class Attr:
             return None
         if t is INT_LIST:
             v = _ints(api, self.name, v)
+        elif t is DTYPE:
+            try:
+                v = canna_dl.dtype(v)
+            except (TypeError, ValueError, KeyError):
+                raise TypeError(f"{api}: {self.name} must be a dtype, not {v!r}") from None
         else:
             if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
                 v = float(v)
@@ -387,6 +397,14 @@ def export_generated(namespace: dict, names: list, framework: str) -> None:
             names.append(op.name)
 
 
+def _fw_name(name, v):
+    if v is None:
+        return name, {}
+    if isinstance(v, tuple):
+        return v[0], {fw: arg for arg, fw in v[1].items()}    # framework name -> the entry's
+    return v, {}
+
+
 class OpDef:
     """One op's definition (see the module doc). Built by :func:`register_op`; read-only after."""
 
@@ -404,8 +422,10 @@ class OpDef:
         self.backward = backward
         self.save = tuple(save)
         self.torch = tuple(torch)
-        self.tf = name if tf is None else tf
-        self.jax = name if jax is None else jax
+        # tf= / jax=: the name in canna_dl.tf / canna_dl.jax, or (name, {argument: that framework's name
+        # for it}) (TensorFlow's ``logits`` / ``axis`` for softmax's ``x`` / ``dim``)
+        self.tf, self.tf_args = _fw_name(name, tf)
+        self.jax, self.jax_args = _fw_name(name, jax)
         self.doc = doc or f"The registered op ``{self.qualname}``."
         self.fast = fast
         self.elementwise = elementwise      # out= may be exactly an input (in place)
@@ -455,9 +475,12 @@ class OpDef:
         return _shim("jax").function(self)
 
     # helpers the shims share
-    def bind(self, api, args, kwargs):
-        """(arrays, attrs dict) of a call, attributes checked."""
+    def bind(self, api, args, kwargs, renames=None):
+        """(arrays, attrs dict) of a call, attributes checked; ``renames``: a framework's names of
+        arguments (its name -> the entry's)."""
         names = self.arg_names
+        if renames and kwargs:
+            kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
         if len(args) > len(names):
             raise TypeError(f"{api}() takes {len(names)} arguments, got {len(args)}")
         vals = dict(zip(names, args))

@@ -114,7 +114,7 @@ def _make(op):
         return f
 
     def fn(*args, **kwargs):
-        arrays, attrs = op.bind(api, args, kwargs)
+        arrays, attrs = op.bind(api, args, kwargs, op.jax_args)
         vals = []
         for t, a in zip(inputs, arrays):
             if a is None:

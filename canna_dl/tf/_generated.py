@@ -84,7 +84,7 @@ def _make(op):
     nout = len(op.outputs)
 
     def fn(*args, **kwargs):
-        arrays, attrs = op.bind(api, args, kwargs)
+        arrays, attrs = op.bind(api, args, kwargs, op.tf_args)
         ts = []
         variables = []    # the tf.Variables of the mutated inputs, in flat order
         for t, a in zip(inputs, arrays):

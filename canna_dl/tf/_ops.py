@@ -145,16 +145,6 @@ def div(x, y):
 # ---------------------------------------------------------------------------------------------
 # activations
 
-def _unary_y(api, x, f, fb):
-    """An op of one tensor whose gradient is cheapest from the output: ``fb(dy, y)`` (softmax)."""
-    t = float_tensor(api, "x", x)
-
-    def fwd(save, t):
-        y = f(t)
-        return [y, y] if save else [y]
-    return apply(api, [t], (True,), fwd, 1, lambda: _same(t) * 2, lambda d, xs, s: [fb(d[0], s[0])])
-
-
 def _gen(name):
     from ._generated import function
     return function(K.get_op(name))
@@ -162,6 +152,8 @@ def _gen(name):
 
 # generated from their registry entries (kernels/ops/elementwise.py; canna_dl/tf/_generated.py)
 relu, silu, sigmoid, tanh = (_gen(n) for n in ("relu", "silu", "sigmoid", "tanh"))
+# softmax(logits, axis=-1), log_softmax(logits, axis=-1): TensorFlow's names (kernels/ops/nn.py)
+softmax, log_softmax = _gen("softmax"), _gen("log_softmax")
 
 
 def gelu(x, approximate=False):
@@ -170,38 +162,6 @@ def gelu(x, approximate=False):
     if not isinstance(approximate, builtins.bool):
         raise TypeError(f"{_P}gelu: approximate must be a bool, not {type(approximate).__name__}")
     return _gen("gelu")(x, "tanh" if approximate else "none")
-
-
-def _axis(api, axis, shape):
-    if isinstance(axis, builtins.bool) or not hasattr(axis, "__index__"):
-        raise TypeError(f"{api}: axis must be a Python int, not {type(axis).__name__}")
-    axis = operator.index(axis)
-    r = shape.rank
-    if r is not None:
-        n = max(r, 1)
-        if not -n <= axis < n:
-            raise K.AxisError(f"{api}: axis {axis} is out of range for a {r}-D tensor (expected [{-n}, {n - 1}])")
-    return axis
-
-
-def softmax(logits, axis=-1):
-    """Softmax along ``axis`` (``tf.nn.softmax``; ``kernels.softmax``; gradient from the output).
-
-    Raises:
-        AxisError (a ValueError and IndexError): ``axis`` out of range.
-    """
-    api = _P + "softmax"
-    t = float_tensor(api, "logits", logits)
-    ax = _axis(api, axis, t.shape)
-    return _unary_y(api, t, lambda v: K.softmax(v, ax), lambda g, y: K.backward.softmax(g, y, ax))
-
-
-def log_softmax(logits, axis=-1):
-    """Log-softmax along ``axis`` (``tf.nn.log_softmax``; ``kernels.log_softmax``). See :func:`softmax`."""
-    api = _P + "log_softmax"
-    t = float_tensor(api, "logits", logits)
-    ax = _axis(api, axis, t.shape)
-    return _unary_y(api, t, lambda v: K.log_softmax(v, ax), lambda g, y: K.backward.log_softmax(g, y, ax))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -478,55 +478,8 @@ def _relu_(x):
                               "use relu(x)")
 
 
-# ---------------------------------------------------------------------------------------------
-# softmax family
-
-def _softmax_fn(name, kernel, bw):
-    def forward(ctx, x, dim, dtype):
-        y = kernel(plain(x), dim, dtype=dtype)
-        ctx.dim, ctx.xdtype = dim, x.dtype
-        ctx.save_for_backward(y)
-        return y
-
-    def backward(ctx, g):
-        with NoTorchFunction():
-            (y,) = ctx.saved_tensors
-            gx = bw(plain(g), plain(y), ctx.dim)
-            if gx.dtype != ctx.xdtype:
-                gx = kernels.astype(gx, ctx.xdtype)
-            return C.once_differentiable_outputs(f"canna::{name}", gx, (g, y)), None, None
-
-    return type(f"_{name.capitalize()}", (Function,), {"forward": staticmethod(forward),
-                                                        "backward": staticmethod(backward)})
-
-
-_Softmax = _softmax_fn("softmax", kernels.softmax, kbw.softmax)
-_LogSoftmax = _softmax_fn("log_softmax", kernels.log_softmax, kbw.log_softmax)
-
-
-def _dim_check(api, dim):
-    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
-        raise TypeError(f"{api}: dim must be an int, not {type(dim).__name__}")
-
-
-def _softmax_common(api, fn, custom, kernel, x, dim, dtype):
-    _dim_check(api, dim)
-    r = route(api, x)
-    if r == EAGER:
-        return kernel(plain(x), dim, dtype=dtype)
-    C.check_float(api, "input", x)
-    if r == AUTOGRAD:
-        return fn.apply(x, dim, dtype)
-    return custom(x, dim, dtype)
-
-
-def _softmax(x, dim, dtype=None):
-    return _softmax_common("canna_dl.torch.softmax", _Softmax, _ops.softmax, kernels.softmax, x, dim, dtype)
-
-
-def _log_softmax(x, dim, dtype=None):
-    return _softmax_common("canna_dl.torch.log_softmax", _LogSoftmax, _ops.log_softmax, kernels.log_softmax, x, dim,
-                           dtype)
+# softmax, log_softmax: generated from their registry entries (kernels/ops/nn.py)
+_softmax, _log_softmax = _g("softmax"), _g("log_softmax")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,8 +42,7 @@ def _hand(name):
     """The hand-written routing functions of the ops whose shims are not generated yet."""
     from . import _functions as F
     return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "matmul": F._matmul, "sum": F._sum,
-            "mean": F._mean, "linear": F._linear, "softmax": F._softmax, "log_softmax": F._log_softmax,
-            "sum_to_size": F._sum_to_size}.get(name)
+            "mean": F._mean, "linear": F._linear, "sum_to_size": F._sum_to_size}.get(name)
 
 
 def _torch_ns_fn(op):
@@ -149,7 +148,7 @@ def _list_function_class(op, traced=False):
         arrays = R.unflatten(lay, args[:nflat])
         attrs = dict(zip(names, args[nflat:]))
         if traced:
-            outs = custom_op(op)(*arrays, **attrs)
+            outs = custom_op(op)(*arrays, **_torch_attrs(op, attrs))
         else:
             outs = op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays], **attrs)
         ot = _as_tuple(outs)
@@ -200,7 +199,7 @@ def _function_class(op, traced=False):
     def forward(ctx, *args):
         arrays, attrs = args[:n], dict(zip(names, args[n:]))
         if traced:
-            outs = custom_op(op)(*arrays, **attrs)
+            outs = custom_op(op)(*arrays, **_torch_attrs(op, attrs))
         else:
             outs = op.kernel(*[plain(a) for a in arrays], **attrs)
         ot = _as_tuple(outs)
@@ -228,7 +227,7 @@ def _function_class(op, traced=False):
     return cls
 
 
-_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]"}
+_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]", R.DTYPE: "ScalarType"}
 
 
 def _default(v):
@@ -341,9 +340,16 @@ def _args(op, args, kwargs):
     for a in op.attrs:
         if a.name not in attrs:
             attrs[a.name] = kwargs.get(a.name, a.default)
-        if a.type is R.INT_LIST:
+        if a.type is R.INT_LIST or a.type is R.DTYPE:
             attrs[a.name] = a.check(op.api, attrs[a.name])
     return arrays, attrs
+
+
+def _torch_attrs(op, attrs):
+    """The attributes as the custom op takes them (a dtype attribute as a torch.dtype)."""
+    if not any(a.type is R.DTYPE for a in op.attrs):
+        return attrs
+    return {k: (_tdtype(v) if isinstance(v, R.DTYPE) else v) for k, v in attrs.items()}
 
 
 def _fresh(r, inputs):
@@ -460,7 +466,7 @@ def function(op):
                 if traced is not None and grad_enabled() and any(
                         isinstance(a, Tensor) and a.requires_grad for a in flat):
                     return traced.apply(*pre, *attrs.values())
-                return custom_op(op)(*arrays, **attrs)
+                return custom_op(op)(*arrays, **_torch_attrs(op, attrs))
             if r == EAGER or not op.outputs:
                 res = op.kernel(*_plain_args(arrays), **attrs)
             else:
@@ -481,16 +487,29 @@ def function(op):
 
 def offload_entries(op):
     """``[(torch function, names, defaults, required extras, handler)]`` for ``offload()``: the
-    torch functions the entry names (dotted names or callables; a ``(function, {arg: value})``
-    pair accepts extra torch arguments only at those values, e.g. ``inplace=False``)."""
+    torch functions the entry names. Each is a dotted name or a callable, or a tuple of one and:
+
+    - ``{arg: value}``: extra torch arguments accepted only at those values (e.g. ``inplace=False``;
+      another value falls back to PyTorch);
+    - a signature string, the torch function's own parameters in order with their defaults
+      (``"input, dim=None, _stacklevel=3, dtype=None"``): the entry's arguments bind by these names
+      (the first input is ``input``), parameters the entry does not have are ignored unless they are
+      extras; a None where the entry's int / float / str attribute is not optional falls back
+      (``implicit dim (dim=None)``: PyTorch's legacy default, e.g. ``F.softmax``'s).
+    """
     import importlib
     out = []
     fn = function(op)
-    n = len(op.inputs)
+    entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
     for spec in op.torch:
-        extras = {}
+        extras, sig = {}, None
         if isinstance(spec, tuple):
-            spec, extras = spec
+            spec, rest = spec[0], spec[1:]
+            for r in rest:
+                if isinstance(r, dict):
+                    extras = r
+                else:
+                    sig = r
         if isinstance(spec, str):
             mod, _, attr = spec.rpartition(".")
             try:
@@ -503,26 +522,81 @@ def offload_entries(op):
             f = spec
         if f is None:
             continue
-        names = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs] + list(extras)
         defaults = {t.name: None for t in op.inputs[1:] if t.optional}
         defaults.update({a.name: a.default for a in op.attrs if not a.required})
-        defaults.update(extras)
-        out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras)))
+        if sig is None:
+            names = entry + list(extras)
+            defaults.update(extras)
+        else:
+            names, given = _parse_sig(op, sig)
+            defaults = {k: v for k, v in given.items()}
+            missing = [nm for nm in entry if nm not in names]
+            if missing:
+                raise R.RegistrationError(f"{op.qualname}: the torch signature {sig!r} lacks {missing}")
+        out.append((f, names, defaults, extras, _handler(op, fn, names, extras)))
     return out
 
 
-def _handler(fn, n, nattrs, extras):
+def _parse_sig(op, sig):
+    """Names and defaults of a torch signature string."""
+    import ast
+    names, defaults = [], {}
+    for part in sig.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        nm, eq, d = part.partition("=")
+        nm = nm.strip()
+        names.append(nm)
+        if eq:
+            try:
+                defaults[nm] = ast.literal_eval(d.strip())
+            except (ValueError, SyntaxError):
+                raise R.RegistrationError(f"{op.qualname}: the default of {nm} in {sig!r} is not a literal") from None
+    return names, defaults
+
+
+def _handler(op, fn, names, extras):
     from ._offload import _Fallback, _chk
-    keys = list(extras.items())
-    k = n + nattrs
+    n = len(op.inputs)
+    entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+    flat = _flat_chk if op.lists else (lambda xs: xs)
+    if list(names) == entry + list(extras):   # the entry's own order (no torch signature given)
+        keys = list(extras.items())
+        k = len(entry)
+
+        def h(v):
+            for i, (name, want) in enumerate(keys):
+                if v[k + i] != want:
+                    raise _Fallback(f"{name}={v[k + i]!r}")
+            _chk(*flat(v[:n]))
+            return fn(*v[:k])
+        return h
+    idx = [names.index(nm) for nm in entry]
+    ext = [(names.index(nm), nm, want) for nm, want in extras.items()]
+    nonone = [(names.index(a.name), a.name) for a in op.attrs if a.type in (int, float, str) and not a.optional]
 
     def h(v):
-        for i, (name, want) in enumerate(keys):
-            if v[k + i] != want:
-                raise _Fallback(f"{name}={v[k + i]!r}")
-        _chk(*v[:n])
-        return fn(*v[:k])
+        for i, name, want in ext:
+            if v[i] != want:
+                raise _Fallback(f"{name}={v[i]!r}")
+        for i, name in nonone:
+            if v[i] is None:
+                raise _Fallback(f"implicit {name} ({name}=None)")
+        args = [v[i] for i in idx]
+        _chk(*flat(args[:n]))
+        return fn(*args)
     return h
+
+
+def _flat_chk(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            out.extend(x)
+        else:
+            out.append(x)
+    return out
 
 
 def offload_register(op):

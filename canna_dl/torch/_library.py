@@ -12,7 +12,7 @@ Forward ops (the differentiable ones; ``canna_dl.torch`` routes to them when com
     matmul(self, other)        linear(input, weight, bias?)
     (relu, silu, sigmoid, tanh, log, exp, neg, sqrt, gelu and their backward ops are generated from
     their registry entries: canna_dl/torch/_generated.py)
-    softmax / log_softmax(self, int dim, ScalarType? dtype=None)
+    (softmax, log_softmax and their backward ops too)
     layer_norm(input, int[] normalized_shape, weight?, bias?, float eps) -> (out, mean, rstd)
     rms_norm(input, int[] normalized_shape, weight?, float? eps) -> (out, rstd)
     conv2d(input, weight, bias?, int[2] stride, int[2] padding, int[2] dilation, int groups)
@@ -259,24 +259,6 @@ def _bw_linear(ctx, g):
     return gx, gw, (gb if b is not None else None)
 
 
-def _setup_softmax(ctx, inputs, output):
-    ctx.save_for_backward(output)
-    ctx.dim = inputs[1]
-    ctx.xdtype = inputs[0].dtype
-
-
-def _bw_softmax(ctx, g):
-    (y,) = ctx.saved_tensors
-    gx = torch.ops.canna.softmax_backward(g, y, ctx.dim)
-    return _reduce(gx, gx.shape, ctx.xdtype), None, None
-
-
-def _bw_log_softmax(ctx, g):
-    (y,) = ctx.saved_tensors
-    gx = torch.ops.canna.log_softmax_backward(g, y, ctx.dim)
-    return _reduce(gx, gx.shape, ctx.xdtype), None, None
-
-
 def _setup_layer_norm(ctx, inputs, output):
     x, ns, w, b, eps = inputs
     ctx.ns = list(ns)
@@ -436,12 +418,6 @@ def _register():
     _op("linear", f"({T} input, {T} weight, {T}? bias=None) -> {T}",
         lambda x, w, b=None: kernels.linear(P(x), P(w), P(b)), _fake_linear, _bw_linear, _setup_save_inputs)
     # activations: generated from their registry entries (canna_dl/torch/_generated.py)
-    _op("softmax", f"({T} self, int dim, ScalarType? dtype=None) -> {T}",
-        lambda x, dim, dtype=None: kernels.softmax(P(x), dim, dtype=dtype),
-        lambda x, dim, dtype=None: x.new_empty(x.shape, dtype=dtype or x.dtype), _bw_softmax, _setup_softmax)
-    _op("log_softmax", f"({T} self, int dim, ScalarType? dtype=None) -> {T}",
-        lambda x, dim, dtype=None: kernels.log_softmax(P(x), dim, dtype=dtype),
-        lambda x, dim, dtype=None: x.new_empty(x.shape, dtype=dtype or x.dtype), _bw_log_softmax, _setup_softmax)
     # normalization
     _op("layer_norm", f"({T} input, int[] normalized_shape, {T}? weight, {T}? bias, float eps) -> ({T}, {T}, {T})",
         lambda x, ns, w, b, eps: kernels.native_layer_norm(P(x), ns, P(w), P(b), eps), _fake_layer_norm,
@@ -474,11 +450,6 @@ def _register():
         _setup_reduce)
 
     # backward ops
-    _op("softmax_backward", f"({T} grad, {T} result, int dim) -> {T}", lambda g, y, d: kbw.softmax(P(g), P(y), d),
-        _fake_grad_like)
-    _op("log_softmax_backward", f"({T} grad, {T} result, int dim) -> {T}",
-        lambda g, y, d: kbw.log_softmax(P(g), P(y), d), _fake_grad_like)
-
     def ln_bw(g, x, ns, mean, rstd, w, b, mask):
         outs = kbw.layer_norm(P(g), P(x), ns, P(mean), P(rstd), P(w), P(b), output_mask=_sym_bool(mask))
         return _masked(mask, outs, (x, w if w is not None else x, b if b is not None else x))

@@ -249,22 +249,6 @@ def _h_unary_inplace(v):   # log_ / exp_: canna has no in-place form of them
     raise _Fallback("in-place form (canna runs the out-of-place op only)")
 
 
-def _h_softmax_of(fn):
-    """The handler of softmax / log_softmax: (input, dim, dtype) or F's (input, dim, _stacklevel, dtype)."""
-
-    def h(v):
-        if v[1] is None:
-            raise _Fallback("implicit dim (dim=None)")
-        _chk(v[0])
-        return fn(v[0], v[1], v[-1])
-
-    h.__name__ = h.__qualname__ = f"_h{fn.__name__}"
-    return h
-
-
-_h_softmax, _h_log_softmax = _h_softmax_of(F._softmax), _h_softmax_of(F._log_softmax)
-
-
 def _h_layer_norm(v):
     _chk(v[0], v[2], v[3])
     return F._layer_norm(v[0], v[1], v[2], v[3], v[4])
@@ -370,12 +354,6 @@ def _build_table():
     m((torch.relu_, _T.relu_), "relu_", S(("input",)), _h_relu_)
     m((g(torch, "log_", None), _T.log_), "log", S(("input",)), _h_unary_inplace)
     m((g(torch, "exp_", None), _T.exp_), "exp", S(("input",)), _h_unary_inplace)
-    sm = S(("input", "dim", "dtype"), 2, dtype=None)
-    sm_f = S(("input", "dim", "_stacklevel", "dtype"), 3, dim=None, _stacklevel=3, dtype=None)
-    m((torch.softmax, _T.softmax), "softmax", sm, _h_softmax)
-    m((_nnf.softmax,), "softmax", sm_f, _h_softmax)
-    m((torch.log_softmax, _T.log_softmax), "log_softmax", sm, _h_log_softmax)
-    m((_nnf.log_softmax,), "log_softmax", sm_f, _h_log_softmax)
     m((_nnf.layer_norm,), "layer_norm", S(("input", "normalized_shape", "weight", "bias", "eps"), weight=None,
                                             bias=None, eps=1e-5), _h_layer_norm)
     m((torch.layer_norm,), "layer_norm", S(("input", "normalized_shape", "weight", "bias", "eps", "cudnn_enable"),
