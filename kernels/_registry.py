@@ -147,6 +147,8 @@ def unflatten(lay, flat):
 
 #: an int-list attribute's type (``Attr(name, list[int], default)``; torch schema ``int[]``)
 INT_LIST = list[int]
+#: a bool-list attribute's type (``Attr("output_mask", list[bool], (True, True))``; schema ``bool[]``)
+BOOL_LIST = list[bool]
 
 #: a dtype attribute's type (``Attr("dtype", DTYPE, None)``; torch schema ``ScalarType``): any dtype
 #: :func:`canna_dl.dtype` takes, given to the op as a canna dtype
@@ -154,7 +156,7 @@ DTYPE = type(canna_dl.dtype("float32"))
 
 #: attribute types: Python type -> torch schema type
 _ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]",
-               DTYPE: "ScalarType", object: None}
+               BOOL_LIST: "bool[]", DTYPE: "ScalarType", object: None}
 
 
 def _ints(api, name, v):
@@ -191,6 +193,8 @@ class Attr:
                                     f"kernels.DTYPE, not {type!r}")
         if type == INT_LIST:
             type = INT_LIST     # one object (list[int] makes a new alias each time)  # noqa: A001
+        elif type == BOOL_LIST:
+            type = BOOL_LIST    # noqa: A001
         self.name, self.type, self.default = name, type, default
         self.choices = tuple(choices) if choices is not None else None
         if type is not object and default is not _REQ and default is not None:
@@ -217,6 +221,10 @@ class Attr:
             return None
         if t is INT_LIST:
             v = _ints(api, self.name, v)
+        elif t is BOOL_LIST:
+            if not isinstance(v, (list, tuple)) or not all(isinstance(i, builtins.bool) for i in v):
+                raise TypeError(f"{api}: {self.name} must be a list/tuple of bools, not {v!r}")
+            v = tuple(v)
         elif t is DTYPE:
             try:
                 v = canna_dl.dtype(v)
@@ -397,6 +405,16 @@ def export_generated(namespace: dict, names: list, framework: str) -> None:
             names.append(op.name)
 
 
+def _takes_needs(fn):
+    if fn is None:
+        return False
+    import inspect
+    try:
+        return "needs" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _fw_name(name, v):
     if v is None:
         return name, {}
@@ -442,6 +460,9 @@ class OpDef:
         self.mutated = tuple(i for i, t in enumerate(self.inputs) if t.mutated)
         #: some input is a TensorList
         self.lists = any(t.list for t in self.inputs)
+        #: the backward takes ``needs=`` (one bool per differentiable input: whether its gradient is
+        #: wanted; True for all where a framework does not say)
+        self.backward_needs = _takes_needs(backward)
 
     @property
     def arg_names(self):
@@ -933,7 +954,8 @@ def _check_registration(op: OpDef, example):
     grads = [Spec(o.shape, o.dtype) for o in outs]
     saved = op.saved(ins, outs)
     try:
-        r = op.backward(_abstract.OPS, *grads, *saved, **attrs)
+        kw = dict(attrs, needs=(True,) * len(op.diff)) if op.backward_needs else attrs
+        r = op.backward(_abstract.OPS, *grads, *saved, **kw)
     except RegistrationError:
         raise
     except Exception as e:

@@ -88,7 +88,10 @@ def _domain(op, x):
     return np.abs(x) if op.name in ("log", "sqrt") else x
 
 
-_GEN = [op for op in R.registered_ops("canna") if op.generate and not op.name.endswith("_backward")]
+#: the generated ops of one array input (the products, norms, ... are tested against PyTorch / TF / JAX in
+#: tests/test_torch_autograd.py, test_tf_autograd.py, test_jax_autograd.py, test_torch_offload.py)
+_GEN = [op for op in R.registered_ops("canna") if op.generate and not op.name.endswith("_backward")
+        and len(op.inputs) == 1]
 _GEN_IDS = [op.name for op in _GEN]
 
 

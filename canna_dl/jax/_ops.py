@@ -194,40 +194,15 @@ def mul(x, y):
 # ---------------------------------------------------------------------------------------------
 # matmul
 
-@jax.custom_vjp
-def _matmul(a, b):
-    shape = K._nn.matmul_shape(_P + "matmul", a.shape, b.shape)
-    return _call(lambda x, y: (K.matmul(x, y),), (a, b), (_sds(shape, a.dtype),))[0]
-
-
-def _matmul_fwd(a, b):
-    return _matmul(a, b), (a, b)
-
-
-def _matmul_bwd(res, g):
-    a, b = res
-    return _call(lambda g, x, y: K.backward.matmul(g, x, y), (g, a, b),
-                 (_sds(a.shape, a.dtype), _sds(b.shape, b.dtype)))
-
-
-_matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
-
 def matmul(a, b):
     """Matrix product with NumPy semantics (``jnp.matmul``: 1-D vectors, broadcast batch dims;
-    ``kernels.matmul`` / ``kernels.backward.matmul``).
+    ``kernels.matmul`` / ``kernels.backward.matmul``). Generated from its registry entry.
 
     Raises:
         ValueError: 0-d operands, mismatched inner dims, batch dims that do not broadcast.
         TypeError: see :func:`add`.
     """
-    api = _P + "matmul"
-    x = _array(api, "a", a)
-    y = _array(api, "b", b)
-    if x.dtype != y.dtype:
-        raise TypeError(f"{api}: b has dtype {y.dtype.name} but a has {x.dtype.name}; canna does not promote dtypes")
-    K._nn.matmul_shape(api, x.shape, y.shape)   # shape errors now, with canna's message
-    return _matmul(x, y)
+    return _gen("matmul")(a, b)
 
 
 # ---------------------------------------------------------------------------------------------

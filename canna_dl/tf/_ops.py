@@ -167,35 +167,8 @@ def gelu(x, approximate=False):
 # ---------------------------------------------------------------------------------------------
 # products
 
-def _matmul_shape(api, a, b):
-    A, B = dims_of(a), dims_of(b)
-    if A is None or B is None:
-        return tf.TensorShape(None)
-    if not A or not B:
-        raise ValueError(f"{api}: both operands need at least 1 dimension, got shapes {a} and {b}")
-    ka = A[-1]
-    kb = B[0] if len(B) == 1 else B[-2]
-    if ka is not None and kb is not None and ka != kb:
-        raise ValueError(f"{api}: shapes {a} and {b} cannot be multiplied (inner dimensions {ka} and {kb} differ)")
-    batch = bcast(api, tf.TensorShape(A[:-2]), tf.TensorShape(B[:-2]))
-    return batch.concatenate(A[-2:-1] if len(A) > 1 else []).concatenate(B[-1:] if len(B) > 1 else [])
-
-
-def matmul(a, b):
-    """Matrix product with NumPy semantics (``tf.linalg.matmul`` for 2-D and batched operands,
-    plus 1-D vectors as in ``np.matmul``; ``kernels.matmul``): batch dims broadcast. Gradients
-    ``dy @ b^T`` and ``a^T @ dy`` reduced to the operands' shapes (``kernels.backward.matmul``).
-
-    Raises:
-        ValueError: 0-d operands, mismatched inner dims. TypeError: see :func:`add`.
-    """
-    api = _P + "matmul"
-    x = float_tensor(api, "a", a)
-    y = float_tensor(api, "b", b)
-    same_dtype(api, ("a", x), ("b", y))
-    return apply(api, [x, y], (True, True), lambda save, a, b: [K.matmul(a, b)], 1,
-                 lambda: [(x.dtype, _matmul_shape(api, x.shape, y.shape))],
-                 lambda d, xs, s: list(K.backward.matmul(d[0], xs[0], xs[1])))
+# matmul(a, b): generated from its registry entry (kernels/ops/nn.py)
+matmul = _gen("matmul")
 
 
 def _linear_checks(api, x, w, b, w_in_axis, w_out_axis):

@@ -41,7 +41,7 @@ FUNCTIONS: list = []
 def _hand(name):
     """The hand-written routing functions of the ops whose shims are not generated yet."""
     from . import _functions as F
-    return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "matmul": F._matmul, "sum": F._sum,
+    return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "sum": F._sum,
             "mean": F._mean, "linear": F._linear, "sum_to_size": F._sum_to_size}.get(name)
 
 
@@ -105,6 +105,8 @@ def _no_backward(op):
 
 def _run_backward(op, ops, grads, saved, attrs, metas, needs):
     """One gradient per input (a list of them for a list input, None where not needed)."""
+    if op.backward_needs:   # the backward skips the gradients nobody needs
+        attrs = dict(attrs, needs=tuple(bool(needs[i]) for i, t in enumerate(op.inputs) if t.diff))
     gs = _as_tuple(op.backward(ops, *grads, *saved, **attrs))
     by = dict(zip(op.diff, gs))
     out = []
@@ -227,7 +229,8 @@ def _function_class(op, traced=False):
     return cls
 
 
-_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]", R.DTYPE: "ScalarType"}
+_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]", R.BOOL_LIST: "bool[]",
+                 R.DTYPE: "ScalarType"}
 
 
 def _default(v):
@@ -293,8 +296,16 @@ def custom_op(op):
                 r = op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays], **attrs)
                 if r is None:   # no outputs: the mutated inputs were updated
                     return None
-                # a custom op must not return one of its inputs
-                return tuple(_fresh(o, args[:n]) for o in r) if isinstance(r, tuple) else _fresh(r, args[:n])
+                if isinstance(r, tuple):
+                    if any(o is None for o in r):   # outputs not computed (an output_mask): empty, per the rule
+                        like = next(b for a in arrays if a is not None for b in (a if isinstance(a, list) else (a,)))
+                        specs = op.specs([_spec(a) if not isinstance(a, list) else [_spec(b) for b in a]
+                                          for a in arrays], attrs)
+                        r = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) if o is None else o
+                                  for o, s in zip(r, specs))
+                    # a custom op must not return one of its inputs
+                    return tuple(_fresh(o, args[:n]) for o in r)
+                return _fresh(r, args[:n])
         impl.__name__ = op.name
         mutates = tuple(op.inputs[i].name for i in op.mutated)
         c = torch.library.custom_op(op.qualname, impl, mutates_args=mutates, schema=schema(op))
@@ -340,7 +351,7 @@ def _args(op, args, kwargs):
     for a in op.attrs:
         if a.name not in attrs:
             attrs[a.name] = kwargs.get(a.name, a.default)
-        if a.type is R.INT_LIST or a.type is R.DTYPE:
+        if a.type is R.INT_LIST or a.type is R.DTYPE or a.type is R.BOOL_LIST:
             attrs[a.name] = a.check(op.api, attrs[a.name])
     return arrays, attrs
 
@@ -493,23 +504,28 @@ def offload_entries(op):
       another value falls back to PyTorch);
     - a signature string, the torch function's own parameters in order with their defaults
       (``"input, dim=None, _stacklevel=3, dtype=None"``): the entry's arguments bind by these names
-      (the first input is ``input``), parameters the entry does not have are ignored unless they are
-      extras; a None where the entry's int / float / str attribute is not optional falls back
-      (``implicit dim (dim=None)``: PyTorch's legacy default, e.g. ``F.softmax``'s).
+      (the first input is ``input``; ``other:b`` is torch's ``other`` for the entry's ``b``),
+      parameters the entry does not have are ignored unless they are extras; a None where the
+      entry's int / float / str attribute is not optional falls back (``implicit dim (dim=None)``:
+      PyTorch's legacy default, e.g. ``F.softmax``'s);
+    - a function ``guard(*entry arguments)`` returning None or the reason the call falls back (the
+      cases a torch function refuses that the op would take: ``torch.mm`` of operands not 2-D).
     """
     import importlib
     out = []
     fn = function(op)
     entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
     for spec in op.torch:
-        extras, sig = {}, None
+        extras, sig, guard = {}, None, None
         if isinstance(spec, tuple):
             spec, rest = spec[0], spec[1:]
             for r in rest:
                 if isinstance(r, dict):
                     extras = r
-                else:
+                elif isinstance(r, str):
                     sig = r
+                else:
+                    guard = r
         if isinstance(spec, str):
             mod, _, attr = spec.rpartition(".")
             try:
@@ -524,44 +540,46 @@ def offload_entries(op):
             continue
         defaults = {t.name: None for t in op.inputs[1:] if t.optional}
         defaults.update({a.name: a.default for a in op.attrs if not a.required})
+        aliases = {}
         if sig is None:
             names = entry + list(extras)
             defaults.update(extras)
         else:
-            names, given = _parse_sig(op, sig)
-            defaults = {k: v for k, v in given.items()}
-            missing = [nm for nm in entry if nm not in names]
+            names, defaults, aliases = _parse_sig(op, sig)
+            missing = [nm for nm in entry if aliases.get(nm, nm) not in names]
             if missing:
                 raise R.RegistrationError(f"{op.qualname}: the torch signature {sig!r} lacks {missing}")
-        out.append((f, names, defaults, extras, _handler(op, fn, names, extras)))
+        out.append((f, names, defaults, extras, _handler(op, fn, names, extras, guard, aliases)))
     return out
 
 
 def _parse_sig(op, sig):
-    """Names and defaults of a torch signature string."""
+    """Names, defaults and aliases (the entry's name -> torch's) of a torch signature string."""
     import ast
-    names, defaults = [], {}
+    names, defaults, aliases = [], {}, {}
     for part in sig.split(","):
         part = part.strip()
         if not part:
             continue
         nm, eq, d = part.partition("=")
-        nm = nm.strip()
+        nm, _, entry_name = nm.strip().partition(":")   # "other:b": torch's name for the entry's argument b
+        if entry_name:
+            aliases[entry_name] = nm
         names.append(nm)
         if eq:
             try:
                 defaults[nm] = ast.literal_eval(d.strip())
             except (ValueError, SyntaxError):
                 raise R.RegistrationError(f"{op.qualname}: the default of {nm} in {sig!r} is not a literal") from None
-    return names, defaults
+    return names, defaults, aliases
 
 
-def _handler(op, fn, names, extras):
+def _handler(op, fn, names, extras, guard=None, aliases=None):
     from ._offload import _Fallback, _chk
     n = len(op.inputs)
     entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
     flat = _flat_chk if op.lists else (lambda xs: xs)
-    if list(names) == entry + list(extras):   # the entry's own order (no torch signature given)
+    if list(names) == entry + list(extras) and guard is None:   # the entry's own order (no torch signature)
         keys = list(extras.items())
         k = len(entry)
 
@@ -572,9 +590,11 @@ def _handler(op, fn, names, extras):
             _chk(*flat(v[:n]))
             return fn(*v[:k])
         return h
-    idx = [names.index(nm) for nm in entry]
+    aliases = aliases or {}
+    idx = [names.index(aliases.get(nm, nm)) for nm in entry]
     ext = [(names.index(nm), nm, want) for nm, want in extras.items()]
-    nonone = [(names.index(a.name), a.name) for a in op.attrs if a.type in (int, float, str) and not a.optional]
+    nonone = [(names.index(aliases.get(a.name, a.name)), a.name) for a in op.attrs
+              if a.type in (int, float, str) and not a.optional]
 
     def h(v):
         for i, name, want in ext:
@@ -585,6 +605,10 @@ def _handler(op, fn, names, extras):
                 raise _Fallback(f"implicit {name} ({name}=None)")
         args = [v[i] for i in idx]
         _chk(*flat(args[:n]))
+        if guard is not None:
+            why = guard(*args)
+            if why:
+                raise _Fallback(why)
         return fn(*args)
     return h
 

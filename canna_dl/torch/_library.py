@@ -101,9 +101,6 @@ def _fake_div_scalar(self, other):
     return self.new_empty(self.shape, dtype=dt if dt.is_floating_point else torch.float32)
 
 
-def _fake_matmul(self, other):
-    return self.new_empty(_nnrules.matmul_shape(self, other).shape)   # the registry's rule
-
 
 def _fake_linear(x, w, b=None):
     return x.new_empty((*x.shape[:-1], w.shape[0]))
@@ -245,12 +242,6 @@ def _bw_rdiv_scalar(ctx, g):       # other / self: -other * g / self²
 def _setup_save_inputs(ctx, inputs, output):
     ctx.save_for_backward(*[t if isinstance(t, torch.Tensor) else None for t in inputs])
     ctx.args = tuple(None if isinstance(t, torch.Tensor) else t for t in inputs)
-
-
-def _bw_matmul(ctx, g):
-    a, b = ctx.saved_tensors
-    ga, gb = torch.ops.canna.matmul_backward(g, a, b, [True, True])
-    return ga, gb
 
 
 def _bw_linear(ctx, g):
@@ -413,8 +404,6 @@ def _register():
         lambda x, size: _copy_if_alias(kernels.sum_to_size(P(x), tuple(size)), P(x)), _fake_sum_to_size,
         _bw_sum_to_size, _setup_sum_to_size)
     # products
-    _op("matmul", f"({T} self, {T} other) -> {T}", lambda a, b: kernels.matmul(P(a), P(b)), _fake_matmul,
-        _bw_matmul, _setup_save_inputs)
     _op("linear", f"({T} input, {T} weight, {T}? bias=None) -> {T}",
         lambda x, w, b=None: kernels.linear(P(x), P(w), P(b)), _fake_linear, _bw_linear, _setup_save_inputs)
     # activations: generated from their registry entries (canna_dl/torch/_generated.py)
@@ -493,13 +482,6 @@ def _register():
         f"{T} total_weight) -> {T}",
         lambda g, x, t, w, ii, red, tw: kbw.nll_loss(P(g), P(x), P(t), P(w), ii, red, total_weight=P(tw)),
         lambda g, x, *a: x.new_empty(x.shape))
-
-    def mm_bw(g, a, b, mask):
-        outs = kbw.matmul(P(g), P(a), P(b), output_mask=_sym_bool(mask))
-        return _masked(mask, outs, (a, b))
-    _op("matmul_backward", f"({T} grad, {T} self, {T} other, bool[2] output_mask) -> ({T}, {T})", mm_bw,
-        lambda g, a, b, mask: (a.new_empty(a.shape) if mask[0] else _empty(a),
-                               b.new_empty(b.shape) if mask[1] else _empty(a)))
 
     def lin_bw(g, x, w, mask):
         outs = kbw.linear(P(g), P(x), P(w), output_mask=_sym_bool(mask))

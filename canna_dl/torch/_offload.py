@@ -197,31 +197,6 @@ def _h_div_(v):
     return F._div_(v[0], v[1])
 
 
-def _h_matmul(v):
-    _none(v[2], "out= argument")
-    _chk(v[0], v[1])
-    return F._matmul(v[0], v[1])
-
-
-def _h_mm(v):
-    _none(v[2], "out= argument")
-    a, b = v[0], v[1]
-    _chk(a, b)
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dim() == 2 and b.dim() == 2):
-        raise _Fallback("mm of operands that are not 2-D")
-    return F._matmul(a, b)
-
-
-def _h_bmm(v):
-    _none(v[2], "out= argument")
-    a, b = v[0], v[1]
-    _chk(a, b)
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dim() == 3 and b.dim() == 3
-            and a.shape[0] == b.shape[0]):
-        raise _Fallback("bmm of operands that are not 3-D with one batch size")
-    return F._matmul(a, b)
-
-
 def _h_linear(v):
     _chk(v[0], v[1], v[2])
     return F._linear(v[0], v[1], v[2])
@@ -345,9 +320,6 @@ def _build_table():
     m((_T.mul_, _T.multiply_), "mul_", S(("input", "other")), _h_mul_)
     m((_T.div_, _T.divide_, _T.true_divide_), "div_", S(("input", "other", "rounding_mode"), 2, rounding_mode=None),
       _h_div_)
-    m((torch.matmul, _T.matmul), "matmul", bin2, _h_matmul)
-    m((torch.mm, _T.mm), "matmul", bin2, _h_mm)
-    m((torch.bmm, _T.bmm), "matmul", bin2, _h_bmm)
     m((_nnf.linear,), "linear", S(("input", "weight", "bias"), bias=None), _h_linear)
     m((torch.relu, _T.relu), "relu", S(("input",)), _h_relu)
     m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
