@@ -405,6 +405,9 @@ def _build_table():
     for op in _registered():
         for f, names, defaults, _extras, handler in _generated.offload_entries(op):
             m((f,), op.name, S(names, None, **defaults), handler)
+    # torch.optim's fused steps (and the steps' increment) on canna's optimizer kernels
+    from . import _offload_optim
+    _offload_optim.table_entries(m, S)
     return t
 
 
@@ -414,6 +417,8 @@ def _registered():
 
 
 _TABLE = _build_table()
+from . import _offload_optim  # noqa: E402 (needs the definitions above)
+_offload_optim.install_hooks()   # default torch.optim groups take the fused path in a block
 
 #: the ops ``offload()`` routes to canna (names of the report's rows; ``add_`` & co. are the
 #: in-place forms)
