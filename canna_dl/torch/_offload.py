@@ -41,7 +41,7 @@ import acl_rt
 from . import _functions as F
 from ._common import NoTorchFunction, Parameter, Tensor, functorch_active, is_compiling
 
-__all__ = ["offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS"]
+__all__ = ["offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS", "NOT_COMPUTE", "ALLOCATION"]
 
 _nnf = torch.nn.functional
 _T = torch.Tensor
@@ -493,6 +493,58 @@ _BOOKKEEPING = frozenset({"torch._C._set_grad_enabled", "torch.Tensor.backward",
                           "torch.Tensor.__str__", "torch.device"})
 
 
+#: torch functions that compute nothing — views, metadata, shape and type queries, autograd flags —
+#: left out of the compute-call count of :meth:`OffloadReport.coverage` (their names as
+#: :attr:`OffloadReport.pytorch_calls` gives them). ``Tensor.contiguous`` of a contiguous tensor and
+#: ``Tensor.__getitem__`` with basic indices (ints, slices, None, Ellipsis: a view) are not
+#: recorded at all.
+NOT_COMPUTE = frozenset(
+    [f"torch.Tensor.{n}" for n in (
+        "view", "view_as", "reshape", "reshape_as", "transpose", "t", "permute", "size", "dim", "ndimension",
+        "numel", "nelement", "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "expand_as", "narrow", "select",
+        "split", "chunk", "unbind", "detach", "detach_", "requires_grad_", "stride", "storage_offset", "is_contiguous",
+        "is_floating_point", "is_complex", "data_ptr", "element_size", "get_device", "movedim", "swapaxes",
+        "transpose_", "as_strided", "unfold", "__len__", "__iter__", "__hash__", "item", "tolist", "retain_grad",
+        "register_hook", "is_nonzero", "type", "untyped_storage", "_is_view", "__bool__", "dtype.__get__",
+        "mT", "mH", "H", "T", "__format__", "__repr__", "numpy", "__array__", "__reduce_ex__", "__deepcopy__",
+        "share_memory_", "is_shared", "pin_memory", "is_pinned", "__contains__", "new_empty", "__index__", "__int__",
+        "__float__", "storage", "has_names", "align_to", "refine_names", "rename", "is_inference",
+        "_nested_tensor_size", "is_sparse", "dim_order")]
+    + [f"torch.{n}" for n in (
+        "is_tensor", "is_floating_point", "is_complex", "numel", "flatten", "reshape", "transpose", "permute",
+        "squeeze", "unsqueeze", "t", "split", "chunk", "unbind", "narrow", "select", "movedim", "swapaxes",
+        "view_as_real", "view_as_complex", "is_grad_enabled", "get_default_dtype", "is_inference_mode_enabled",
+        "result_type", "can_cast", "promote_types", "broadcast_shapes", "is_autocast_enabled", "detach",
+        "_assert_async", "_assert", "unflatten", "atleast_1d", "atleast_2d", "atleast_3d", "is_nonzero", "_C._get_tracing_state", "_C._get_cudnn_enabled", "_shape_as_tensor",
+        "_C._nn._parse_to", "squeeze_copy", "sym_int", "sym_float", "sym_max", "sym_min", "sym_not")]
+    + ["torch.functional.split", "torch.functional.unique_consecutive.__doc__", "torch.nn.functional.has_torch_function"])
+
+#: torch tensor factories (allocate and fill: no op of a model's computation); counted apart from
+#: the compute calls by :meth:`OffloadReport.coverage`
+ALLOCATION = frozenset(
+    [f"torch.{n}" for n in ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "tensor", "as_tensor",
+                            "arange", "scalar_tensor", "eye", "linspace", "empty", "empty_like", "empty_strided")]
+    + [f"torch.Tensor.{n}" for n in ("new_zeros", "new_ones", "new_full", "new_tensor", "zero_", "fill_")])
+
+#: autograd nodes of PyTorch's backward pass that compute nothing (views and the leaves'
+#: accumulation): left out of the compute-call count; matched by prefix of the node's class name
+_NOT_COMPUTE_NODES = ("ViewBackward", "ReshapeAliasBackward", "UnsafeViewBackward", "TransposeBackward",
+                      "PermuteBackward", "TBackward", "SqueezeBackward", "UnsqueezeBackward", "AliasBackward",
+                      "AccumulateGrad", "CloneBackward", "DetachBackward", "ExpandBackward", "SelectBackward",
+                      "SliceBackward", "AsStridedBackward", "SplitBackward", "UnbindBackward", "NarrowBackward",
+                      "MovedimBackward", "UnflattenBackward")
+
+
+def _is_view_call(func, args) -> bool:
+    """A call that returns a view or the tensor itself (not recorded)."""
+    if func is _T.contiguous:
+        return len(args) == 1 and isinstance(args[0], Tensor) and args[0].is_contiguous()
+    if func is _T.__getitem__ and len(args) == 2:
+        idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+        return all(i is None or i is Ellipsis or type(i) in (int, slice) for i in idx)
+    return False
+
+
 def _func_name(f) -> str:
     try:
         n = resolve_name(f)
@@ -543,6 +595,7 @@ class OffloadReport:
     def __init__(self):
         self.ops: dict = {}
         self._other: dict = {}
+        self._bw_other: dict = {}
 
     def _stat(self, name) -> OpStats:
         st = self.ops.get(name)
@@ -564,17 +617,51 @@ class OffloadReport:
             out[name] = out.get(name, 0) + n
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    @property
+    def pytorch_backward(self) -> dict:
+        """PyTorch's own autograd nodes in the backward passes started in the block (the backward
+        of the calls that ran on PyTorch): node class name → count, most first. canna's own
+        backward calls are each op's ``backward`` counter."""
+        return dict(sorted(self._bw_other.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def coverage(self) -> dict:
+        """The share of compute calls that ran on canna, forward, backward and optimizer together.
+
+        Compute calls: the calls of canna's ops (``canna``, ``backward``), their fallbacks, the
+        other torch functions (:attr:`pytorch_calls`) except :data:`NOT_COMPUTE` (views,
+        metadata) and :data:`ALLOCATION` (tensor factories), and PyTorch's compute nodes of the
+        backward passes (:attr:`pytorch_backward` without views and gradient accumulation).
+
+        Returns:
+            ``{"canna": int, "total": int, "share": float (1.0 when nothing was computed),
+            "fallbacks": {op: {"count", "reasons"}}, "no_canna_op": {function: count},
+            "pytorch_backward": {node: count}, "not_compute": {function: count},
+            "allocation": {function: count}}``.
+        """
+        canna = sum(st.canna + st.backward for st in self.ops.values())
+        fallbacks = {k: {"count": st.fallback, "reasons": dict(st.reasons)} for k, st in sorted(self.ops.items())
+                     if st.fallback}
+        no_op, views, alloc = {}, {}, {}
+        for name, n in self.pytorch_calls.items():
+            (views if name in NOT_COMPUTE else alloc if name in ALLOCATION else no_op)[name] = n
+        bw = {k: n for k, n in self.pytorch_backward.items() if not k.startswith(_NOT_COMPUTE_NODES)}
+        total = canna + sum(v["count"] for v in fallbacks.values()) + sum(no_op.values()) + sum(bw.values())
+        return {"canna": canna, "total": total, "share": canna / total if total else 1.0, "fallbacks": fallbacks,
+                "no_canna_op": no_op, "pytorch_backward": bw, "not_compute": views, "allocation": alloc}
+
     def fell_back(self) -> dict:
         """Ops with at least one fallback: name → {reason: count}."""
         return {k: dict(v.reasons) for k, v in sorted(self.ops.items()) if v.fallback}
 
     def as_dict(self) -> dict:
         """``{"ops": {op: {"canna", "fallback", "backward", "reasons"}}, "pytorch": {function: calls}}``."""
-        return {"ops": {k: v.as_dict() for k, v in sorted(self.ops.items())}, "pytorch": self.pytorch_calls}
+        return {"ops": {k: v.as_dict() for k, v in sorted(self.ops.items())}, "pytorch": self.pytorch_calls,
+                "pytorch_backward": self.pytorch_backward}
 
     def reset(self) -> None:
         self.ops.clear()
         self._other.clear()
+        self._bw_other.clear()
 
     def _rows(self):
         rows = []
@@ -729,7 +816,7 @@ class Offload(TorchFunctionMode):
                     st.backward += 1
                 else:
                     st.canna += 1
-            elif getattr(func, "__name__", None) not in ("__get__", "__set__"):
+            elif getattr(func, "__name__", None) not in ("__get__", "__set__") and not _is_view_call(func, args):
                 if not self._in_backward or _graph_task_id() >= 0:   # not PyTorch's set-up of a backward
                     other = self.report._other
                     other[func] = other.get(func, 0) + 1
@@ -795,6 +882,7 @@ class Offload(TorchFunctionMode):
         ``redispatch_function`` skips the one dispatch of ``func`` itself to the mode; the
         autograd engine runs the pass with the thread-local state of this call (the mode stack
         included), on this thread for a CPU graph."""
+        self._count_graph(args, kwargs)
         _push_mode(self)
         self._in_backward += 1
         try:
@@ -802,6 +890,26 @@ class Offload(TorchFunctionMode):
         finally:
             self._in_backward -= 1
             _pop_mode()
+
+    def _count_graph(self, args, kwargs):
+        """Count PyTorch's own autograd nodes of the graph a backward pass is about to run (the
+        report's :attr:`~OffloadReport.pytorch_backward`; canna's nodes count themselves). Once per
+        pass: ``Tensor.backward`` calls ``torch.autograd.backward``, which reaches the mode again."""
+        if self._in_backward:
+            return
+        roots = args[0] if args else (kwargs or {}).get("tensors", (kwargs or {}).get("outputs"))
+        roots = (roots,) if isinstance(roots, Tensor) else tuple(roots or ())
+        seen, stack = set(), [t.grad_fn for t in roots if isinstance(t, Tensor) and t.grad_fn is not None]
+        counts = self.report._bw_other
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if type(node) not in _NODES:
+                name = type(node).__name__
+                counts[name] = counts.get(name, 0) + 1
+            stack.extend(n for n, _ in node.next_functions if n is not None and n not in seen)
 
     def _traced(self, func, args, kwargs):
         """The same routing while Dynamo traces (``torch.compile``): the handlers reach the
