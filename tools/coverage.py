@@ -304,7 +304,12 @@ def measure(target, *, seed=0, keep_dropout=False, progress=None):
         _no_dropout(torch, model)
     twin = copy.deepcopy(model)
     step("plain PyTorch: one training step and one eval step")
-    plain = run_once(torch, target, model, seed, contextlib.nullcontext)
+    try:
+        plain = run_once(torch, target, model, seed, contextlib.nullcontext)
+    except Exception as e:   # noqa: BLE001 (the user's model or shape: a usage error, not a canna failure)
+        raise UsageError(f"--model {target.name}: the model fails on this input in plain PyTorch "
+                         f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); check "
+                         "--input-shape") from None
     report = ct.OffloadReport()
     step("canna (offload()): one training step and one eval step")
     canna = run_once(torch, target, twin, seed, lambda: ct.offload(report=report))
