@@ -44,8 +44,8 @@ import canna_dl
 from . import _core as C
 from . import _native
 
-__all__ = ["Tensor", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "register_op", "get_op", "registered_ops",
-           "OpId", "op_id", "RegistrationError"]
+__all__ = ["Tensor", "TensorList", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "register_op", "get_op",
+           "registered_ops", "OpId", "op_id", "RegistrationError"]
 
 _REQ = object()     # a required attribute
 
@@ -65,30 +65,116 @@ def _dtypes(v, default):
 class Tensor:
     """An array input of an op: ``name``; ``dtypes`` (canna/NumPy/torch dtypes or names, or
     ``"float"`` — the default: float32, float64, float16, bfloat16 — or ``"arith"``); ``optional``
-    (None allowed); ``diff`` (gets a gradient; default True for floating inputs)."""
+    (None allowed); ``diff`` (gets a gradient; default True, False for a mutated input);
+    ``mutated`` (the op updates this input in place, e.g. batch norm's running statistics or an
+    optimizer's parameter and moments: torch schema ``Tensor(a!)``, ``mutates_args``; the caller's
+    array is written — in TensorFlow a ``tf.Variable`` is assigned the new value, in JAX, which
+    is functional, the new value is returned after the outputs)."""
 
-    __slots__ = ("name", "dtypes", "optional", "diff")
+    __slots__ = ("name", "dtypes", "optional", "diff", "mutated")
 
-    def __init__(self, name, dtypes=None, *, optional=False, diff=True):
+    list = False   # a TensorList
+
+    def __init__(self, name, dtypes=None, *, optional=False, diff=None, mutated=False):
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"input name {name!r} is not a Python identifier")
         self.name = name
         self.dtypes = _dtypes(dtypes, C.FLOATS)
         self.optional = builtins.bool(optional)
-        self.diff = builtins.bool(diff)
+        self.mutated = builtins.bool(mutated)
+        if self.mutated and diff:
+            raise RegistrationError(f"input {name}: a mutated input (updated in place) cannot be differentiable "
+                                    "(diff=True)")
+        self.diff = (not self.mutated) if diff is None else builtins.bool(diff)
 
     def __repr__(self):
-        return f"Tensor({self.name!r}{', optional' if self.optional else ''})"
+        return f"Tensor({self.name!r}{', optional' if self.optional else ''}{', mutated' if self.mutated else ''})"
 
+
+class TensorList(Tensor):
+    """An input that is a list (or tuple) of arrays — torch schema ``Tensor[]`` — e.g. the tensors
+    ``cat`` joins or the parameters of a ``foreach`` optimizer step: ``name``, ``dtypes`` (each
+    array's; see :class:`Tensor`), ``diff``, ``mutated`` (every array of the list is updated in
+    place). The shape rule, a :class:`Launch` rule and a composed forward get the list; a RawKernel
+    gets its arrays as consecutive arguments at the list's place; an :class:`Aclnn` forward gets
+    an ``aclTensorList``; the backward returns a list of gradients (one per array) or None for it."""
+
+    __slots__ = ()
+
+    list = True
+
+    def __init__(self, name, dtypes=None, *, diff=None, mutated=False):
+        super().__init__(name, dtypes, diff=diff, mutated=mutated)
+
+    def __repr__(self):
+        return f"TensorList({self.name!r}{', mutated' if self.mutated else ''})"
+
+
+#: one input's place in a flat list of arrays: ``None`` absent, ``-1`` one array, ``n`` a list of n
+def layout(op, arrays):
+    """The layout of a call's arrays (one entry per input; see :func:`flatten`)."""
+    return tuple(None if a is None else len(a) if t.list else -1 for t, a in zip(op.inputs, arrays))
+
+
+def flatten(op, arrays):
+    """``(flat, layout)``: the present arrays of a call in order, a list input's arrays in its
+    place, and how to regroup them (:func:`unflatten`)."""
+    flat = []
+    for t, a in zip(op.inputs, arrays):
+        if a is None:
+            continue
+        if t.list:
+            flat.extend(a)
+        else:
+            flat.append(a)
+    return flat, layout(op, arrays)
+
+
+def unflatten(lay, flat):
+    """The per-input arrays (a list for a list input, None for an absent one) of a flat list."""
+    out, k = [], 0
+    for n in lay:
+        if n is None:
+            out.append(None)
+        elif n < 0:
+            out.append(flat[k])
+            k += 1
+        else:
+            out.append(list(flat[k:k + n]))
+            k += n
+    return out
+
+
+#: an int-list attribute's type (``Attr(name, list[int], default)``; torch schema ``int[]``)
+INT_LIST = list[int]
 
 #: attribute types: Python type -> torch schema type
-_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", object: None}
+_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]", object: None}
+
+
+def _ints(api, name, v):
+    """An int-list attribute's value as a tuple of ints (a single int is a 1-tuple: an op that
+    expands it, like a convolution's ``stride=2``, does so in its own rule)."""
+    if isinstance(v, int) and not isinstance(v, builtins.bool):
+        return (v,)
+    if isinstance(v, (list, tuple)):   # torch.Size is a tuple
+        if all(isinstance(i, int) and not isinstance(i, builtins.bool) for i in v):
+            return tuple(v) if type(v) is tuple else tuple(int(i) for i in v)
+        if all(hasattr(i, "__index__") and not isinstance(i, builtins.bool) for i in v):
+            return tuple(operator.index(i) for i in v)
+    elif hasattr(v, "__index__") and not isinstance(v, builtins.bool):
+        return (operator.index(v),)
+    what = f"{type(v).__name__} {v!r}" if isinstance(v, (list, tuple)) else type(v).__name__
+    raise TypeError(f"{api}: {name} must be an int or a list/tuple of ints, not {what}")
 
 
 class Attr:
-    """A non-array argument: ``name``, ``type`` (int, float, bool or str), ``default`` (omit for
-    a required one), ``choices`` (allowed values; for a str attribute also what the C fast path
-    keys on)."""
+    """A non-array argument: ``name``; ``type``: int, float, bool, str or ``list[int]`` (torch
+    schema ``int[]``: a list or tuple of ints, given to the op as a tuple; a single int is the
+    1-tuple, which an op expands in its own rule where it says so, e.g. ``stride=2``);
+    ``default`` (omit for a required one; ``None`` makes the attribute optional: schema
+    ``float?`` / ``int?`` / ``int[]?``, and None is then a value the op receives); ``choices``
+    (allowed values; for a str attribute also what the C fast path keys on)."""
 
     __slots__ = ("name", "type", "default", "choices")
 
@@ -96,25 +182,44 @@ class Attr:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
         if type not in _ATTR_TYPES:
-            raise RegistrationError(f"attribute {name}: type must be int, float, bool or str, not {type!r}")
+            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str or list[int], not "
+                                    f"{type!r}")
+        if type == INT_LIST:
+            type = INT_LIST     # one object (list[int] makes a new alias each time)  # noqa: A001
         self.name, self.type, self.default = name, type, default
         self.choices = tuple(choices) if choices is not None else None
+        if type is not object and default is not _REQ and default is not None:
+            try:
+                self.default = self.check(f"Attr({name!r})", default)
+            except (TypeError, ValueError) as e:
+                raise RegistrationError(f"attribute {name}: the default {default!r} is not a valid value ({e})") \
+                    from None
 
     @property
     def required(self):
         return self.default is _REQ
 
+    @property
+    def optional(self):
+        """None is a value of this attribute (its default is None)."""
+        return self.default is None
+
     def check(self, api, v):
         t = self.type
         if t is object:   # a hand-written op's argument (checked by its function)
             return v
-        if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
-            v = float(v)
-        if t is int and hasattr(v, "__index__") and not isinstance(v, builtins.bool):
-            v = operator.index(v)
-        if type(v) is not t:
-            raise TypeError(f"{api}: {self.name} must be a{'n' if t is int else ''} {t.__name__}, not "
-                            f"{type(v).__name__}")
+        if v is None and self.default is None:
+            return None
+        if t is INT_LIST:
+            v = _ints(api, self.name, v)
+        else:
+            if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
+                v = float(v)
+            if t is int and hasattr(v, "__index__") and not isinstance(v, builtins.bool):
+                v = operator.index(v)
+            if type(v) is not t:
+                raise TypeError(f"{api}: {self.name} must be a{'n' if t is int else ''} {t.__name__}"
+                                f"{' or None' if self.default is None else ''}, not {type(v).__name__}")
         if self.choices is not None and v not in self.choices:
             raise ValueError(f"{api}: {self.name} must be one of {', '.join(map(repr, self.choices))}, not {v!r}")
         return v
@@ -216,6 +321,7 @@ class Launch:
 
 _REGISTRY: dict = {}         # qualified name "ns::name" -> OpDef
 _lock = threading.Lock()
+_checking = threading.local()    # .op: the op whose registration is being checked
 _next_id = [1]
 
 
@@ -312,6 +418,10 @@ class OpDef:
         self.kernel = None                  # the kernel-level function (set by _make_kernel)
         self.inplace_out = inplace_out
         self.check_none = check_none
+        #: indices of the inputs the op updates in place (Tensor(..., mutated=True))
+        self.mutated = tuple(i for i, t in enumerate(self.inputs) if t.mutated)
+        #: some input is a TensorList
+        self.lists = any(t.list for t in self.inputs)
 
     @property
     def arg_names(self):
@@ -373,6 +483,28 @@ class OpDef:
             else:
                 attrs[a.name] = a.default
         return arrays, attrs
+
+    def functional(self, arrays, attrs):
+        """The op for a framework whose arrays are immutable (TensorFlow, JAX): the kernel runs on
+        copies of the mutated inputs. Returns a list: the outputs, then the new values of the
+        mutated inputs that are present (DeviceArrays when the inputs' kinds then differ)."""
+        arrays = list(arrays)
+        news = []
+        for i in self.mutated:
+            if arrays[i] is None:
+                continue
+            t = self.inputs[i]
+            copies = []
+            for v in (arrays[i] if t.list else [arrays[i]]):
+                a = C.as_array(self.api, t.name, v)
+                b = canna_dl.empty(a.shape, a.dtype, device=a.device)
+                C.dl_copy.copy_into(b, a)
+                copies.append(b)
+            arrays[i] = copies if t.list else copies[0]
+            news.extend(copies)
+        r = self.kernel(*arrays, **attrs)
+        outs = [] if r is None else list(r) if isinstance(r, tuple) else [r]
+        return outs + news
 
     def specs(self, ins, attrs):
         """The output specs (a tuple) for these inputs (anything with shape / dtype)."""
@@ -449,7 +581,7 @@ def _make_kernel(op: OpDef):
     fast = ""
     tensors = [t.name for t in op.inputs]
     if op.fast and len(tensors) in (1, 2) and len(op.outputs) == 1 and len(op.attrs) <= 1 \
-            and not any(t.optional for t in op.inputs):
+            and not any(t.optional or t.mutated or t.list for t in op.inputs):
         g["_ID"] = int(op.fast_id)
         if op.attrs:
             a = op.attrs[0]
@@ -529,9 +661,9 @@ def _none_error(op, values):
 
 
 def check_inputs(op, arrays):
-    """The inputs as DeviceArrays (None for an absent optional one), checked: a required array is
-    present and an array (TypeError otherwise, naming it), of an allowed dtype (TypeError), with
-    at most 8 dims (ValueError)."""
+    """The inputs as DeviceArrays (None for an absent optional one, a list for a list input),
+    checked: a required array is present and an array (TypeError otherwise, naming it), of an
+    allowed dtype (TypeError), with at most 8 dims (ValueError)."""
     api = op.api
     out = []
     for t, x in zip(op.inputs, arrays):
@@ -539,14 +671,46 @@ def check_inputs(op, arrays):
             if t.optional:
                 out.append(None)
                 continue
-            raise TypeError(f"{api}: {t.name} must be an array (a DeviceArray, a torch/TensorFlow/JAX tensor, a "
-                            "NumPy array), not None")
-        a = C.as_array(api, t.name, x)
-        C.check_dtype(api, t.name, a.dtype, t.dtypes)
-        if a.ndim > C.MAX_DIMS:
-            raise ValueError(f"{api}: at most {C.MAX_DIMS} dimensions are supported, got {a.ndim} ({t.name})")
-        out.append(a)
+            raise TypeError(f"{api}: {t.name} must be {'a list of arrays' if t.list else 'an array'} (a DeviceArray, "
+                            "a torch/TensorFlow/JAX tensor, a NumPy array), not None")
+        if t.list:
+            if not isinstance(x, (list, tuple)):
+                raise TypeError(f"{api}: {t.name} must be a list or tuple of arrays, not {type(x).__name__}")
+            out.append([_check_one(api, f"{t.name}[{j}]", t, v) for j, v in enumerate(x)])
+        else:
+            out.append(_check_one(api, t.name, t, x))
     return out
+
+
+def _check_one(api, name, t, x):
+    a = C.as_array(api, name, x)
+    C.check_dtype(api, name, a.dtype, t.dtypes)
+    if a.ndim > C.MAX_DIMS:
+        raise ValueError(f"{api}: at most {C.MAX_DIMS} dimensions are supported, got {a.ndim} ({name})")
+    return a
+
+
+def _flat(op, ins):
+    """The arrays of checked inputs in order (a list input's in its place; None kept)."""
+    if not op.lists:
+        return ins
+    out = []
+    for t, a in zip(op.inputs, ins):
+        if t.list and a is not None:
+            out.extend(a)
+        else:
+            out.append(a)
+    return out
+
+
+def _named(op, ins):
+    out = []
+    for t, a in zip(op.inputs, ins):
+        if t.list and a is not None:
+            out.extend((f"{t.name}[{j}]", b) for j, b in enumerate(a))
+        else:
+            out.append((t.name, a))
+    return tuple(out)
 
 
 def _call(op, arrays, attrs, out, stream, fkey=None):
@@ -559,39 +723,83 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     for a in op.attrs:
         if a.choices is not None or a.type is not type(attrs[a.name]):
             attrs[a.name] = a.check(api, attrs[a.name])
-    kind = C.result_kind(*arrays) if out is None else None
     ins = check_inputs(op, arrays)
+    if op.lists:
+        kind = C.result_kind(*flatten(op, arrays)[0]) if out is None else None
+    else:
+        kind = C.result_kind(*arrays) if out is None else None
     specs = op.specs(ins, attrs)
-    s = C.device_and_stream(api, ins, stream)
-    named = tuple((t.name, a) for t, a in zip(op.inputs, ins))
+    s = C.device_and_stream(api, _flat(op, ins), stream)
+    muts = _mutated(op, api, arrays, ins, isinstance(op.forward, Launch)) if op.mutated else []
+    named = _named(op, ins) if op.lists else tuple((t.name, a) for t, a in zip(op.inputs, ins))
     outs = []
     for i, sp in enumerate(specs):
         if i == 0 and out is not None:
             outs.append(C.given_out(api, out, sp.shape, sp.dtype, named, allow_same=op.elementwise))
         else:
             outs.append(C.new_out(kind, sp.shape, sp.dtype, s))
-    if all(o.arr.size == 0 for o in outs):
-        C.finish_empty(outs)
+    fin = outs + muts if muts else outs
+    if all(o.arr.size == 0 for o in fin):
+        C.finish_empty(fin)
     else:
         f = op.forward
         if isinstance(f, Aclnn):
-            plan = _run_aclnn(f, s, ins, outs, attrs)
+            plan = _run_aclnn(f, s, ins, outs, attrs, fin, op)
             if fkey is not None and kind == C.TORCH and plan is not None:
                 C.fast_register(fkey, plan, ins[0], outs[0].arr, outs[0].obj)
         elif isinstance(f, Launch):
-            _run_launch(op, f, s, ins, outs, attrs)
+            _run_launch(op, f, s, ins, outs, attrs, fin)
     if len(outs) == 1:
         return outs[0].obj
+    if not outs:
+        return None
     return tuple(o.obj for o in outs)
 
 
-def _run_aclnn(f, s, ins, outs, attrs):
-    """One aclnn call through the plan cache; returns the plan (for the fast path)."""
+def _mutated(op, api, arrays, ins, contiguous):
+    """The mutated inputs as outputs the kernel writes in place (``ins`` is updated with the arrays
+    the kernel gets): the caller's memory, or — in the discrete memory model, for a layout aclnn
+    cannot describe, or a non-contiguous one for a RawKernel — a temporary holding the current
+    value, copied back into the caller's array after the launch."""
+    muts = []
+    named = _named(op, ins)
+    pos = 0
+    for t, a in zip(op.inputs, ins):     # flat positions of each input's arrays (as in named)
+        t_pos, pos = pos, pos + (len(a) if t.list and a is not None else 1)
+        if not t.mutated or a is None:
+            continue
+        i = op.inputs.index(t)
+        objs, elems = (list(arrays[i]), a) if t.list else ([arrays[i]], [a])
+        for j, (obj, e) in enumerate(zip(objs, elems)):
+            others = tuple(nb for k, nb in enumerate(named) if k != t_pos + j and nb[1] is not None)
+            m = C.given_out(api, obj, e.shape, e.dtype, others, name=named[t_pos + j][0], exact_dtype=True)
+            if m.stage is None and contiguous and not m.arr.is_contiguous():
+                m = C.Out(canna_dl.empty(e.shape, e.dtype, device=e.device), m.obj, sync=True, stage=m.arr)
+            if m.stage is not None:
+                C.dl_copy.copy_into(m.arr, e)   # the current value, into the temporary the kernel updates
+            if t.list:
+                a[j] = m.arr
+            else:
+                ins[i] = m.arr
+            muts.append(m)
+    return muts
+
+
+def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
+    """One aclnn call through the plan cache; returns the plan (for the fast path). A list input
+    is an ``aclTensorList`` of its arrays' descriptors (their addresses are swapped one by one, in
+    order, as the executor numbers its input tensors)."""
+    lay = None
+    if op is not None and op.lists:
+        lay = layout(op, ins)
+        ins = _flat(op, ins)
     ins = [None if a is None else C.prepare_input(a) for a in ins]
     C.order_inputs(s, ins)
     rs = [o.arr for o in outs]
     extra = f.key(**attrs) if f.key is not None else tuple(_scalar_key(v) for v in attrs.values())
     key = (f.name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra)
+    if lay is not None:
+        key += (lay,)
     plan = C.get_plan(key)
     if plan is None:
         nin = len(ins)
@@ -601,19 +809,47 @@ def _run_aclnn(f, s, ins, outs, attrs):
             mid = tuple(params(lib, keep, **attrs)) if params is not None else ()
             present = list(t)
             # absent optional inputs are NULL descriptors in t already
-            return tuple(present[:nin]) + mid + tuple(present[nin:])
+            first = present[:nin] if lay is None else _tensor_lists(lib, present[:nin], lay, keep)
+            return tuple(first) + mid + tuple(present[nin:])
         plan = C.build_plan(f.name, ins, rs, make_args)
         C.put_plan(key, plan)
     addrs = [a.ptr for a in ins if a is not None] + [r.ptr for r in rs]
-    C.launch(plan, s, addrs, outs, (ins, rs))
+    C.launch(plan, s, addrs, outs if fin is None else fin, (ins, rs))
     return plan
 
 
-def _run_launch(op, f, s, ins, outs, attrs):
-    """A RawKernel launch: the launch rule on the shapes, then the kernel on contiguous operands."""
+def _tensor_lists(lib, descs, lay, keep):
+    """The phase-1 tensor arguments with each list input's descriptors as one aclTensorList (which
+    owns them: aclDestroyTensorList destroys its tensors)."""
+    out, k = [], 0
+    for n in lay:
+        if n is None or n < 0:
+            out.append(descs[k])
+            k += 1
+            continue
+        elems = descs[k:k + n]
+        k += n
+        for d in elems:
+            C.ffi.gc(d, None)            # the list destroys them
+        h = lib.aclCreateTensorList(C.ffi.new("aclTensor *[]", elems) if n else C.ffi.NULL, n)
+        if h == C.ffi.NULL:
+            raise ValueError(f"aclCreateTensorList refused a list of {n} tensors: {C._nn_error('aclCreateTensorList')}")
+        h = C.ffi.gc(h, lib.aclDestroyTensorList)
+        keep.append(h)
+        out.append(h)
+    return out
+
+
+def _run_launch(op, f, s, ins, outs, attrs, fin=None):
+    """A RawKernel launch: the launch rule on the shapes, then the kernel on contiguous operands
+    (a list input's arrays as consecutive arguments)."""
     from ._elementwise import contiguous
-    ins = [None if a is None else (a if a.is_contiguous() else contiguous(a, stream=s)) for a in ins]
-    C.order_inputs(s, ins)
+
+    def cont(a):
+        return None if a is None else (a if a.is_contiguous() else contiguous(a, stream=s))
+    ins = [[cont(b) for b in a] if t.list else cont(a) for t, a in zip(op.inputs, ins)]
+    flat = _flat(op, ins)
+    C.order_inputs(s, flat)
     rs = [o.arr for o in outs]
     r = f.rule(*ins, *rs, **attrs)
     try:
@@ -621,13 +857,14 @@ def _run_launch(op, f, s, ins, outs, attrs):
         scalars = tuple(scalars)
     except (TypeError, ValueError):
         raise TypeError(f"{op.api}: the launch rule must return (num_blocks, scalars), not {r!r}") from None
-    f.kernel.launch(nb, *ins, *rs, *scalars, stream=s)
-    if any(o.sync for o in outs):
+    f.kernel.launch(nb, *flat, *rs, *scalars, stream=s)
+    fin = outs if fin is None else fin
+    if any(o.sync for o in fin):
         s.synchronize()
-        for o in outs:
+        for o in fin:
             C.finish_out(o, s)
     else:
-        for o in outs:
+        for o in fin:
             o.arr.storage.stream = s
 
 
@@ -641,10 +878,11 @@ def _check_registration(op: OpDef, example):
     from . import _abstract
     where = f"register_op({op.qualname!r})"
     if example is None:
-        example = [(2, 3)] * len(op.inputs)
+        example = [[(2, 3), (2, 3)] if t.list else (2, 3) for t in op.inputs]
     if len(example) != len(op.inputs):
         raise RegistrationError(f"{where}: example_shapes has {len(example)} shapes for {len(op.inputs)} inputs")
-    ins = [Spec(shape, t.dtypes[0]) for shape, t in zip(example, op.inputs)]
+    ins = [[Spec(sh, t.dtypes[0]) for sh in shape] if t.list else Spec(shape, t.dtypes[0])
+           for shape, t in zip(example, op.inputs)]
     attrs = {a.name: a.default for a in op.attrs if not a.required}
     missing = [a.name for a in op.attrs if a.required]
     if missing:
@@ -683,8 +921,18 @@ def _check_registration(op: OpDef, example):
         raise RegistrationError(f"{where}: the backward returns {len(r)} gradient(s) but the op has "
                                 f"{len(op.diff)} differentiable input(s) {op.diff}")
     by = dict(zip((t.name for t in op.inputs), ins))
+    lists = {t.name for t in op.inputs if t.list}
     for n, gspec in zip(op.diff, r):
         if gspec is None:
+            continue
+        if n in lists:
+            if not isinstance(gspec, (list, tuple)) or len(gspec) != len(by[n]):
+                raise RegistrationError(f"{where}: the backward's gradient of the list {n} must be a list of "
+                                        f"{len(by[n])} gradients (one per array) or None, not {gspec!r}")
+            for j, (gj, xj) in enumerate(zip(gspec, by[n])):
+                if gj is not None and (not isinstance(gj, Spec) or gj.shape != xj.shape):
+                    raise RegistrationError(f"{where}: the backward's gradient of {n}[{j}] is {gj!r} but {n}[{j}] "
+                                            f"has shape {xj.shape}")
             continue
         if not isinstance(gspec, Spec):
             raise RegistrationError(f"{where}: the backward's gradient of {n} is a {type(gspec).__name__}, not the "
@@ -717,7 +965,8 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
             ``<namespace>.<name>`` in messages.
         torch: torch functions (callables) that ``canna_dl.torch.offload()`` maps to this op
             (their arguments must bind to the op's inputs and attrs by position).
-        example_shapes: one shape per input on which the rules are checked (default all (2, 3)).
+        example_shapes: one shape per input on which the rules are checked (default all (2, 3); for
+            a :class:`TensorList`, a list of shapes, default two (2, 3)).
 
     Returns:
         The :class:`OpDef`: call it like a kernel (any array kind in, the same kind out), or use
@@ -738,6 +987,12 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
     ins = tuple(t if isinstance(t, Tensor) else Tensor(t) for t in inputs)
     if not ins:
         raise RegistrationError(f"register_op({name!r}): an op needs at least one array input")
+    if not tuple(outputs) and not any(t.mutated for t in ins):
+        raise RegistrationError(f"register_op({name!r}): an op needs an output or an input it updates in place "
+                                "(Tensor(..., mutated=True))")
+    if not tuple(outputs) and backward is not None:
+        raise RegistrationError(f"register_op({name!r}): an op without outputs has nothing to differentiate; "
+                                "remove the backward")
     names = [t.name for t in ins] + [a.name for a in attrs]
     dup = {n for n in names if names.count(n) > 1} | (set(outputs) & set(t.name for t in ins))
     if dup:
@@ -753,8 +1008,8 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
         if not isinstance(a, Attr):
             raise RegistrationError(f"register_op({name!r}): attrs must be kernels.Attr objects, not {a!r}")
         if a.type is object:
-            raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool or "
-                                    "str) for the framework schemas")
+            raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool, str "
+                                    "or list[int]) for the framework schemas")
     for f in torch:
         if not (callable(f) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
             raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
@@ -764,7 +1019,11 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
                                 "namespace")
     op = OpDef(name, inputs=ins, attrs=tuple(attrs), outputs=tuple(outputs), shape=shape, forward=forward,
                backward=backward, save=save, namespace=namespace, torch=torch, doc=doc, fast=fast)
-    _check_registration(op, example_shapes)
+    _checking.op = op
+    try:
+        _check_registration(op, example_shapes)
+    finally:
+        _checking.op = None
     _add(op)
     _notify(op)
     return op

@@ -188,3 +188,412 @@ def test_name_taken_is_refused(ops):
     with pytest.raises(kernels.RegistrationError, match="already registered"):
         kernels.register_op("square", namespace=NS, inputs=[Tensor("x", "float64")], shape=_same_shape,
                             forward=_launch())
+
+
+# ---------------------------------------------------------------------------------------------
+# attribute types: int lists (schema int[]) and optional scalars (float? / int?)
+
+AFFINE = r"""
+#include "canna_kernel.h"
+CANNA_KERNEL void affine(const GM_ADDR x, GM_ADDR z, uint64_t n, double a, double b) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i)
+        ((double *)z)[i] = a * ((const double *)x)[i] + b;
+}
+"""
+
+
+def _coef(coef):
+    """The op's own expansion of its int list: one int is (c, c)."""
+    c = coef * 2 if len(coef) == 1 else coef
+    if len(c) != 2:
+        raise ValueError(f"coef must have 2 ints, got {len(c)}")
+    return c
+
+
+def _affine_shape(x, coef=(2, 1), offset=None, shift=None):
+    _coef(coef)
+    return Spec(x.shape, x.dtype)
+
+
+def _affine_rule(x, z, coef, offset, shift):
+    a, b = _coef(coef)
+    return 1, (math.prod(x.shape), float(a), b + (offset or 0.0) + (shift or 0))
+
+
+@pytest.fixture(scope="module")
+def affine():
+    """``coef[0] * x + coef[1] + offset + shift``; its gradient is the op itself with coef (c0, 0)."""
+    k = kernels.RawModule(AFFINE).get_function("affine")
+    return kernels.register_op(
+        "affine", namespace=NS, inputs=[Tensor("x", "float64")],
+        attrs=[Attr("coef", list[int], (2, 1)), Attr("offset", float, None), Attr("shift", int, None)],
+        shape=_affine_shape, forward=Launch(k, _affine_rule),
+        backward=lambda ops, g, coef, offset, shift: ops[f"{NS}::affine"](g, (_coef(coef)[0], 0)))
+
+
+def test_int_list_and_optional_attrs_kernel_level(affine):
+    x = _x()
+    np.testing.assert_allclose(affine(x), 2 * x + 1)
+    np.testing.assert_allclose(affine(x, [3, -2], 0.5, 4), 3 * x - 2 + 0.5 + 4)
+    np.testing.assert_allclose(affine(x, 3), 3 * x + 3)      # one int, expanded by the op's rule
+    np.testing.assert_allclose(affine(x, coef=(1, 0), shift=None), x)
+    assert [a.default for a in affine.attrs] == [(2, 1), None, None]
+    with pytest.raises(TypeError, match="coef must be an int or a list/tuple of ints, not list"):
+        affine(x, [1.5, 2])
+    with pytest.raises(TypeError, match="offset must be a float or None, not str"):
+        affine(x, offset="1")
+    with pytest.raises(TypeError, match="shift must be an int or None, not float"):
+        affine(x, shift=1.5)
+    with pytest.raises(ValueError, match="coef must have 2 ints"):
+        affine(x, (1, 2, 3))
+
+
+def test_int_list_and_optional_attrs_torch(affine):
+    torch = pytest.importorskip("torch")
+    from canna_dl.torch._generated import schema
+    assert schema(affine) == "(Tensor x, int[] coef=[2, 1], float? offset=None, int? shift=None) -> Tensor"
+    f = affine.torch_fn
+    x = torch.tensor(_x(), requires_grad=True)
+    torch.testing.assert_close(f(x, [3, 1], 0.25), 3 * x.detach() + 1.25)
+    assert torch.autograd.gradcheck(lambda t: f(t, (3, 1), 0.25, 2), (x,))
+    assert torch.autograd.gradcheck(lambda t: torch.ops.regtest.affine(t, [3, 1], None, 2), (x,))
+    from torch.library import opcheck
+    res = opcheck(torch.ops.regtest.affine.default, (x.detach(), [3, 1], 0.5, None))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    torch.compiler.reset()
+    c = torch.compile(lambda t: f(t, [5, 2], 1.0).sum(), fullgraph=True)
+    xc = x.detach().clone().requires_grad_()
+    y = c(xc)
+    y.backward()
+    torch.testing.assert_close(y, (5 * xc.detach() + 3).sum())
+    torch.testing.assert_close(xc.grad, torch.full_like(xc, 5.0))
+    with pytest.raises(TypeError, match="coef must be an int or a list/tuple of ints"):
+        f(x, "ab")
+
+
+def test_int_list_and_optional_attrs_tf(affine):
+    tf = pytest.importorskip("tensorflow")
+    f = affine.tf_fn
+    x = tf.constant(_x())
+    np.testing.assert_allclose(f(x, [3, 1], 0.5).numpy(), 3 * _x() + 1.5)
+    theo, num = tf.test.compute_gradient(lambda t: f(t, (3, -1), None, 2), [x])
+    np.testing.assert_allclose(theo[0], num[0], rtol=1e-6, atol=1e-8)
+    g = tf.function(lambda t: f(t, coef=[4, 0], shift=1))
+    np.testing.assert_allclose(g(x).numpy(), 4 * _x() + 1)
+
+
+def test_int_list_and_optional_attrs_jax(affine):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    f = affine.jax_fn
+    with jax.enable_x64(True):
+        x = jnp.asarray(_x())
+        np.testing.assert_allclose(np.asarray(f(x, [3, 1], 0.5)), 3 * _x() + 1.5)
+        g = jax.jit(jax.grad(lambda t: jnp.sum(f(t, [3, 1], None, 2))))(x)
+        np.testing.assert_allclose(np.asarray(g), np.full(6, 3.0))
+        np.testing.assert_allclose(np.asarray(jax.jit(lambda t: f(t, (2, 2)))(x)), 2 * _x() + 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# mutated inputs (schema Tensor(a!), mutates_args): updated in place
+
+TRACK = r"""
+#include "canna_kernel.h"
+/* z = 2 x, and running <- m * running + (1 - m) * x (a running mean, as batch norm keeps) */
+CANNA_KERNEL void track(const GM_ADDR x, GM_ADDR running, GM_ADDR z, uint64_t n, double m) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i) {
+        double v = ((const double *)x)[i];
+        ((double *)z)[i] = 2.0 * v;
+        ((double *)running)[i] = m * ((double *)running)[i] + (1.0 - m) * v;
+    }
+}
+/* p <- p - lr * g (an optimizer step: no outputs) */
+CANNA_KERNEL void sgd(GM_ADDR p, const GM_ADDR g, uint64_t n, double lr) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i)
+        ((double *)p)[i] -= lr * ((const double *)g)[i];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def mutating(affine):
+    mod = kernels.RawModule(TRACK)
+    track = kernels.register_op(
+        "track", namespace=NS, inputs=[Tensor("x", "float64"), Tensor("running", "float64", mutated=True)],
+        attrs=[Attr("momentum", float, 0.5)], shape=lambda x, running, momentum: _same_shape(x, running),
+        forward=Launch(mod.get_function("track"), _blocks),
+        backward=lambda ops, g, momentum: (ops[f"{NS}::affine"](g, (2, 0)),))
+    sgd = kernels.register_op(
+        "sgd_step", namespace=NS, inputs=[Tensor("p", "float64", mutated=True), Tensor("g", "float64", diff=False)],
+        attrs=[Attr("lr", float, 0.1)], outputs=(), shape=lambda p, g, lr: (_same_shape(p, g),)[1:],
+        forward=Launch(mod.get_function("sgd"), _blocks))
+    return track, sgd
+
+
+def test_mutated_kernel_level(mutating):
+    track, sgd = mutating
+    x, r = _x(), np.ones(6)
+    z = track(x, r, 0.25)
+    np.testing.assert_allclose(z, 2 * x)
+    np.testing.assert_allclose(r, 0.25 + 0.75 * x)          # the caller's array, updated in place
+    p = np.ones(6)
+    assert sgd(p, x, lr=0.5) is None
+    np.testing.assert_allclose(p, 1 - 0.5 * x)
+    # a non-contiguous array is updated through a temporary and copied back
+    big = np.ones(12)
+    sgd(big[::2], x, lr=1.0)
+    np.testing.assert_allclose(big[::2], 1 - x)
+    np.testing.assert_allclose(big[1::2], 1.0)
+    ro = np.ones(6)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only|writable"):
+        sgd(ro, x)
+    with pytest.raises(ValueError, match="overlap"):
+        sgd(p, p)
+    assert [t.diff for t in track.inputs] == [True, False]
+
+
+def test_mutated_registration_refusals():
+    k = kernels.RawModule(TRACK).get_function("sgd")
+    with pytest.raises(kernels.RegistrationError, match="cannot be differentiable"):
+        Tensor("p", mutated=True, diff=True)
+    with pytest.raises(kernels.RegistrationError, match="needs an output or an input it updates"):
+        kernels.register_op("nothing", namespace=NS, inputs=["x"], outputs=(), shape=lambda x: (),
+                            forward=Launch(k, _blocks))
+
+
+def test_mutated_torch(mutating):
+    torch = pytest.importorskip("torch")
+    from canna_dl.torch._generated import schema
+    track, sgd = mutating
+    assert schema(track) == "(Tensor x, Tensor(a!) running, float momentum=0.5) -> Tensor"
+    assert schema(sgd) == "(Tensor(a!) p, Tensor g, float lr=0.1) -> ()"
+    x = torch.tensor(_x(), requires_grad=True)
+    r = torch.ones(6, dtype=torch.float64)
+    v0 = r._version
+    z = track.torch_fn(x, r, 0.25)
+    assert r._version > v0                                   # autograd knows it changed
+    torch.testing.assert_close(r, 0.25 + 0.75 * x.detach())
+    z.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+    assert torch.autograd.gradcheck(lambda t: track.torch_fn(t, torch.ones(6, dtype=torch.float64)), (x,))
+    # the custom op declares the mutation (opcheck verifies it)
+    from torch.library import opcheck
+    res = opcheck(torch.ops.regtest.track.default, (x.detach(), torch.ones(6, dtype=torch.float64), 0.5))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    p = torch.ones(6, dtype=torch.float64)
+    assert sgd.torch_fn(p, x.detach(), 0.5) is None
+    torch.testing.assert_close(p, 1 - 0.5 * x.detach())
+    res = opcheck(torch.ops.regtest.sgd_step.default, (torch.ones(6, dtype=torch.float64), x.detach(), 0.5))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    # torch.compile(fullgraph=True) keeps the in-place updates
+    torch.compiler.reset()
+    ft, fs = track.torch_fn, sgd.torch_fn
+
+    @torch.compile(fullgraph=True)
+    def step(t, running, param):
+        y = ft(t, running, 0.5)
+        fs(param, t.detach(), 1.0)
+        return y.sum()
+    rc, pc = torch.ones(6, dtype=torch.float64), torch.ones(6, dtype=torch.float64)
+    xc = x.detach().clone().requires_grad_()
+    step(xc, rc, pc).backward()
+    torch.testing.assert_close(rc, 0.5 + 0.5 * xc.detach())
+    torch.testing.assert_close(pc, 1 - xc.detach())
+    torch.testing.assert_close(xc.grad, torch.full_like(xc, 2.0))
+    # a parameter that requires grad is updated under no_grad, as PyTorch's optimizers do
+    w = torch.ones(6, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="updated in place and requires grad"):
+        sgd.torch_fn(w, x.detach())
+    with torch.no_grad():
+        sgd.torch_fn(w, x.detach(), 1.0)
+    torch.testing.assert_close(w.detach(), 1 - x.detach())
+
+
+def test_mutated_tf(mutating):
+    tf = pytest.importorskip("tensorflow")
+    track, sgd = mutating
+    x = tf.constant(_x())
+    r = tf.Variable(tf.ones(6, tf.float64))
+    z = track.tf_fn(x, r, 0.25)
+    np.testing.assert_allclose(z.numpy(), 2 * _x())
+    np.testing.assert_allclose(r.numpy(), 0.25 + 0.75 * _x())
+    with pytest.raises(TypeError, match="TensorFlow tensors are immutable: pass a tf.Variable"):
+        track.tf_fn(x, tf.ones(6, tf.float64))
+    p = tf.Variable(tf.ones(6, tf.float64))
+
+    @tf.function
+    def step(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = tf.reduce_sum(track.tf_fn(t, r, 0.5))
+        sgd.tf_fn(p, t, 1.0)
+        return tape.gradient(y, t)
+    r.assign(tf.ones(6, tf.float64))
+    np.testing.assert_allclose(step(x).numpy(), np.full(6, 2.0))
+    np.testing.assert_allclose(r.numpy(), 0.5 + 0.5 * _x())
+    np.testing.assert_allclose(p.numpy(), 1 - _x())
+    assert sgd.tf_fn(p, x, 1.0) is None
+
+
+def test_mutated_jax(mutating):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    track, sgd = mutating
+    with jax.enable_x64(True):
+        x, r = jnp.asarray(_x()), jnp.ones(6)
+        z, r2 = track.jax_fn(x, r, 0.25)     # functional: the new value after the outputs
+        np.testing.assert_allclose(np.asarray(z), 2 * _x())
+        np.testing.assert_allclose(np.asarray(r2), 0.25 + 0.75 * _x())
+        np.testing.assert_array_equal(np.asarray(r), np.ones(6))    # JAX arrays are not changed
+        zj, rj = jax.jit(lambda t, q: track.jax_fn(t, q, 0.25))(x, r)
+        np.testing.assert_allclose(np.asarray(rj), np.asarray(r2))
+        g = jax.jit(jax.grad(lambda t: jnp.sum(track.jax_fn(t, r)[0])))(x)
+        np.testing.assert_allclose(np.asarray(g), np.full(6, 2.0))
+        p2 = sgd.jax_fn(jnp.ones(6), x, 0.5)
+        np.testing.assert_allclose(np.asarray(p2), 1 - 0.5 * _x())
+        np.testing.assert_allclose(np.asarray(jax.jit(sgd.jax_fn)(jnp.ones(6), x)), 1 - 0.1 * _x())
+
+
+# ---------------------------------------------------------------------------------------------
+# list inputs (TensorList, schema Tensor[])
+
+WSUM = r"""
+#include "canna_kernel.h"
+/* z = w0 x0 + w1 x1 + w2 x2: the list's arrays arrive as consecutive arguments */
+CANNA_KERNEL void wsum3(const GM_ADDR x0, const GM_ADDR x1, const GM_ADDR x2, GM_ADDR z, uint64_t n, double w0,
+                        double w1, double w2) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i)
+        ((double *)z)[i] = w0 * ((const double *)x0)[i] + w1 * ((const double *)x1)[i] + w2 * ((const double *)x2)[i];
+}
+/* a foreach step over two parameters: p_k <- p_k - lr * g_k */
+CANNA_KERNEL void sgd2(GM_ADDR p0, GM_ADDR p1, const GM_ADDR g0, const GM_ADDR g1, uint64_t n, double lr) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i) {
+        ((double *)p0)[i] -= lr * ((const double *)g0)[i];
+        ((double *)p1)[i] -= lr * ((const double *)g1)[i];
+    }
+}
+"""
+
+
+def _wsum_shape(xs, weights=(1, 2, 3)):
+    if len(xs) != 3 or len(weights) != 3:
+        raise ValueError(f"wsum3 takes 3 arrays and 3 weights, got {len(xs)} and {len(weights)}")
+    return _same_shape(*xs)
+
+
+@pytest.fixture(scope="module")
+def listops(affine):
+    mod = kernels.RawModule(WSUM)
+    wsum = kernels.register_op(
+        "wsum3", namespace=NS, inputs=[kernels.TensorList("xs", "float64")],
+        attrs=[Attr("weights", list[int], (1, 2, 3))], shape=_wsum_shape, example_shapes=[[(2, 3)] * 3],
+        forward=Launch(mod.get_function("wsum3"),
+                       lambda xs, z, weights: (2, (math.prod(z.shape), *map(float, weights)))),
+        backward=lambda ops, g, weights: ([ops[f"{NS}::affine"](g, (w, 0)) for w in weights],))
+    sgd2 = kernels.register_op(
+        "sgd2", namespace=NS, outputs=(), attrs=[Attr("lr", float, 0.1)],
+        inputs=[kernels.TensorList("params", "float64", mutated=True),
+                kernels.TensorList("grads", "float64", diff=False)],
+        shape=lambda params, grads, lr: (_same_shape(*params, *grads),)[1:],
+        forward=Launch(mod.get_function("sgd2"), lambda p, g, lr: (1, (math.prod(p[0].shape), lr))))
+    return wsum, sgd2
+
+
+def _three():
+    return [_x() + k for k in range(3)]
+
+
+def test_tensor_list_kernel_level(listops):
+    wsum, sgd2 = listops
+    xs = _three()
+    np.testing.assert_allclose(wsum(xs), xs[0] + 2 * xs[1] + 3 * xs[2])
+    np.testing.assert_allclose(wsum(tuple(xs), [0, 1, 0]), xs[1])
+    with pytest.raises(ValueError, match="takes 3 arrays"):
+        wsum(xs[:2])
+    with pytest.raises(TypeError, match=r"xs\[1\] must be an array"):
+        wsum([xs[0], None, xs[2]])
+    with pytest.raises(TypeError, match="xs must be a list or tuple of arrays"):
+        wsum(xs[0])
+    with pytest.raises(TypeError, match=r"xs\[2\].*float64"):
+        wsum([xs[0], xs[1], xs[2].astype(np.float32)])
+    ps = [np.ones(6), np.zeros(6)]
+    assert sgd2(ps, xs[:2], lr=0.5) is None
+    np.testing.assert_allclose(ps[0], 1 - 0.5 * xs[0])
+    np.testing.assert_allclose(ps[1], -0.5 * xs[1])
+    with pytest.raises(kernels.RegistrationError, match="list xs must be a list of 3 gradients"):
+        kernels.register_op("bad_list_grad", namespace=NS, inputs=[kernels.TensorList("xs", "float64")],
+                            shape=_wsum_shape, example_shapes=[[(2, 3)] * 3], forward=wsum.forward,
+                            backward=lambda ops, g: (g,))
+
+
+def test_tensor_list_torch(listops):
+    torch = pytest.importorskip("torch")
+    from canna_dl.torch._generated import schema
+    wsum, sgd2 = listops
+    assert schema(wsum) == "(Tensor[] xs, int[] weights=[1, 2, 3]) -> Tensor"
+    assert schema(sgd2) == "(Tensor(a!)[] params, Tensor[] grads, float lr=0.1) -> ()"
+    f = wsum.torch_fn
+    xs = [torch.tensor(v, requires_grad=True) for v in _three()]
+    y = f(xs, [1, -1, 2])
+    torch.testing.assert_close(y, xs[0].detach() - xs[1].detach() + 2 * xs[2].detach())
+    y.sum().backward()
+    assert [float(x.grad[0]) for x in xs] == [1.0, -1.0, 2.0]
+    assert torch.autograd.gradcheck(lambda a, b, c: f([a, b, c], (2, 1, -3)), tuple(xs))
+    assert torch.autograd.gradcheck(lambda a, b, c: torch.ops.regtest.wsum3([a, b, c], [2, 1, -3]), tuple(xs))
+    from torch.library import opcheck
+    res = opcheck(torch.ops.regtest.wsum3.default, ([x.detach() for x in xs], [1, 2, 3]))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    torch.compiler.reset()
+    c = torch.compile(lambda a, b, t: f([a, b, t], [3, 2, 1]).sum(), fullgraph=True)
+    xc = [x.detach().clone().requires_grad_() for x in xs]
+    c(*xc).backward()
+    assert [float(x.grad[0]) for x in xc] == [3.0, 2.0, 1.0]
+    ps = [torch.ones(6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)]
+    gs = [x.detach() for x in xs[:2]]
+    sgd2.torch_fn(ps, gs, 0.5)
+    torch.testing.assert_close(ps[0], 1 - 0.5 * gs[0])
+    torch.testing.assert_close(ps[1], -0.5 * gs[1])
+    res = opcheck(torch.ops.regtest.sgd2.default, ([torch.ones(6, dtype=torch.float64)] * 1 +
+                                                    [torch.zeros(6, dtype=torch.float64)], gs, 0.5))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    with pytest.raises(TypeError, match="xs must be a list or tuple of tensors"):
+        f(xs[0])
+
+
+def test_tensor_list_tf(listops):
+    tf = pytest.importorskip("tensorflow")
+    wsum, sgd2 = listops
+    f = wsum.tf_fn
+    xs = [tf.constant(v) for v in _three()]
+    np.testing.assert_allclose(f(xs, [1, -1, 2]).numpy(), _three()[0] - _three()[1] + 2 * _three()[2])
+    theo, num = tf.test.compute_gradient(lambda a, b, c: f([a, b, c], (2, 1, -3)), xs)
+    for t, n in zip(theo, num):
+        np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-8)
+    conc = tf.function(lambda a, b, c: f([a, b, c])).get_concrete_function(*[tf.TensorSpec([4], tf.float64)] * 3)
+    assert conc.structured_outputs.shape.as_list() == [4]
+    ps = [tf.Variable(tf.ones(6, tf.float64)), tf.Variable(tf.zeros(6, tf.float64))]
+    tf.function(lambda: sgd2.tf_fn(ps, xs[:2], 0.5))()
+    np.testing.assert_allclose(ps[0].numpy(), 1 - 0.5 * _three()[0])
+    np.testing.assert_allclose(ps[1].numpy(), -0.5 * _three()[1])
+
+
+def test_tensor_list_jax(listops):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    wsum, sgd2 = listops
+    f = wsum.jax_fn
+    with jax.enable_x64(True):
+        xs = [jnp.asarray(v) for v in _three()]
+        np.testing.assert_allclose(np.asarray(f(xs, [1, -1, 2])), _three()[0] - _three()[1] + 2 * _three()[2])
+        gs = jax.jit(jax.grad(lambda v: jnp.sum(f(v, [2, 1, -3]))))(xs)
+        assert [float(g[0]) for g in gs] == [2.0, 1.0, -3.0]
+        p0, p1 = sgd2.jax_fn([jnp.ones(6), jnp.zeros(6)], xs[:2], 0.5)
+        np.testing.assert_allclose(np.asarray(p1), -0.5 * _three()[1])
+        p0j, _ = jax.jit(lambda p, g: sgd2.jax_fn(p, g, 0.5))([jnp.ones(6), jnp.zeros(6)], xs[:2])
+        np.testing.assert_allclose(np.asarray(p0j), 1 - 0.5 * _three()[0])
