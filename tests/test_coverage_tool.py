@@ -90,3 +90,21 @@ def test_usage_errors_are_clear(args, msg):
             msg = "torchvision is not importable here"
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_report_coverage_counts_backward_nodes_and_skips_views():
+    import torch
+    import canna_dl.torch as ct
+    w = torch.randn(5, 4, requires_grad=True)
+    idx = torch.tensor([0, 3, 1])
+    with ct.offload() as rep:
+        e = torch.nn.functional.embedding(idx, w)       # no canna op yet: forward and backward on PyTorch
+        y = torch.relu(e.view(3, 4).contiguous()[1:])   # a view, a no-op contiguous, basic indexing
+        y.sum().backward()
+    cov = rep.coverage()
+    assert cov["no_canna_op"] == {"torch.nn.functional.embedding": 1}
+    assert cov["pytorch_backward"] == {"EmbeddingBackward0": 1}     # once, though backward re-enters the mode
+    assert "torch.Tensor.view" in cov["not_compute"]
+    assert "torch.Tensor.contiguous" not in rep.pytorch_calls and "torch.Tensor.__getitem__" not in rep.pytorch_calls
+    # relu and sum with their backward on canna; embedding and its backward on PyTorch
+    assert cov["canna"] == 4 and cov["total"] == 6 and cov["share"] == 4 / 6
