@@ -142,8 +142,8 @@ def _hf_target(spec, shape, overrides, keep_dropout):
         else:
             kwargs["labels"] = torch.randint(0, labels, (shape[0],), generator=gen)
         return (), kwargs
-    name = f"{model_type} ({'causal LM' if causal else 'sequence classification'}; " \
-        f"{config.__class__.__name__} {', '.join(f'{k}={getattr(config, k)}' for k in ('hidden_size', 'num_hidden_layers') if hasattr(config, k))})"
+    sizes = ", ".join(f"{k}={getattr(config, k)}" for k in ("hidden_size", "num_hidden_layers") if hasattr(config, k))
+    name = f"{model_type} ({'causal LM' if causal else 'sequence classification'}; {type(config).__name__} {sizes})"
     return Target(name, build, make_inputs, hf=True)
 
 
@@ -324,7 +324,8 @@ def measure(target, *, seed=0, keep_dropout=False, progress=None):
             "coverage": cov["share"], "canna_calls": cov["canna"], "compute_calls": cov["total"],
             "fallbacks": cov["fallbacks"], "no_canna_op": cov["no_canna_op"],
             "pytorch_backward": cov["pytorch_backward"], "allocation": cov["allocation"],
-            "not_compute": cov["not_compute"], "max_rel_error": err, "worst_gradient": worst, "worst_parameter": worst_p,
+            "not_compute": cov["not_compute"], "max_rel_error": err, "worst_gradient": worst,
+            "worst_parameter": worst_p,
             "loss": {"pytorch": plain["loss"].item(), "canna": canna["loss"].item()},
             "report": report.as_dict()}
 
@@ -369,7 +370,8 @@ def _print(res, console):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="bert | gpt2 | llama | <HF type or class> | torchvision:<name> | "
                                                    "timm:<name> | resnet18-like | module:function | file.py:function")
     ap.add_argument("--input-shape", help="the input's shape, e.g. 2,16 (tokens) or 2,3,32,32 (images)")

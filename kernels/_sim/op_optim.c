@@ -338,7 +338,8 @@ NN_API aclnnStatus aclnnFusedSgdGetWorkspaceSize(const aclTensorList *paramsRef,
     const nn_tensorlist_t *pl, *gl, *bl;
     const nn_tensor_t *sc;
     aclnnStatus rc;
-    if ((rc = sgd_list(api, "paramsRef", paramsRef, false, &pl)) || (rc = sgd_list(api, "gradsRef", gradsRef, false, &gl)) ||
+    if ((rc = sgd_list(api, "paramsRef", paramsRef, false, &pl)) ||
+        (rc = sgd_list(api, "gradsRef", gradsRef, false, &gl)) ||
         (rc = sgd_list(api, "momentumBufferListOptionalRef", momentumBufferListOptionalRef, true, &bl)) ||
         (rc = nn_tensor_arg(api, "gradScaleOptional", gradScaleOptional, true, &sc)))
         return rc;

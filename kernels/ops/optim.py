@@ -24,7 +24,8 @@ def _none(*a, **k):
 
 define("apply_adamw",
        inputs=(Tensor("param", F, mutated=True), Tensor("exp_avg", F, mutated=True),
-               Tensor("exp_avg_sq", F, mutated=True), Tensor("max_exp_avg_sq", F, optional=True, mutated=True), Tensor("grad", F, diff=False),
+               Tensor("exp_avg_sq", F, mutated=True), Tensor("max_exp_avg_sq", F, optional=True, mutated=True),
+               Tensor("grad", F, diff=False),
                Tensor("step", (C.INT64, C.F32), diff=False)),
        attrs=(Attr("lr", float, 1e-3), Attr("beta1", float, 0.9), Attr("beta2", float, 0.999),
               Attr("weight_decay", float, 1e-2), Attr("eps", float, 1e-8), Attr("amsgrad", bool, False),
