@@ -516,7 +516,8 @@ NOT_COMPUTE = frozenset(
         "view_as_real", "view_as_complex", "is_grad_enabled", "get_default_dtype", "is_inference_mode_enabled",
         "result_type", "can_cast", "promote_types", "broadcast_shapes", "is_autocast_enabled", "detach",
         "_assert_async", "_assert", "unflatten", "atleast_1d", "atleast_2d", "atleast_3d", "is_nonzero",
-        "_C._get_tracing_state", "_C._get_cudnn_enabled", "_shape_as_tensor", "_C._nn._parse_to", "squeeze_copy", "sym_int", "sym_float", "sym_max", "sym_min", "sym_not")]
+        "_C._get_tracing_state", "_C._get_cudnn_enabled", "_shape_as_tensor",
+        "_C._nn._parse_to", "squeeze_copy", "sym_int", "sym_float", "sym_max", "sym_min", "sym_not")]
     + ["torch.functional.split", "torch.nn.functional.has_torch_function"])
 
 #: torch tensor factories (allocate and fill: no op of a model's computation); counted apart from
