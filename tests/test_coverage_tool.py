@@ -108,3 +108,16 @@ def test_report_coverage_counts_backward_nodes_and_skips_views():
     assert "torch.Tensor.contiguous" not in rep.pytorch_calls and "torch.Tensor.__getitem__" not in rep.pytorch_calls
     # relu and sum with their backward on canna; embedding and its backward on PyTorch
     assert cov["canna"] == 4 and cov["total"] == 6 and cov["share"] == 4 / 6
+
+
+def test_conversions_to_the_same_dtype_are_not_compute():
+    import torch
+    import canna_dl.torch as ct
+    x = torch.ones(3)
+    with ct.offload() as rep:
+        x.to(torch.float32)
+        x.float()
+        x.to("cpu", torch.float32, non_blocking=False)
+        x.to(torch.float64)           # a real conversion
+        x.double()
+    assert rep.pytorch_calls == {"torch.Tensor.double": 1, "torch.Tensor.to": 1}

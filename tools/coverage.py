@@ -52,7 +52,11 @@ sys.path.insert(0, _TOOLS)                    # _models (resnet18-like)
 
 #: a small config for Hugging Face models (names as PretrainedConfig's; attribute_map aliases them)
 HF_SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-            "vocab_size": 128, "max_position_embeddings": 64, "num_key_value_heads": 2, "num_labels": 3}
+            "vocab_size": 128, "max_position_embeddings": 64, "num_key_value_heads": 2, "num_labels": 3,
+            "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+#: encoder model types: a sequence-classification head (their causal-LM classes are for decoding)
+ENCODERS = ("bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
+            "camembert", "mpnet", "ernie", "megatron-bert", "modernbert")
 #: the dropout probabilities of Hugging Face configs (set to 0 unless --keep-dropout)
 HF_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
               "attention_dropout", "hidden_dropout", "dropout", "classifier_dropout", "summary_first_dropout")
@@ -112,12 +116,10 @@ def _hf_target(spec, shape, overrides, keep_dropout):
         for k in HF_DROPOUT:
             if hasattr(config, k) and isinstance(getattr(config, k), float):
                 setattr(config, k, 0.0)
-    causal = model_type in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and \
-        model_type not in ma.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES or \
-        (model_cls is not None and "CausalLM" in model_cls.__name__)
-    if model_type in ("bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2") and \
-            model_cls is None:
-        causal = False
+    if model_cls is not None:
+        causal = "CausalLM" in model_cls.__name__ or "LMHead" in model_cls.__name__
+    else:   # decoders: a causal LM; encoders (which also have a causal-LM head class): classification
+        causal = model_type in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in ENCODERS
     if model_cls is None:
         auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModelForSequenceClassification
         def build():

@@ -496,7 +496,8 @@ _BOOKKEEPING = frozenset({"torch._C._set_grad_enabled", "torch.Tensor.backward",
 #: torch functions that compute nothing — views, metadata, shape and type queries, autograd flags —
 #: left out of the compute-call count of :meth:`OffloadReport.coverage` (their names as
 #: :attr:`OffloadReport.pytorch_calls` gives them). ``Tensor.contiguous`` of a contiguous tensor and
-#: ``Tensor.__getitem__`` with basic indices (ints, slices, None, Ellipsis: a view) are not
+#: ``Tensor.__getitem__`` with basic indices (ints, slices, None, Ellipsis: a view), and
+#: ``Tensor.to`` / ``.float()`` / ... to the tensor's own dtype and device (which return it) are not
 #: recorded at all.
 NOT_COMPUTE = frozenset(
     [f"torch.Tensor.{n}" for n in (
@@ -536,10 +537,36 @@ _NOT_COMPUTE_NODES = ("ViewBackward", "ReshapeAliasBackward", "UnsafeViewBackwar
                       "MovedimBackward", "UnflattenBackward")
 
 
-def _is_view_call(func, args) -> bool:
+_SAME_DTYPE = {_T.float: torch.float32, _T.double: torch.float64, _T.half: torch.float16,
+               _T.bfloat16: torch.bfloat16, _T.long: torch.int64, _T.int: torch.int32, _T.bool: torch.bool}
+
+
+def _to_is_noop(x, args, kwargs) -> bool:
+    """``x.to(...)`` that returns ``x`` itself: its dtype, its device, ``non_blocking`` / ``copy`` False."""
+    for v in list(args) + list((kwargs or {}).values()):
+        if isinstance(v, torch.dtype):
+            if v != x.dtype:
+                return False
+        elif isinstance(v, (torch.device, str)):
+            try:
+                if torch.device(v) != x.device:
+                    return False
+            except (RuntimeError, TypeError):
+                return False
+        elif v is not False and v is not None and v is not torch.preserve_format:
+            return False
+    return True
+
+
+def _is_view_call(func, args, kwargs=None) -> bool:
     """A call that returns a view or the tensor itself (not recorded)."""
     if func is _T.contiguous:
         return len(args) == 1 and isinstance(args[0], Tensor) and args[0].is_contiguous()
+    if func is _T.to:
+        return bool(args) and isinstance(args[0], Tensor) and _to_is_noop(args[0], args[1:], kwargs)
+    dt = _SAME_DTYPE.get(func)
+    if dt is not None:
+        return len(args) == 1 and not kwargs and isinstance(args[0], Tensor) and args[0].dtype == dt
     if func is _T.__getitem__ and len(args) == 2:
         idx = args[1] if isinstance(args[1], tuple) else (args[1],)
         return all(i is None or i is Ellipsis or type(i) in (int, slice) for i in idx)
@@ -817,7 +844,7 @@ class Offload(TorchFunctionMode):
                     st.backward += 1
                 else:
                     st.canna += 1
-            elif getattr(func, "__name__", None) not in ("__get__", "__set__") and not _is_view_call(func, args):
+            elif getattr(func, "__name__", None) not in ("__get__", "__set__") and not _is_view_call(func, args, kwargs):
                 if not self._in_backward or _graph_task_id() >= 0:   # not PyTorch's set-up of a backward
                     other = self.report._other
                     other[func] = other.get(func, 0) + 1
