@@ -1,6 +1,6 @@
 /* canna: the aclnn operator API: the meta API (libnnopbase) and the two-phase op calls (libopapi*).
  *
- * @cann-headers: acl/acl.h aclnn/acl_meta.h aclnn/aclnn_base.h aclnnop/aclnn_add.h aclnnop/aclnn_addmm.h aclnnop/aclnn_amax.h aclnnop/aclnn_batch_matmul.h aclnnop/aclnn_cast.h aclnnop/aclnn_convolution.h aclnnop/aclnn_convolution_backward.h aclnnop/aclnn_copy.h aclnnop/aclnn_cross_entropy_loss.h aclnnop/aclnn_cross_entropy_loss_grad.h aclnnop/aclnn_div.h aclnnop/aclnn_exp.h aclnnop/aclnn_gelu.h aclnnop/aclnn_gelu_backward.h aclnnop/aclnn_gelu_backward_v2.h aclnnop/aclnn_gelu_v2.h aclnnop/aclnn_layer_norm.h aclnnop/aclnn_layer_norm_backward.h aclnnop/aclnn_log.h aclnnop/aclnn_logsoftmax.h aclnnop/aclnn_logsoftmax_backward.h aclnnop/aclnn_matmul.h aclnnop/aclnn_max_pool2d_with_indices.h aclnnop/aclnn_max_pool2d_with_indices_backward.h aclnnop/aclnn_mean.h aclnnop/aclnn_mm.h aclnnop/aclnn_mul.h aclnnop/aclnn_neg.h aclnnop/aclnn_nll_loss.h aclnnop/aclnn_nll_loss2d.h aclnnop/aclnn_nll_loss2d_backward.h aclnnop/aclnn_nll_loss_backward.h aclnnop/aclnn_pow.h aclnnop/aclnn_reduce_sum.h aclnnop/aclnn_relu.h aclnnop/aclnn_rms_norm.h aclnnop/aclnn_rms_norm_grad.h aclnnop/aclnn_sigmoid.h aclnnop/aclnn_sigmoid_backward.h aclnnop/aclnn_silu.h aclnnop/aclnn_silu_backward.h aclnnop/aclnn_softmax.h aclnnop/aclnn_softmax_backward.h aclnnop/aclnn_sqrt.h aclnnop/aclnn_sub.h aclnnop/aclnn_tanh.h aclnnop/aclnn_tanh_backward.h aclnnop/aclnn_threshold_backward.h
+ * @cann-headers: acl/acl.h aclnn/acl_meta.h aclnn/aclnn_base.h aclnnop/aclnn_add.h aclnnop/aclnn_apply_adam_w_v2.h aclnnop/aclnn_addmm.h aclnnop/aclnn_amax.h aclnnop/aclnn_batch_matmul.h aclnnop/aclnn_cast.h aclnnop/aclnn_convolution.h aclnnop/aclnn_convolution_backward.h aclnnop/aclnn_copy.h aclnnop/aclnn_cross_entropy_loss.h aclnnop/aclnn_cross_entropy_loss_grad.h aclnnop/aclnn_div.h aclnnop/aclnn_exp.h aclnnop/aclnn_fused_sgd.h aclnnop/aclnn_gelu.h aclnnop/aclnn_gelu_backward.h aclnnop/aclnn_gelu_backward_v2.h aclnnop/aclnn_gelu_v2.h aclnnop/aclnn_layer_norm.h aclnnop/aclnn_layer_norm_backward.h aclnnop/aclnn_log.h aclnnop/aclnn_logsoftmax.h aclnnop/aclnn_logsoftmax_backward.h aclnnop/aclnn_matmul.h aclnnop/aclnn_max_pool2d_with_indices.h aclnnop/aclnn_max_pool2d_with_indices_backward.h aclnnop/aclnn_mean.h aclnnop/aclnn_mm.h aclnnop/aclnn_mul.h aclnnop/aclnn_neg.h aclnnop/aclnn_nll_loss.h aclnnop/aclnn_nll_loss2d.h aclnnop/aclnn_nll_loss2d_backward.h aclnnop/aclnn_nll_loss_backward.h aclnnop/aclnn_pow.h aclnnop/aclnn_reduce_sum.h aclnnop/aclnn_relu.h aclnnop/aclnn_rms_norm.h aclnnop/aclnn_rms_norm_grad.h aclnnop/aclnn_sigmoid.h aclnnop/aclnn_sigmoid_backward.h aclnnop/aclnn_silu.h aclnnop/aclnn_silu_backward.h aclnnop/aclnn_softmax.h aclnnop/aclnn_softmax_backward.h aclnnop/aclnn_sqrt.h aclnnop/aclnn_sub.h aclnnop/aclnn_tanh.h aclnnop/aclnn_tanh_backward.h aclnnop/aclnn_threshold_backward.h
  *
  * Exact prototypes of CANN's aclnn API, written for canna (the parameter lists are facts of the
  * ABI; no header text is copied). Where each one comes from:
@@ -377,4 +377,20 @@ aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(const aclTensor *gradLoss,
     int64_t ignoreIndex, double labelSmoothing, double lseSquareScaleForZloss, const aclTensor *out,
     uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* --- optimizer family (kernels/_sim/op_optim.c; hiascend.com aclnn API "aclnnApplyAdamWV2",
+ * hicann ops-nn optim/fused_sgd/docs/aclnnFusedSgd.md) --- */
+/* aclnnop/aclnn_apply_adam_w_v2.h (libopapi_nn) */
+aclnnStatus aclnnApplyAdamWV2GetWorkspaceSize(aclTensor *varRef, aclTensor *mRef, aclTensor *vRef,
+    aclTensor *maxGradNormOptionalRef, const aclTensor *grad, const aclTensor *step, float lr, float beta1,
+    float beta2, float weightDecay, float eps, bool amsgrad, bool maximize, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnApplyAdamWV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_fused_sgd.h (libopapi_nn) */
+aclnnStatus aclnnFusedSgdGetWorkspaceSize(const aclTensorList *paramsRef, const aclTensorList *gradsRef,
+    const aclTensorList *momentumBufferListOptionalRef, const aclTensor *gradScaleOptional, float weightDecay,
+    float momentum, float lr, float dampening, bool nesterov, bool maximize, bool isFirstStep,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnFusedSgd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
     aclrtStream stream);

@@ -41,7 +41,7 @@ import acl_rt
 from . import _functions as F
 from ._common import NoTorchFunction, Parameter, Tensor, functorch_active, is_compiling
 
-__all__ = ["offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS"]
+__all__ = ["offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS", "NOT_COMPUTE", "ALLOCATION"]
 
 _nnf = torch.nn.functional
 _T = torch.Tensor
@@ -355,6 +355,9 @@ def _build_table():
     for op in _registered():
         for f, names, defaults, _extras, handler in _generated.offload_entries(op):
             m((f,), op.name, S(names, None, **defaults), handler)
+    # torch.optim's fused steps (and the steps' increment) on canna's optimizer kernels
+    from . import _offload_optim
+    _offload_optim.table_entries(m, S)
     return t
 
 
@@ -364,6 +367,8 @@ def _registered():
 
 
 _TABLE = _build_table()
+from . import _offload_optim  # noqa: E402 (needs the definitions above)
+_offload_optim.install_hooks()   # default torch.optim groups take the fused path in a block
 
 #: the ops ``offload()`` routes to canna (names of the report's rows; ``add_`` & co. are the
 #: in-place forms)
@@ -438,6 +443,86 @@ _BOOKKEEPING = frozenset({"torch._C._set_grad_enabled", "torch.Tensor.backward",
                           "torch.Tensor.__str__", "torch.device"})
 
 
+#: torch functions that compute nothing — views, metadata, shape and type queries, autograd flags —
+#: left out of the compute-call count of :meth:`OffloadReport.coverage` (their names as
+#: :attr:`OffloadReport.pytorch_calls` gives them). ``Tensor.contiguous`` of a contiguous tensor and
+#: ``Tensor.__getitem__`` with basic indices (ints, slices, None, Ellipsis: a view), and
+#: ``Tensor.to`` / ``.float()`` / ... to the tensor's own dtype and device (which return it) are not
+#: recorded at all.
+NOT_COMPUTE = frozenset(
+    [f"torch.Tensor.{n}" for n in (
+        "view", "view_as", "reshape", "reshape_as", "transpose", "t", "permute", "size", "dim", "ndimension",
+        "numel", "nelement", "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "expand_as", "narrow", "select",
+        "split", "chunk", "unbind", "detach", "detach_", "requires_grad_", "stride", "storage_offset", "is_contiguous",
+        "is_floating_point", "is_complex", "data_ptr", "element_size", "get_device", "movedim", "swapaxes",
+        "transpose_", "as_strided", "unfold", "__len__", "__iter__", "__hash__", "item", "tolist", "retain_grad",
+        "register_hook", "is_nonzero", "type", "untyped_storage", "_is_view", "__bool__", "dtype.__get__",
+        "mT", "mH", "H", "T", "__format__", "__repr__", "numpy", "__array__", "__reduce_ex__", "__deepcopy__",
+        "share_memory_", "is_shared", "pin_memory", "is_pinned", "__contains__", "new_empty", "__index__", "__int__",
+        "__float__", "storage", "has_names", "align_to", "refine_names", "rename", "is_inference",
+        "_nested_tensor_size", "is_sparse", "dim_order")]
+    + [f"torch.{n}" for n in (
+        "is_tensor", "is_floating_point", "is_complex", "numel", "flatten", "reshape", "transpose", "permute",
+        "squeeze", "unsqueeze", "t", "split", "chunk", "unbind", "narrow", "select", "movedim", "swapaxes",
+        "view_as_real", "view_as_complex", "is_grad_enabled", "get_default_dtype", "is_inference_mode_enabled",
+        "result_type", "can_cast", "promote_types", "broadcast_shapes", "is_autocast_enabled", "detach",
+        "_assert_async", "_assert", "unflatten", "atleast_1d", "atleast_2d", "atleast_3d", "is_nonzero",
+        "_C._get_tracing_state", "_C._get_cudnn_enabled", "_shape_as_tensor",
+        "_C._nn._parse_to", "squeeze_copy", "sym_int", "sym_float", "sym_max", "sym_min", "sym_not")]
+    + ["torch.functional.split", "torch.nn.functional.has_torch_function"])
+
+#: torch tensor factories (allocate and fill: no op of a model's computation); counted apart from
+#: the compute calls by :meth:`OffloadReport.coverage`
+ALLOCATION = frozenset(
+    [f"torch.{n}" for n in ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "tensor", "as_tensor",
+                            "arange", "scalar_tensor", "eye", "linspace", "empty", "empty_like", "empty_strided")]
+    + [f"torch.Tensor.{n}" for n in ("new_zeros", "new_ones", "new_full", "new_tensor", "zero_", "fill_")])
+
+#: autograd nodes of PyTorch's backward pass that compute nothing (views and the leaves'
+#: accumulation): left out of the compute-call count; matched by prefix of the node's class name
+_NOT_COMPUTE_NODES = ("ViewBackward", "ReshapeAliasBackward", "UnsafeViewBackward", "TransposeBackward",
+                      "PermuteBackward", "TBackward", "SqueezeBackward", "UnsqueezeBackward", "AliasBackward",
+                      "AccumulateGrad", "CloneBackward", "DetachBackward", "ExpandBackward", "SelectBackward",
+                      "SliceBackward", "AsStridedBackward", "SplitBackward", "UnbindBackward", "NarrowBackward",
+                      "MovedimBackward", "UnflattenBackward")
+
+
+_SAME_DTYPE = {_T.float: torch.float32, _T.double: torch.float64, _T.half: torch.float16,
+               _T.bfloat16: torch.bfloat16, _T.long: torch.int64, _T.int: torch.int32, _T.bool: torch.bool}
+
+
+def _to_is_noop(x, args, kwargs) -> bool:
+    """``x.to(...)`` that returns ``x`` itself: its dtype, its device, ``non_blocking`` / ``copy`` False."""
+    for v in list(args) + list((kwargs or {}).values()):
+        if isinstance(v, torch.dtype):
+            if v != x.dtype:
+                return False
+        elif isinstance(v, (torch.device, str)):
+            try:
+                if torch.device(v) != x.device:
+                    return False
+            except (RuntimeError, TypeError):
+                return False
+        elif v is not False and v is not None and v is not torch.preserve_format:
+            return False
+    return True
+
+
+def _is_view_call(func, args, kwargs=None) -> bool:
+    """A call that returns a view or the tensor itself (not recorded)."""
+    if func is _T.contiguous:
+        return len(args) == 1 and isinstance(args[0], Tensor) and args[0].is_contiguous()
+    if func is _T.to:
+        return bool(args) and isinstance(args[0], Tensor) and _to_is_noop(args[0], args[1:], kwargs)
+    dt = _SAME_DTYPE.get(func)
+    if dt is not None:
+        return len(args) == 1 and not kwargs and isinstance(args[0], Tensor) and args[0].dtype == dt
+    if func is _T.__getitem__ and len(args) == 2:
+        idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+        return all(i is None or i is Ellipsis or type(i) in (int, slice) for i in idx)
+    return False
+
+
 def _func_name(f) -> str:
     try:
         n = resolve_name(f)
@@ -488,6 +573,7 @@ class OffloadReport:
     def __init__(self):
         self.ops: dict = {}
         self._other: dict = {}
+        self._bw_other: dict = {}
 
     def _stat(self, name) -> OpStats:
         st = self.ops.get(name)
@@ -509,17 +595,51 @@ class OffloadReport:
             out[name] = out.get(name, 0) + n
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    @property
+    def pytorch_backward(self) -> dict:
+        """PyTorch's own autograd nodes in the backward passes started in the block (the backward
+        of the calls that ran on PyTorch): node class name → count, most first. canna's own
+        backward calls are each op's ``backward`` counter."""
+        return dict(sorted(self._bw_other.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def coverage(self) -> dict:
+        """The share of compute calls that ran on canna, forward, backward and optimizer together.
+
+        Compute calls: the calls of canna's ops (``canna``, ``backward``), their fallbacks, the
+        other torch functions (:attr:`pytorch_calls`) except :data:`NOT_COMPUTE` (views,
+        metadata) and :data:`ALLOCATION` (tensor factories), and PyTorch's compute nodes of the
+        backward passes (:attr:`pytorch_backward` without views and gradient accumulation).
+
+        Returns:
+            ``{"canna": int, "total": int, "share": float (1.0 when nothing was computed),
+            "fallbacks": {op: {"count", "reasons"}}, "no_canna_op": {function: count},
+            "pytorch_backward": {node: count}, "not_compute": {function: count},
+            "allocation": {function: count}}``.
+        """
+        canna = sum(st.canna + st.backward for st in self.ops.values())
+        fallbacks = {k: {"count": st.fallback, "reasons": dict(st.reasons)} for k, st in sorted(self.ops.items())
+                     if st.fallback}
+        no_op, views, alloc = {}, {}, {}
+        for name, n in self.pytorch_calls.items():
+            (views if name in NOT_COMPUTE else alloc if name in ALLOCATION else no_op)[name] = n
+        bw = {k: n for k, n in self.pytorch_backward.items() if not k.startswith(_NOT_COMPUTE_NODES)}
+        total = canna + sum(v["count"] for v in fallbacks.values()) + sum(no_op.values()) + sum(bw.values())
+        return {"canna": canna, "total": total, "share": canna / total if total else 1.0, "fallbacks": fallbacks,
+                "no_canna_op": no_op, "pytorch_backward": bw, "not_compute": views, "allocation": alloc}
+
     def fell_back(self) -> dict:
         """Ops with at least one fallback: name → {reason: count}."""
         return {k: dict(v.reasons) for k, v in sorted(self.ops.items()) if v.fallback}
 
     def as_dict(self) -> dict:
         """``{"ops": {op: {"canna", "fallback", "backward", "reasons"}}, "pytorch": {function: calls}}``."""
-        return {"ops": {k: v.as_dict() for k, v in sorted(self.ops.items())}, "pytorch": self.pytorch_calls}
+        return {"ops": {k: v.as_dict() for k, v in sorted(self.ops.items())}, "pytorch": self.pytorch_calls,
+                "pytorch_backward": self.pytorch_backward}
 
     def reset(self) -> None:
         self.ops.clear()
         self._other.clear()
+        self._bw_other.clear()
 
     def _rows(self):
         rows = []
@@ -674,7 +794,7 @@ class Offload(TorchFunctionMode):
                     st.backward += 1
                 else:
                     st.canna += 1
-            elif getattr(func, "__name__", None) not in ("__get__", "__set__"):
+            elif getattr(func, "__name__", None) not in ("__get__", "__set__") and not _is_view_call(func, args, kwargs):
                 if not self._in_backward or _graph_task_id() >= 0:   # not PyTorch's set-up of a backward
                     other = self.report._other
                     other[func] = other.get(func, 0) + 1
@@ -740,6 +860,7 @@ class Offload(TorchFunctionMode):
         ``redispatch_function`` skips the one dispatch of ``func`` itself to the mode; the
         autograd engine runs the pass with the thread-local state of this call (the mode stack
         included), on this thread for a CPU graph."""
+        self._count_graph(args, kwargs)
         _push_mode(self)
         self._in_backward += 1
         try:
@@ -747,6 +868,26 @@ class Offload(TorchFunctionMode):
         finally:
             self._in_backward -= 1
             _pop_mode()
+
+    def _count_graph(self, args, kwargs):
+        """Count PyTorch's own autograd nodes of the graph a backward pass is about to run (the
+        report's :attr:`~OffloadReport.pytorch_backward`; canna's nodes count themselves). Once per
+        pass: ``Tensor.backward`` calls ``torch.autograd.backward``, which reaches the mode again."""
+        if self._in_backward:
+            return
+        roots = args[0] if args else (kwargs or {}).get("tensors", (kwargs or {}).get("outputs"))
+        roots = (roots,) if isinstance(roots, Tensor) else tuple(roots or ())
+        seen, stack = set(), [t.grad_fn for t in roots if isinstance(t, Tensor) and t.grad_fn is not None]
+        counts = self.report._bw_other
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if type(node) not in _NODES:
+                name = type(node).__name__
+                counts[name] = counts.get(name, 0) + 1
+            stack.extend(n for n, _ in node.next_functions if n is not None and n not in seen)
 
     def _traced(self, func, args, kwargs):
         """The same routing while Dynamo traces (``torch.compile``): the handlers reach the
