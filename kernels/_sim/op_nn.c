@@ -57,7 +57,7 @@ static aclnnStatus pair(const char *api, const char *name, const nn_intarray_t *
 #define CV_PANEL_BYTES ((int64_t)8 << 20)   /* im2col columns of a panel, all groups */
 #define CV_KMAX 64                          /* kernel columns whose valid output ranges are tabulated */
 #define CV_PAD_MAX 16384                    /* elements of a zero-padded input plane on the stack */
-#define CV_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define CV_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 typedef struct cv_params {
     int32_t ct;
@@ -199,45 +199,81 @@ IM2COL(double)
  * dw_dgrad: input plane dx[H][W] += the same taps of one output channel's gradient, transposed;
  * dw_wgrad: w's gradient for one output channel, sum over images of the taps' products (each tap
  *   accumulates rows of up to 64 positions as vectors, then sums them in double). */
-#define DWCONV(T)                                                                                   \
-    /* through a zero-padded copy of the plane: every tap of 16 outputs is one unconditional     \
-     * multiply-add of 16 lanes held in registers (false when the plane is too large for it) */    \
-    static CV_CLONES bool dw_fwd_pad_##T(const cv_params_t *p, const T *restrict xp, const T *restrict wk, T b, \
-                                         T *restrict yp)                                           \
+#define DWCONV(T, VT, CW)                                                                                 \
+    /* out[oh][ow] += sum over taps of w[kh][kw] * pad[oh*sh + kh*dh][ow*sw + kw*dw] (w flipped   \
+     * when flip), CW outputs of a row at a time in one vector register: every tap is one          \
+     * unconditional vector multiply-add (pad is zero-padded, CW * sw columns wider than read) */  \
+    static CV_CLONES void dw_corr_##T(const T *restrict pad, int64_t Wp, int64_t OHc, int64_t OWc, int64_t sh,    \
+                                      int64_t sw, int64_t dh, int64_t dw, int64_t KH, int64_t KW,  \
+                                      const T *restrict wk, bool flip, T *restrict out)            \
     {                                                                                              \
-        int64_t Hp = p->H + 2 * p->ph, Wp = p->W + 2 * p->pw + 16 * p->sw;                         \
+        for (int64_t oh = 0; oh < OHc; oh++)                                                       \
+            for (int64_t ow0 = 0; ow0 < OWc; ow0 += CW) {                                          \
+                VT acc;                                                                            \
+                int64_t m = OWc - ow0 < CW ? OWc - ow0 : CW;                                       \
+                T *o = out + oh * OWc + ow0;                                                       \
+                if (m == CW) {                                                                     \
+                    memcpy(&acc, o, sizeof acc);                                                   \
+                } else {                                                                           \
+                    acc = (VT){0};                                                                 \
+                    for (int64_t i = 0; i < m; i++)                                                \
+                        acc[i] = o[i];                                                             \
+                }                                                                                  \
+                for (int64_t kh = 0; kh < KH; kh++) {                                              \
+                    const T *restrict xr = pad + (oh * sh + kh * dh) * Wp + ow0 * sw;              \
+                    const T *restrict wr = wk + (flip ? (KH - 1 - kh) * KW : kh * KW);             \
+                    for (int64_t kw = 0; kw < KW; kw++) {                                          \
+                        T wv = wr[flip ? KW - 1 - kw : kw];                                        \
+                        const T *restrict xk = xr + kw * dw;                                       \
+                        VT xv;                                                                     \
+                        if (sw == 1) {                                                             \
+                            memcpy(&xv, xk, sizeof xv);                                            \
+                        } else {                                                                   \
+                            for (int i = 0; i < CW; i++)                                           \
+                                xv[i] = xk[i * sw];                                                \
+                        }                                                                          \
+                        acc += wv * xv;                                                            \
+                    }                                                                              \
+                }                                                                                  \
+                if (m == CW)                                                                       \
+                    memcpy(o, &acc, sizeof acc);                                                   \
+                else                                                                               \
+                    for (int64_t i = 0; i < m; i++)                                                \
+                        o[i] = acc[i];                                                             \
+            }                                                                                      \
+    }                                                                                              \
+    /* forward of one plane through a zero-padded copy; false when it would not fit CV_PAD_MAX */  \
+    static bool dw_fwd_pad_##T(const cv_params_t *p, const T *restrict xp, const T *restrict wk, T b, \
+                               T *restrict yp)                                                     \
+    {                                                                                              \
+        int64_t Hp = p->H + 2 * p->ph, Wp = p->W + 2 * p->pw + CW * p->sw;                         \
         if (Hp * Wp > CV_PAD_MAX)                                                                  \
             return false;                                                                          \
         T pad[CV_PAD_MAX];                                                                         \
         memset(pad, 0, (size_t)(Hp * Wp) * sizeof(T));                                             \
         for (int64_t h = 0; h < p->H; h++)                                                         \
             memcpy(pad + (h + p->ph) * Wp + p->pw, xp + h * p->W, (size_t)p->W * sizeof(T));      \
-        for (int64_t oh = 0; oh < p->OH; oh++)                                                     \
-            for (int64_t ow0 = 0; ow0 < p->OW; ow0 += 16) {                                        \
-                T acc[16];                                                                         \
-                for (int i = 0; i < 16; i++)                                                       \
-                    acc[i] = b;                                                                    \
-                for (int64_t kh = 0; kh < p->KH; kh++) {                                           \
-                    const T *restrict xr = pad + (oh * p->sh + kh * p->dh) * Wp + ow0 * p->sw;     \
-                    const T *restrict wr = wk + kh * p->KW;                                        \
-                    if (p->sw == 1)                                                                \
-                        for (int64_t kw = 0; kw < p->KW; kw++) {                                   \
-                            T wv = wr[kw];                                                         \
-                            const T *restrict xk = xr + kw * p->dw;                                \
-                            for (int i = 0; i < 16; i++)                                           \
-                                acc[i] += wv * xk[i];                                              \
-                        }                                                                          \
-                    else                                                                           \
-                        for (int64_t kw = 0; kw < p->KW; kw++) {                                   \
-                            T wv = wr[kw];                                                         \
-                            const T *restrict xk = xr + kw * p->dw;                                \
-                            for (int i = 0; i < 16; i++)                                           \
-                                acc[i] += wv * xk[i * p->sw];                                      \
-                        }                                                                          \
-                }                                                                                  \
-                int64_t m = p->OW - ow0 < 16 ? p->OW - ow0 : 16;                                   \
-                memcpy(yp + oh * p->OW + ow0, acc, (size_t)m * sizeof(T));                         \
-            }                                                                                      \
+        for (int64_t i = 0; i < p->OH * p->OW; i++)                                                \
+            yp[i] = b;                                                                             \
+        dw_corr_##T(pad, Wp, p->OH, p->OW, p->sh, p->sw, p->dh, p->dw, p->KH, p->KW, wk, false, yp); \
+        return true;                                                                               \
+    }                                                                                              \
+    /* gradInput of one plane (stride 1): dx += the full correlation of the zero-padded gradOutput \
+     * with the flipped taps; false when it does not apply (stride, padding past the kernel's     \
+     * extent) or would not fit CV_PAD_MAX */                                                      \
+    static bool dw_dgrad_pad_##T(const cv_params_t *p, const T *restrict gp, const T *restrict wk, T *restrict dxp) \
+    {                                                                                              \
+        int64_t pt = (p->KH - 1) * p->dh - p->ph, pl = (p->KW - 1) * p->dw - p->pw;                \
+        if (p->sh != 1 || p->sw != 1 || pt < 0 || pl < 0)                                          \
+            return false;                                                                          \
+        int64_t Hp = p->H + (p->KH - 1) * p->dh, Wp = p->W + (p->KW - 1) * p->dw + CW;            \
+        if (Hp < pt + p->OH || Wp < pl + p->OW || Hp * Wp > CV_PAD_MAX)                            \
+            return false;                                                                          \
+        T pad[CV_PAD_MAX];                                                                         \
+        memset(pad, 0, (size_t)(Hp * Wp) * sizeof(T));                                             \
+        for (int64_t h = 0; h < p->OH; h++)                                                        \
+            memcpy(pad + (h + pt) * Wp + pl, gp + h * p->OW, (size_t)p->OW * sizeof(T));          \
+        dw_corr_##T(pad, Wp, p->H, p->W, 1, 1, p->dh, p->dw, p->KH, p->KW, wk, true, dxp);         \
         return true;                                                                               \
     }                                                                                              \
     static CV_CLONES void dw_fwd_##T(const cv_params_t *p, const T *restrict xp, const T *restrict wk, T b,   \
@@ -273,6 +309,8 @@ IM2COL(double)
     static CV_CLONES void dw_dgrad_##T(const cv_params_t *p, const T *restrict gp, const T *restrict wk,       \
                                        T *restrict dxp)                                            \
     {                                                                                              \
+        if (dw_dgrad_pad_##T(p, gp, wk, dxp))                                                      \
+            return;                                                                                \
         for (int64_t oh = 0; oh < p->OH; oh++) {                                                   \
             const T *restrict gr = gp + oh * p->OW;                                                \
             for (int64_t kh = 0; kh < p->KH; kh++) {                                               \
@@ -331,8 +369,10 @@ IM2COL(double)
                 gwk[kh * p->KW + kw] = (T)total;                                                   \
             }                                                                                      \
     }
-DWCONV(float)
-DWCONV(double)
+typedef float cv_v16f __attribute__((vector_size(64)));
+typedef double cv_v8d __attribute__((vector_size(64)));
+DWCONV(float, cv_v16f, 16)
+DWCONV(double, cv_v8d, 8)
 
 static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double beta, const void *a, int64_t lda,
                  const void *b, int64_t ldb, void *c, int64_t ldc)
