@@ -14,6 +14,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "tools", "bench.py")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import bench_conv  # noqa: E402
 
 ADD_SIZES = {"1M elements": [2 ** 20], "1024x1024": [1024, 1024], "32x1024x1024": [32, 1024, 1024]}
 ROWS = {
@@ -25,6 +27,7 @@ ROWS = {
                "torch.from_dlpack(DeviceArray)"],
     "matmul": ["matmul 1024^3 vs torch", "matmul 1024^3 vs numpy", "matmul 1024^3 vs tensorflow"],
     "softmax": ["softmax 4096x4096 vs torch", "softmax 4096x4096 vs numpy"],
+    "conv": [f"conv {r[0]}" for r in bench_conv.SHAPES if r[0] not in bench_conv.HEAVY],   # --quick: no 224
     "train": ["SimpleCNN step, batch 64x1x28x28", "Dense 64-128-10 step, eager GradientTape"],
     "custom": [f"registered custom add {size} ({fw})" for size in ("1M elements", "1024x1024", "32x1024x1024")
                for fw in ("torch", "tf")],
@@ -100,7 +103,13 @@ def test_quick_run_json_and_plot(tmp_path):
     targeted = {r["name"] for r in rows if r["target"] is not None}
     assert {"large add 32x1024x1024 (torch tensors)", "matmul 1024^3 vs torch", "1-element add, per call",
             "SimpleCNN step, batch 64x1x28x28", "alloc+free 1 MiB vs raw"} <= targeted
-    assert set(doc["details"]) >= {"pool", "dlpack", "launch", "matmul", "softmax", "train", "tf_train"}
+    assert set(doc["details"]) >= {"pool", "dlpack", "launch", "matmul", "softmax", "conv", "train", "tf_train"}
+    for r in rows:   # the conv rows give the spread of their ratio over the interleaved rounds
+        if r["section"] == "conv":
+            lo, hi = r["spread"]
+            assert _pos(lo) and lo <= hi, r
+        else:
+            assert r["spread"] is None, r
 
     w, h = _png_size(png)
     assert w >= 400 and h >= 300

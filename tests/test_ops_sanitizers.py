@@ -20,7 +20,8 @@ RT_SOURCES = sorted(glob.glob(os.path.join(ROOT, "acl_rt", "_sim", "*.c")))
 OP_SOURCES = sorted(glob.glob(os.path.join(ROOT, "kernels", "_sim", "*.c")))
 FLAGS = ["-O1", "-g", "-fPIC", "-pthread", "-std=gnu11", "-fvisibility=hidden", "-fno-omit-frame-pointer",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-shared"]
-SUITE = ["tests/test_ops_meta.py", "tests/test_ops_numeric.py", "tests/test_kernels_fastpaths.py"]
+SUITE = ["tests/test_ops_meta.py", "tests/test_ops_numeric.py", "tests/test_kernels_fastpaths.py",
+         "tests/test_conv_shapes.py"]
 
 
 def _libasan():

@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 
-__all__ = ["bench", "bench_many", "per_call", "fmt", "machine_info"]
+__all__ = ["bench", "bench_many", "bench_rounds", "per_call", "fmt", "machine_info"]
 
 
 def bench_many(cands: dict, *, budget: float, batch: int, rounds: int = 5, warmup: int | None = None,
@@ -54,6 +54,20 @@ def bench_many(cands: dict, *, budget: float, batch: int, rounds: int = 5, warmu
                 samples[k].append((time.perf_counter() - t0) / batch)
                 n += 1
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def bench_rounds(cands: dict, *, budget: float, batch: int, rounds: int = 5, warmup: int | None = None) -> dict:
+    """:func:`bench_many` with the spread: ``name -> {"median": s, "rounds": [s, ...]}``, each
+    round's median seconds per call (rounds interleaved as in :func:`bench_many`; warm-up before
+    the first only) and their median. A ratio of two candidates taken per round gives its spread
+    (lowest and highest)."""
+    per_round = {k: [] for k in cands}
+    for i in range(max(1, rounds)):
+        got = bench_many(cands, budget=budget / max(1, rounds), batch=batch, rounds=1,
+                         warmup=warmup if i == 0 else 0)
+        for k, v in got.items():
+            per_round[k].append(v)
+    return {k: {"median": statistics.median(v), "rounds": v} for k, v in per_round.items()}
 
 
 def bench(fn, *, budget: float, batch: int, sync=None, rounds: int = 5, warmup: int | None = None) -> float:

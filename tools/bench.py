@@ -9,14 +9,15 @@ framework* (framework tensors in, a framework tensor out) for float32 2**20, 102
 memory-bandwidth-bound): ``tf.add`` vs ``canna_dl.tf.add`` (and ``kernels.add`` on tf tensors),
 ``torch.add`` vs ``canna_dl.torch.add`` (and ``kernels.add`` on torch tensors). Then one row per
 benchmark, each as a ratio against its reference measured in the same run: launch overhead,
-caching pool, DLPack exchange, matmul, softmax and one training step.
+caching pool, DLPack exchange, matmul, softmax, convolution at real model layer shapes (forward +
+backward, 1 thread each, with the spread of the ratio over rounds) and one training step.
 
 Every ratio is a **speed ratio**: reference time / canna time (above 1x canna is faster; 0.5x means
 canna takes twice the reference's time). Each figure is the median per-call time over repeated
 batches after a warm-up, candidates measured in interleaved rounds so that load from other
 processes hits them alike (tools/_benchutil.py). The measurements are the importable functions of
 the single-purpose scripts (bench_kernels, bench_pool, bench_dlpack, bench_rawkernel, bench_ops_c,
-bench_train, bench_tf_train), which print more detail on each subject.
+bench_train, bench_tf_train, bench_conv), which print more detail on each subject.
 
 Targets (issues 3, 4, 5, 7), as speed ratios: the large add >= 1.0x torch and >= 0.8x the best
 framework; matmul >= 0.7x torch; the 1-element add >= 0.25x torch.add (at most 4x its time); the
@@ -49,7 +50,7 @@ sys.path.insert(0, _TOOLS)
 from _benchutil import fmt, machine_info  # noqa: E402
 from _common import unwritable  # noqa: E402
 
-SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "train", "custom")
+SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "conv", "train", "custom")
 SCHEMA = "canna-bench/2"    # 2: the framework add table is "framework_add" (was "seeds_add"), section "add"
 #: the widest line the benchmark prints (its tables fit a 100-column terminal)
 OUTPUT_WIDTH = 100
@@ -64,11 +65,11 @@ def _settings(quick: bool) -> dict:
         return dict(add_budget=0.08, add_big_budget=0.15, add_batch=10, add_big_batch=1, op_budget=0.15,
                     one_budget=0.1, launch_inner=500, launch_rounds=3, opsc_repeat=3, pool_budget=0.05,
                     dlpack_number=1000, dlpack_repeat=3, train_steps=4, train_warmup=1, train_block=2,
-                    tf_budget=0.1, tf_rows=("dense eager",))
+                    tf_budget=0.1, tf_rows=("dense eager",), conv_quick=True)
     return dict(add_budget=1.5, add_big_budget=4.0, add_batch=50, add_big_batch=2, op_budget=2.0,
                 one_budget=1.0, launch_inner=2000, launch_rounds=9, opsc_repeat=9, pool_budget=0.5,
                 dlpack_number=5000, dlpack_repeat=15, train_steps=40, train_warmup=5, train_block=5,
-                tf_budget=1.0, tf_rows=("dense eager", "dense keras"))
+                tf_budget=1.0, tf_rows=("dense eager", "dense keras"), conv_quick=False)
 
 
 def _ratio(ref, canna):
@@ -87,12 +88,14 @@ class Run:
     def note(self, msg):
         self.console.print(f"[dim]… {msg}[/dim]", highlight=False)
 
-    def row(self, section, name, canna_label, canna_s, ref_label, ref_s, *, target=None, note=""):
-        """Add a ratio row: speed ratio = ref_s / canna_s; ``target`` a minimum speed ratio."""
+    def row(self, section, name, canna_label, canna_s, ref_label, ref_s, *, target=None, note="", spread=None):
+        """Add a ratio row: speed ratio = ref_s / canna_s; ``target`` a minimum speed ratio;
+        ``spread`` the (lowest, highest) ratio over interleaved rounds, when measured."""
         r = _ratio(ref_s, canna_s)
         self.rows.append({"section": section, "name": name, "canna": canna_label, "canna_s": canna_s,
                           "reference": ref_label, "reference_s": ref_s, "ratio": r, "target": target,
-                          "met": None if target is None or r is None else bool(r >= target), "note": note})
+                          "met": None if target is None or r is None else bool(r >= target), "note": note,
+                          "spread": list(spread) if spread else None})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,6 +207,19 @@ def section_softmax(run, st, tf):
     run.row("softmax", "softmax 4096x4096 vs numpy", "kernels.softmax", m["canna"], "numpy (exp/sum)", m["numpy"])
 
 
+def section_conv(run, st):
+    """Convolution forward + backward at resnet18 / mobilenet_v3_small / convnext_atto layer shapes
+    (tools/bench_conv.py), canna's kernels against PyTorch's, 1 thread each (torch.set_num_threads
+    and CANNA_SIM_THREADS, in a fresh interpreter)."""
+    import bench_conv
+    run.note("convolution layer shapes (1 thread each, in a subprocess)")
+    res = bench_conv.measure(1, quick=st["conv_quick"])
+    run.details["conv"] = res
+    for r in res["rows"]:
+        run.row("conv", f"conv {r['name']}", "kernels conv fwd+bwd", r["canna_s"],
+                "torch conv fwd+bwd", r["torch_s"], spread=(r["ratio_min"], r["ratio_max"]))
+
+
 def section_custom(run, st, tf):
     """A user's kernel registered with kernels.register_op (tools/custom_op_example.py) against the
     framework's native add, at the sizes of the add table."""
@@ -301,8 +317,11 @@ def rows_table(run):
             prev = r["section"]
         verdict = "" if r["met"] is None else ("[green]met[/green]" if r["met"] else "[red]MISSED[/red]")
         target = f">= {r['target']:g}x\n{verdict}" if r["target"] is not None else ""
+        ratio = _ratio_text(r["ratio"], r["target"])
+        if r.get("spread"):
+            ratio += f"\n[dim]{r['spread'][0]:.2f}-{r['spread'][1]:.2f}[/dim]"
         t.add_row(r["name"], f"{fmt(r['canna_s'])}\n[dim]{r['canna']}[/dim]",
-                  f"{fmt(r['reference_s'])}\n[dim]{r['reference']}[/dim]", _ratio_text(r["ratio"], r["target"]), target)
+                  f"{fmt(r['reference_s'])}\n[dim]{r['reference']}[/dim]", ratio, target)
     return t
 
 
@@ -410,6 +429,8 @@ def main(argv=None):
             section_matmul(run, st, tf)
         elif s == "softmax":
             section_softmax(run, st, tf)
+        elif s == "conv":
+            section_conv(run, st)
         elif s == "train":
             section_train(run, st, tf)
         elif s == "custom":

@@ -2,11 +2,9 @@
  * backward, MaxPool2dWithIndices and its backward, NLLLoss / NLLLoss2d and their backward,
  * CrossEntropyLoss and CrossEntropyLossGrad.
  *
- * Convolutions are im2col + GEMM through the BLAS: the input and weight are packed into contiguous
- * compute-type copies in the workspace, each block takes (image, group, column tile) items and
- * multiplies the group's weight by its column tile. The backward computes gradInput with
- * weight^T x gradOutput followed by col2im per (image, group), gradWeight with per-block partial
- * sums of gradOutput x col^T, gradBias as a sum over images and positions. */
+ * Convolutions are direct loops when each output channel reads one input channel (depthwise),
+ * else im2col + GEMM through the BLAS over panels of output positions (the layout is described
+ * at the convolution section below). */
 #include "opsim.h"
 
 #include <tgmath.h>
@@ -42,6 +40,25 @@ static aclnnStatus pair(const char *api, const char *name, const nn_intarray_t *
 
 /* ================================================================== convolution */
 
+/* Layout of the work (every array below is a dense compute-type array: an operand or output that
+ * already is one is used in place, any other is packed into / computed in the workspace):
+ * - Cg == 1 (depthwise, or one input channel per group): direct loops, per output plane (forward),
+ *   per input plane (gradInput) and per output channel (gradWeight); the inner loops run along a
+ *   row (unit stride when the stride is 1) and are compiled for AVX-512, AVX2 + FMA and baseline.
+ * - otherwise im2col + GEMM over column panels: the N * OH * OW output positions are cut into
+ *   panels of at most CV_PANEL_BYTES of im2col columns (all groups): part of one image, or whole
+ *   images when an image has few positions (deep layers), so that the GEMMs stay wide. Per panel:
+ *   im2col (parallel over groups, channels and images), then the GEMMs cut into tiles over the
+ *   device's AI-core blocks; gradWeight accumulates panel after panel into its own tiles (no
+ *   per-block partial sums), gradInput is col2im of W^T x gradOutput into the panel's buffer.
+ *   A 1x1 / stride-1 / unpadded convolution reads the input (and writes gradInput) in place.
+ * The workspace (phase 1's size) holds the packed operands, the panel buffers and the bias. */
+
+#define CV_PANEL_BYTES ((int64_t)8 << 20)   /* im2col columns of a panel, all groups */
+#define CV_KMAX 64                          /* kernel columns whose valid output ranges are tabulated */
+#define CV_PAD_MAX 16384                    /* elements of a zero-padded input plane on the stack */
+#define CV_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 typedef struct cv_params {
     int32_t ct;
     int64_t N, C, H, W, O, KH, KW, OH, OW, G, Cg, Og, Kg;   /* Kg = Cg*KH*KW */
@@ -49,12 +66,17 @@ typedef struct cv_params {
     int32_t vx, vw, vb, vy;        /* forward: input, weight, bias, output */
     int32_t vgo, vgi, vgw, vgb;    /* backward: gradOutput, gradInput, gradWeight, gradBias */
     bool mask[3];
-    size_t off_x, off_w, off_go;   /* packed copies in the workspace */
-    int64_t tile, ntiles;          /* column tiles (forward) */
+    bool direct;                   /* Cg == 1: direct loops */
+    bool pointwise;                /* 1x1, stride 1, no padding: the input is its own im2col */
+    bool span;                     /* panels of whole images (P = images * OH*OW); else part of one */
+    bool pk_x, pk_w, pk_go, pk_y, pk_gi, pk_gw;   /* packed into / computed in the workspace */
+    int64_t P;                     /* columns per panel */
+    size_t off_x, off_w, off_go, off_y, off_gi, off_gw, off_b, off_col, off_res;
+    int32_t kwlo[CV_KMAX], kwhi[CV_KMAX];   /* cv_valid_ow of the first CV_KMAX kernel columns */
 } cv_params_t;
 
 /* the output columns ow in [*lo, *hi) whose input column ow*sw - pw + kw*dw lies inside [0, W) */
-static inline void cv_valid_ow(const cv_params_t *p, int64_t kw, int64_t *lo, int64_t *hi)
+static inline void cv_range_ow(const cv_params_t *p, int64_t kw, int64_t *lo, int64_t *hi)
 {
     int64_t off = kw * p->dw - p->pw;   /* iw = ow*sw + off */
     int64_t a = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;
@@ -67,71 +89,290 @@ static inline void cv_valid_ow(const cv_params_t *p, int64_t kw, int64_t *lo, in
     *hi = b;
 }
 
-/* im2col of image n, group g, columns [c0, c0+nc) of the OH*OW output positions into col[Kg][nc];
- * walks output rows, so each (kh, kw) row is a zero run, a (strided) copy and a zero run per output
- * row */
+static inline void cv_valid_ow(const cv_params_t *p, int64_t kw, int64_t *lo, int64_t *hi)
+{
+    if (NN_LIKELY(kw < CV_KMAX)) {
+        *lo = p->kwlo[kw];
+        *hi = p->kwhi[kw];
+    } else {
+        cv_range_ow(p, kw, lo, hi);
+    }
+}
+
+static void cv_fill_ranges(cv_params_t *p)
+{
+    for (int64_t kw = 0; kw < p->KW && kw < CV_KMAX; kw++) {
+        int64_t lo, hi;
+        cv_range_ow(p, kw, &lo, &hi);
+        p->kwlo[kw] = (int32_t)lo;
+        p->kwhi[kw] = (int32_t)hi;
+    }
+}
+
+/* im2col of image n, group g, input channels [ci0, ci1) and output positions [c0, c0+nc) into
+ * col (row r = (ci*KH + kh)*KW + kw at col + r*ld; column pos at col[pos - c0]); walks output
+ * rows, so each (kh, kw) row is a zero run, a (strided) copy and a zero run per output row.
+ * col2im is its adjoint: it adds the same columns back into dx (image n's planes of group g). */
 #define IM2COL(T)                                                                                   \
-    static void im2col_##T(const cv_params_t *p, const T *x, int64_t n, int64_t g, int64_t c0, int64_t nc, T *col) \
+    static void im2col_##T(const cv_params_t *p, const T *x, int64_t n, int64_t g, int64_t ci0, int64_t ci1,    \
+                           int64_t c0, int64_t nc, T *col, int64_t ld)                              \
     {                                                                                              \
-        for (int64_t ci = 0; ci < p->Cg; ci++) {                                                   \
+        int64_t L = p->OH * p->OW, oh_0 = c0 / p->OW, ow_0 = c0 % p->OW;                           \
+        for (int64_t ci = ci0; ci < ci1; ci++) {                                                   \
             const T *plane = x + ((n * p->C) + g * p->Cg + ci) * p->H * p->W;                      \
+            if (p->pointwise) {                                                                    \
+                memcpy(col + ci * ld, plane + c0, (size_t)nc * sizeof(T));                         \
+                continue;                                                                          \
+            }                                                                                      \
             for (int64_t kh = 0; kh < p->KH; kh++)                                                 \
                 for (int64_t kw = 0; kw < p->KW; kw++) {                                           \
-                    T *row = col + ((ci * p->KH + kh) * p->KW + kw) * nc;                          \
+                    T *row = col + ((ci * p->KH + kh) * p->KW + kw) * ld;                          \
                     int64_t lo, hi, off = kw * p->dw - p->pw;                                      \
                     cv_valid_ow(p, kw, &lo, &hi);                                                  \
-                    for (int64_t pos = c0; pos < c0 + nc;) {                                       \
-                        int64_t oh = pos / p->OW, ow0 = pos % p->OW;                               \
+                    for (int64_t pos = c0, oh = oh_0, ow0 = ow_0; pos < c0 + nc; oh++, ow0 = 0) {  \
                         int64_t ow1 = p->OW < ow0 + (c0 + nc - pos) ? p->OW : ow0 + (c0 + nc - pos); \
-                        T *r = row + (pos - c0);   /* r[ow - ow0] for ow in [ow0, ow1) */          \
+                        T *r = row + (pos - c0);   /* r[ow - ow0] for ow in [ow0, ow1) */                \
                         int64_t ih = oh * p->sh - p->ph + kh * p->dh;                              \
                         if (ih < 0 || ih >= p->H) {                                                \
                             for (int64_t ow = ow0; ow < ow1; ow++)                                 \
-                                r[ow - ow0] = (T)0;                                                \
+                                r[ow - ow0] = (T)0;                                                      \
                         } else {                                                                   \
-                            const T *src = plane + ih * p->W;   /* src[ow*sw + off] */            \
                             int64_t a = lo > ow0 ? lo : ow0, b = hi < ow1 ? hi : ow1;              \
                             if (a > b)                                                             \
                                 a = b;                                                             \
                             for (int64_t ow = ow0; ow < a; ow++)                                   \
-                                r[ow - ow0] = (T)0;                                                \
-                            if (p->sw == 1)                                                        \
-                                for (int64_t ow = a; ow < b; ow++)                                 \
-                                    r[ow - ow0] = src[ow + off];                                   \
-                            else                                                                   \
-                                for (int64_t ow = a; ow < b; ow++)                                 \
-                                    r[ow - ow0] = src[ow * p->sw + off];                           \
+                                r[ow - ow0] = (T)0;                                                      \
+                            if (a < b) {                                                           \
+                                const T *src = plane + (ih * p->W + a * p->sw + off); /* ow = a */ \
+                                if (p->sw == 1)                                                    \
+                                    memcpy(r + (a - ow0), src, (size_t)(b - a) * sizeof(T));               \
+                                else                                                               \
+                                    for (int64_t ow = a; ow < b; ow++)                             \
+                                        r[ow - ow0] = src[(ow - a) * p->sw];                             \
+                            }                                                                      \
                             for (int64_t ow = b; ow < ow1; ow++)                                   \
-                                r[ow - ow0] = (T)0;                                                \
+                                r[ow - ow0] = (T)0;                                                      \
                         }                                                                          \
                         pos += ow1 - ow0;                                                          \
                     }                                                                              \
                 }                                                                                  \
         }                                                                                          \
+        (void)L;                                                                                   \
     }                                                                                              \
-    static void col2im_##T(const cv_params_t *p, const T *col, int64_t nc, T *dx /* [Cg][H*W] */)   \
+    static void col2im_##T(const cv_params_t *p, const T *col, int64_t ld, int64_t ci0, int64_t ci1, int64_t c0, \
+                           int64_t nc, T *dx /* image n, group g: [Cg][H*W] */)                   \
     {                                                                                              \
-        for (int64_t ci = 0; ci < p->Cg; ci++)                                                     \
+        int64_t oh_0 = c0 / p->OW, ow_0 = c0 % p->OW;                                              \
+        for (int64_t ci = ci0; ci < ci1; ci++) {                                                   \
+            T *plane = dx + ci * p->H * p->W;                                                      \
             for (int64_t kh = 0; kh < p->KH; kh++)                                                 \
                 for (int64_t kw = 0; kw < p->KW; kw++) {                                           \
-                    const T *row = col + ((ci * p->KH + kh) * p->KW + kw) * nc;                    \
-                    T *plane = dx + ci * p->H * p->W;                                              \
+                    const T *row = col + ((ci * p->KH + kh) * p->KW + kw) * ld;                    \
                     int64_t lo, hi, off = kw * p->dw - p->pw;                                      \
                     cv_valid_ow(p, kw, &lo, &hi);                                                  \
-                    for (int64_t oh = 0; oh * p->OW < nc; oh++) {                                  \
+                    for (int64_t pos = c0, oh = oh_0, ow0 = ow_0; pos < c0 + nc; oh++, ow0 = 0) {  \
+                        int64_t ow1 = p->OW < ow0 + (c0 + nc - pos) ? p->OW : ow0 + (c0 + nc - pos); \
                         int64_t ih = oh * p->sh - p->ph + kh * p->dh;                              \
-                        if (ih < 0 || ih >= p->H)                                                  \
-                            continue;                                                              \
-                        const T *r = row + oh * p->OW;                                             \
-                        T *dst = plane + ih * p->W;   /* dst[ow*sw + off] */                      \
-                        int64_t b = hi < nc - oh * p->OW ? hi : nc - oh * p->OW;                   \
-                        for (int64_t ow = lo; ow < b; ow++)                                        \
-                            dst[ow * p->sw + off] += r[ow];                                        \
+                        if (ih >= 0 && ih < p->H) {                                                \
+                            int64_t a = lo > ow0 ? lo : ow0, b = hi < ow1 ? hi : ow1;              \
+                            if (a < b) {                                                           \
+                                const T *r = row + (pos - c0) + (a - ow0);   /* ow = a */          \
+                                T *dst = plane + (ih * p->W + a * p->sw + off);                    \
+                                if (p->sw == 1)                                                    \
+                                    for (int64_t i = 0; i < b - a; i++)                            \
+                                        dst[i] += r[i];                                            \
+                                else                                                               \
+                                    for (int64_t i = 0; i < b - a; i++)                            \
+                                        dst[i * p->sw] += r[i];                                    \
+                            }                                                                      \
+                        }                                                                          \
+                        pos += ow1 - ow0;                                                          \
                     }                                                                              \
                 }                                                                                  \
+        }                                                                                          \
     }
 IM2COL(float)
 IM2COL(double)
+
+/* direct loops for Cg == 1 (each output channel reads one input channel).
+ * dw_fwd: output plane y[OH][OW] = bias + sum over taps of w[kh][kw] * x plane (shifted rows);
+ * dw_dgrad: input plane dx[H][W] += the same taps of one output channel's gradient, transposed;
+ * dw_wgrad: w's gradient for one output channel, sum over images of the taps' products (each tap
+ *   accumulates rows of up to 64 positions as vectors, then sums them in double). */
+#define DWCONV(T, VT, CW)                                                                                 \
+    /* out[oh][ow] += sum over taps of w[kh][kw] * pad[oh*sh + kh*dh][ow*sw + kw*dw] (w flipped   \
+     * when flip), CW outputs of a row at a time in one vector register: every tap is one          \
+     * unconditional vector multiply-add (pad is zero-padded, CW * sw columns wider than read) */  \
+    static CV_CLONES void dw_corr_##T(const T *restrict pad, int64_t Wp, int64_t OHc, int64_t OWc, int64_t sh,    \
+                                      int64_t sw, int64_t dh, int64_t dw, int64_t KH, int64_t KW,  \
+                                      const T *restrict wk, bool flip, T *restrict out)            \
+    {                                                                                              \
+        for (int64_t oh = 0; oh < OHc; oh++)                                                       \
+            for (int64_t ow0 = 0; ow0 < OWc; ow0 += CW) {                                          \
+                VT acc;                                                                            \
+                int64_t m = OWc - ow0 < CW ? OWc - ow0 : CW;                                       \
+                T *o = out + oh * OWc + ow0;                                                       \
+                if (m == CW) {                                                                     \
+                    memcpy(&acc, o, sizeof acc);                                                   \
+                } else {                                                                           \
+                    acc = (VT){0};                                                                 \
+                    for (int64_t i = 0; i < m; i++)                                                \
+                        acc[i] = o[i];                                                             \
+                }                                                                                  \
+                for (int64_t kh = 0; kh < KH; kh++) {                                              \
+                    const T *restrict xr = pad + (oh * sh + kh * dh) * Wp + ow0 * sw;              \
+                    const T *restrict wr = wk + (flip ? (KH - 1 - kh) * KW : kh * KW);             \
+                    for (int64_t kw = 0; kw < KW; kw++) {                                          \
+                        T wv = wr[flip ? KW - 1 - kw : kw];                                        \
+                        const T *restrict xk = xr + kw * dw;                                       \
+                        VT xv;                                                                     \
+                        if (sw == 1) {                                                             \
+                            memcpy(&xv, xk, sizeof xv);                                            \
+                        } else {                                                                   \
+                            for (int i = 0; i < CW; i++)                                           \
+                                xv[i] = xk[i * sw];                                                \
+                        }                                                                          \
+                        acc += wv * xv;                                                            \
+                    }                                                                              \
+                }                                                                                  \
+                if (m == CW)                                                                       \
+                    memcpy(o, &acc, sizeof acc);                                                   \
+                else                                                                               \
+                    for (int64_t i = 0; i < m; i++)                                                \
+                        o[i] = acc[i];                                                             \
+            }                                                                                      \
+    }                                                                                              \
+    /* forward of one plane through a zero-padded copy; false when it would not fit CV_PAD_MAX */  \
+    static bool dw_fwd_pad_##T(const cv_params_t *p, const T *restrict xp, const T *restrict wk, T b, \
+                               T *restrict yp)                                                     \
+    {                                                                                              \
+        int64_t Hp = p->H + 2 * p->ph, Wp = p->W + 2 * p->pw + CW * p->sw;                         \
+        if (Hp * Wp > CV_PAD_MAX)                                                                  \
+            return false;                                                                          \
+        T pad[CV_PAD_MAX];                                                                         \
+        memset(pad, 0, (size_t)(Hp * Wp) * sizeof(T));                                             \
+        for (int64_t h = 0; h < p->H; h++)                                                         \
+            memcpy(pad + (h + p->ph) * Wp + p->pw, xp + h * p->W, (size_t)p->W * sizeof(T));      \
+        for (int64_t i = 0; i < p->OH * p->OW; i++)                                                \
+            yp[i] = b;                                                                             \
+        dw_corr_##T(pad, Wp, p->OH, p->OW, p->sh, p->sw, p->dh, p->dw, p->KH, p->KW, wk, false, yp); \
+        return true;                                                                               \
+    }                                                                                              \
+    /* gradInput of one plane (stride 1): dx += the full correlation of the zero-padded gradOutput \
+     * with the flipped taps; false when it does not apply (stride, padding past the kernel's     \
+     * extent) or would not fit CV_PAD_MAX */                                                      \
+    static bool dw_dgrad_pad_##T(const cv_params_t *p, const T *restrict gp, const T *restrict wk, T *restrict dxp) \
+    {                                                                                              \
+        int64_t pt = (p->KH - 1) * p->dh - p->ph, pl = (p->KW - 1) * p->dw - p->pw;                \
+        if (p->sh != 1 || p->sw != 1 || pt < 0 || pl < 0)                                          \
+            return false;                                                                          \
+        int64_t Hp = p->H + (p->KH - 1) * p->dh, Wp = p->W + (p->KW - 1) * p->dw + CW;            \
+        if (Hp < pt + p->OH || Wp < pl + p->OW || Hp * Wp > CV_PAD_MAX)                            \
+            return false;                                                                          \
+        T pad[CV_PAD_MAX];                                                                         \
+        memset(pad, 0, (size_t)(Hp * Wp) * sizeof(T));                                             \
+        for (int64_t h = 0; h < p->OH; h++)                                                        \
+            memcpy(pad + (h + pt) * Wp + pl, gp + h * p->OW, (size_t)p->OW * sizeof(T));          \
+        dw_corr_##T(pad, Wp, p->H, p->W, 1, 1, p->dh, p->dw, p->KH, p->KW, wk, true, dxp);         \
+        return true;                                                                               \
+    }                                                                                              \
+    static CV_CLONES void dw_fwd_##T(const cv_params_t *p, const T *restrict xp, const T *restrict wk, T b,   \
+                                     T *restrict yp)                                               \
+    {                                                                                              \
+        if (dw_fwd_pad_##T(p, xp, wk, b, yp))                                                      \
+            return;                                                                                \
+        for (int64_t oh = 0; oh < p->OH; oh++) {                                                   \
+            T *restrict yr = yp + oh * p->OW;                                                      \
+            for (int64_t ow = 0; ow < p->OW; ow++)                                                 \
+                yr[ow] = b;                                                                        \
+            for (int64_t kh = 0; kh < p->KH; kh++) {                                               \
+                int64_t ih = oh * p->sh - p->ph + kh * p->dh;                                      \
+                if (ih < 0 || ih >= p->H)                                                          \
+                    continue;                                                                      \
+                for (int64_t kw = 0; kw < p->KW; kw++) {                                           \
+                    int64_t lo, hi;                                                                \
+                    cv_valid_ow(p, kw, &lo, &hi);                                                  \
+                    if (lo >= hi)                                                                  \
+                        continue;                                                                  \
+                    const T *restrict xr = xp + (ih * p->W + lo * p->sw + kw * p->dw - p->pw);     \
+                    T *restrict yo = yr + lo, wv = wk[kh * p->KW + kw];                            \
+                    if (p->sw == 1)                                                                \
+                        for (int64_t i = 0; i < hi - lo; i++)                                      \
+                            yo[i] += wv * xr[i];                                                   \
+                    else                                                                           \
+                        for (int64_t i = 0; i < hi - lo; i++)                                      \
+                            yo[i] += wv * xr[i * p->sw];                                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static CV_CLONES void dw_dgrad_##T(const cv_params_t *p, const T *restrict gp, const T *restrict wk,       \
+                                       T *restrict dxp)                                            \
+    {                                                                                              \
+        if (dw_dgrad_pad_##T(p, gp, wk, dxp))                                                      \
+            return;                                                                                \
+        for (int64_t oh = 0; oh < p->OH; oh++) {                                                   \
+            const T *restrict gr = gp + oh * p->OW;                                                \
+            for (int64_t kh = 0; kh < p->KH; kh++) {                                               \
+                int64_t ih = oh * p->sh - p->ph + kh * p->dh;                                      \
+                if (ih < 0 || ih >= p->H)                                                          \
+                    continue;                                                                      \
+                for (int64_t kw = 0; kw < p->KW; kw++) {                                           \
+                    int64_t lo, hi;                                                                \
+                    cv_valid_ow(p, kw, &lo, &hi);                                                  \
+                    if (lo >= hi)                                                                  \
+                        continue;                                                                  \
+                    T *restrict dr = dxp + (ih * p->W + lo * p->sw + kw * p->dw - p->pw);          \
+                    const T *restrict go = gr + lo;                                                \
+                    T wv = wk[kh * p->KW + kw];                                                    \
+                    if (p->sw == 1)                                                                \
+                        for (int64_t i = 0; i < hi - lo; i++)                                      \
+                            dr[i] += wv * go[i];                                                   \
+                    else                                                                           \
+                        for (int64_t i = 0; i < hi - lo; i++)                                      \
+                            dr[i * p->sw] += wv * go[i];                                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* x: the input channel's planes, image stride xs; g: the output channel's, stride gs */       \
+    static CV_CLONES void dw_wgrad_##T(const cv_params_t *p, const T *restrict x, int64_t xs, const T *restrict g, \
+                                       int64_t gs, T *restrict gwk)                                \
+    {                                                                                              \
+        for (int64_t kh = 0; kh < p->KH; kh++)                                                     \
+            for (int64_t kw = 0; kw < p->KW; kw++) {                                               \
+                int64_t lo, hi;                                                                    \
+                cv_valid_ow(p, kw, &lo, &hi);                                                      \
+                double total = 0;                                                                  \
+                for (int64_t q0 = lo; q0 < hi; q0 += 64) {                                         \
+                    int64_t q1 = hi - q0 < 64 ? hi : q0 + 64;                                      \
+                    T acc[64];                                                                     \
+                    for (int64_t i = 0; i < 64; i++)                                               \
+                        acc[i] = 0;                                                                \
+                    for (int64_t n = 0; n < p->N; n++)                                             \
+                        for (int64_t oh = 0; oh < p->OH; oh++) {                                   \
+                            int64_t ih = oh * p->sh - p->ph + kh * p->dh;                          \
+                            if (ih < 0 || ih >= p->H)                                              \
+                                continue;                                                          \
+                            const T *restrict gr = g + n * gs + oh * p->OW + q0;                   \
+                            const T *restrict xr = x + (n * xs + ih * p->W + kw * p->dw - p->pw + q0 * p->sw); \
+                            if (p->sw == 1)                                                        \
+                                for (int64_t i = 0; i < q1 - q0; i++)                              \
+                                    acc[i] += gr[i] * xr[i];                                       \
+                            else                                                                   \
+                                for (int64_t i = 0; i < q1 - q0; i++)                              \
+                                    acc[i] += gr[i] * xr[i * p->sw];                               \
+                        }                                                                          \
+                    for (int64_t i = 0; i < q1 - q0; i++)                                          \
+                        total += (double)acc[i];                                                   \
+                }                                                                                  \
+                gwk[kh * p->KW + kw] = (T)total;                                                   \
+            }                                                                                      \
+    }
+typedef float cv_v16f __attribute__((vector_size(64)));
+typedef double cv_v8d __attribute__((vector_size(64)));
+DWCONV(float, cv_v16f, 16)
+DWCONV(double, cv_v8d, 8)
 
 static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double beta, const void *a, int64_t lda,
                  const void *b, int64_t ldb, void *c, int64_t ldc)
@@ -160,18 +401,6 @@ static bool cv_dense(const nn_view_t *v, int ct)
     return v->dtype == (ct == CT_F32 ? ACL_FLOAT : ACL_DOUBLE) && view_contiguous(v);
 }
 
-/* the operand as a contiguous compute-type array: the view itself when dense, else packed into buf */
-static aclError cv_operand(nn_exec_t *ex, int ct, char *buf, int32_t vi, const char **out)
-{
-    const nn_view_t *v = &ex->v[vi];
-    if (cv_dense(v, ct)) {
-        *out = v->data;
-        return ACL_SUCCESS;
-    }
-    *out = buf;
-    return nn_pack(ex, ct, buf, v);
-}
-
 /* sum of n values in double with 16 independent partial sums (one chain of dependent additions
  * would leave the adder waiting on its own latency) */
 #define CV_SUM(T)                                                                                   \
@@ -192,121 +421,505 @@ static aclError cv_operand(nn_exec_t *ex, int ct, char *buf, int32_t vi, const c
 CV_SUM(float)
 CV_SUM(double)
 
+/* phases of a run (one aclsimParallelFor each) */
+enum { CV_DW_FWD, CV_DW_DGRAD, CV_DW_WGRAD, CV_BIAS_GRAD, CV_IM2COL, CV_GEMM_FWD, CV_GEMM_WGRAD, CV_GEMM_DGRAD,
+       CV_COL2IM };
+
 typedef struct cv_job {
     nn_exec_t *ex;
     const cv_params_t *p;
-    const char *X, *Wt, *GO;       /* packed input / weight / gradOutput (compute type) */
-    double *bias;                  /* forward bias as double[O] */
-    bool direct;                   /* forward: the output is dense in the compute type; GEMM into it */
-    char *gw_partial;              /* backward: [nb][O*Kg] compute type */
-    double *gb_partial;            /* backward: [nb][O] */
+    int phase;
     int64_t items, per;
+    const char *X, *Wt, *GO;       /* dense compute-type operands */
+    char *Y, *GI, *GW;             /* dense compute-type outputs */
+    const double *bias;            /* forward bias (double[O]) or NULL */
+    double *gb;                    /* gradBias (double[O]) */
+    char *col, *res;               /* the panel's im2col columns [G][Kg][nc]; forward result / gathered gradOutput [O][nc] */
+    /* the current panel: images [n0, n0+nimg) whole (span), or positions [c0, c0+nc) of image n0 */
+    int64_t n0, nimg, c0, nc;
+    bool first;                    /* the first panel (gradWeight starts from 0) */
+    bool im2col;                   /* the im2col phase fills col (else it only gathers gradOutput) */
+    const char *GOp;               /* the panel's gradOutput: [O][ldgo] */
+    int64_t ldgo;
+    /* GEMM tiles of the phase: per group, mt x nt tiles of mtile x ntile */
+    int64_t mt, nt, mtile, ntile, gm, gn;
 } cv_job_t;
 
-static aclError cv_fwd_block(uint32_t bi, uint32_t nb, void *arg)
+static inline size_t cv_csz(const cv_params_t *p) { return nn_ct_size(p->ct); }
+#define CV_AT(base, elems) ((base) + (size_t)(elems) * csz)
+
+/* tiles of a gm x gn product per group so that the groups' tiles give every AI core one (tiles of
+ * at least 64 rows and 128 columns; a thinner GEMM spends its time packing its operands) */
+static void cv_tiles(cv_job_t *j, int64_t gm, int64_t gn)
+{
+    const cv_params_t *p = j->p;
+    int64_t cores = j->ex->nblocks_hint ? j->ex->nblocks_hint : 1;
+    int64_t want = cores > p->G ? (cores + p->G - 1) / p->G : 1;
+    int64_t mt = gm / 64 > 1 ? gm / 64 : 1;
+    if (mt > want)
+        mt = want;
+    int64_t want2 = (want + mt - 1) / mt;
+    int64_t nt = gn / 128 > 1 ? gn / 128 : 1;
+    if (nt > want2)
+        nt = want2;
+    j->mtile = (gm + mt - 1) / mt;
+    j->mtile = j->mtile > 16 ? (j->mtile + 15) / 16 * 16 : j->mtile;
+    j->ntile = (gn + nt - 1) / nt;
+    j->ntile = j->ntile > 16 ? (j->ntile + 15) / 16 * 16 : j->ntile;
+    j->mt = j->mtile ? (gm + j->mtile - 1) / j->mtile : 1;
+    j->nt = j->ntile ? (gn + j->ntile - 1) / j->ntile : 1;
+    j->gm = gm;
+    j->gn = gn;
+}
+
+/* the tile t of the current GEMM phase: group g, rows [m0, m1), columns [k0, k1) */
+static void cv_tile_of(const cv_job_t *j, int64_t t, int64_t *g, int64_t *m0, int64_t *m1, int64_t *k0, int64_t *k1)
+{
+    int64_t nti = t % j->nt, mti = (t / j->nt) % j->mt;
+    *g = t / (j->nt * j->mt);
+    *m0 = mti * j->mtile;
+    *m1 = *m0 + j->mtile < j->gm ? *m0 + j->mtile : j->gm;
+    *k0 = nti * j->ntile;
+    *k1 = *k0 + j->ntile < j->gn ? *k0 + j->ntile : j->gn;
+}
+
+/* the image and position range of column segment s of the current panel */
+static void cv_segment(const cv_job_t *j, int64_t s, int64_t *n, int64_t *c0, int64_t *nc, int64_t *colofs)
+{
+    int64_t L = j->p->OH * j->p->OW;
+    if (j->p->span) {
+        *n = j->n0 + s;
+        *c0 = 0;
+        *nc = L;
+        *colofs = s * L;
+    } else {
+        *n = j->n0;
+        *c0 = j->c0;
+        *nc = j->nc;
+        *colofs = 0;
+    }
+}
+
+static void cv_item(cv_job_t *j, int64_t t)
+{
+    const cv_params_t *p = j->p;
+    size_t csz = cv_csz(p);
+    bool f32 = p->ct == CT_F32;
+    int64_t L = p->OH * p->OW, HW = p->H * p->W, KK = p->KH * p->KW;
+    switch (j->phase) {
+    case CV_DW_FWD: {   /* t = (n, oc) */
+        int64_t n = t / p->O, oc = t % p->O, c = oc / p->Og;
+        double b = j->bias ? j->bias[oc] : 0.0;
+        const char *xp = CV_AT(j->X, (n * p->C + c) * HW), *wk = CV_AT(j->Wt, oc * KK);
+        char *yp = CV_AT(j->Y, (n * p->O + oc) * L);
+        if (f32)
+            dw_fwd_float(p, (const float *)xp, (const float *)wk, (float)b, (float *)yp);
+        else
+            dw_fwd_double(p, (const double *)xp, (const double *)wk, b, (double *)yp);
+        break;
+    }
+    case CV_DW_DGRAD: {   /* t = (n, c): the Og output channels of input channel c */
+        int64_t n = t / p->C, c = t % p->C;
+        char *dxp = CV_AT(j->GI, (n * p->C + c) * HW);
+        memset(dxp, 0, (size_t)HW * csz);
+        for (int64_t o = 0; o < p->Og; o++) {
+            int64_t oc = c * p->Og + o;
+            const char *gp = CV_AT(j->GO, (n * p->O + oc) * L), *wk = CV_AT(j->Wt, oc * KK);
+            if (f32)
+                dw_dgrad_float(p, (const float *)gp, (const float *)wk, (float *)dxp);
+            else
+                dw_dgrad_double(p, (const double *)gp, (const double *)wk, (double *)dxp);
+        }
+        break;
+    }
+    case CV_DW_WGRAD: {   /* t = oc */
+        int64_t oc = t, c = oc / p->Og;
+        const char *x = CV_AT(j->X, c * HW), *g = CV_AT(j->GO, oc * L);
+        char *gwk = CV_AT(j->GW, oc * KK);
+        if (f32)
+            dw_wgrad_float(p, (const float *)x, p->C * HW, (const float *)g, p->O * L, (float *)gwk);
+        else
+            dw_wgrad_double(p, (const double *)x, p->C * HW, (const double *)g, p->O * L, (double *)gwk);
+        break;
+    }
+    case CV_BIAS_GRAD: {   /* t = oc */
+        double s = 0;
+        for (int64_t n = 0; n < p->N; n++) {
+            const char *r = CV_AT(j->GO, (n * p->O + t) * L);
+            s += f32 ? cv_sum_float((const float *)r, L) : cv_sum_double((const double *)r, L);
+        }
+        j->gb[t] = s;
+        break;
+    }
+    case CV_IM2COL: {   /* t = (g, ci, segment) for the columns; then (oc, segment) to gather gradOutput */
+        int64_t nseg = p->span ? j->nimg : 1, ncol = j->im2col ? p->G * p->Cg * nseg : 0;
+        if (t < ncol) {
+            int64_t s = t % nseg, ci = (t / nseg) % p->Cg, g = t / (nseg * p->Cg);
+            int64_t n, c0, nc, cofs;
+            cv_segment(j, s, &n, &c0, &nc, &cofs);
+            char *col = CV_AT(j->col, g * p->Kg * j->nc + cofs);
+            if (f32)
+                im2col_float(p, (const float *)j->X, n, g, ci, ci + 1, c0, nc, (float *)col, j->nc);
+            else
+                im2col_double(p, (const double *)j->X, n, g, ci, ci + 1, c0, nc, (double *)col, j->nc);
+        } else {   /* gradOutput rows of the panel's images side by side: res[O][nc] */
+            t -= ncol;
+            int64_t s = t % nseg, oc = t / nseg;
+            memcpy(CV_AT(j->res, oc * j->nc + s * L), CV_AT(j->GO, ((j->n0 + s) * p->O + oc) * L), (size_t)L * csz);
+        }
+        break;
+    }
+    case CV_GEMM_FWD: {   /* y tile [m0, m1) x [k0, k1) of group g */
+        int64_t g, m0, m1, k0, k1;
+        cv_tile_of(j, t, &g, &m0, &m1, &k0, &k1);
+        const char *A = CV_AT(j->Wt, (g * p->Og + m0) * p->Kg), *B;
+        int64_t ldb;
+        if (p->pointwise && !p->span) {
+            B = CV_AT(j->X, (j->n0 * p->C + g * p->Cg) * L + j->c0 + k0);
+            ldb = L;
+        } else {
+            B = CV_AT(j->col, g * p->Kg * j->nc + k0);
+            ldb = j->nc;
+        }
+        char *Cm;
+        int64_t ldc;
+        if (p->span) {
+            Cm = CV_AT(j->res, (g * p->Og + m0) * j->nc + k0);
+            ldc = j->nc;
+        } else {
+            Cm = CV_AT(j->Y, (j->n0 * p->O + g * p->Og + m0) * L + j->c0 + k0);
+            ldc = L;
+        }
+        gemm(p->ct, false, false, m1 - m0, k1 - k0, p->Kg, 0, A, p->Kg, B, ldb, Cm, ldc);
+        for (int64_t r = 0; r < m1 - m0; r++) {
+            int64_t oc = g * p->Og + m0 + r;
+            char *row = CV_AT(Cm, r * ldc);
+            if (j->bias) {
+                if (f32) {
+                    float b = (float)j->bias[oc], *rr = (float *)row;
+                    for (int64_t i = 0; i < k1 - k0; i++)
+                        rr[i] += b;
+                } else {
+                    double b = j->bias[oc], *rr = (double *)row;
+                    for (int64_t i = 0; i < k1 - k0; i++)
+                        rr[i] += b;
+                }
+            }
+            if (p->span)   /* columns [k0, k1) of the panel belong to images n0 + k / L */
+                for (int64_t k = k0; k < k1;) {
+                    int64_t s = k / L, l = k % L, run = L - l < k1 - k ? L - l : k1 - k;
+                    memcpy(CV_AT(j->Y, ((j->n0 + s) * p->O + oc) * L + l), CV_AT(row, k - k0), (size_t)run * csz);
+                    k += run;
+                }
+        }
+        break;
+    }
+    case CV_GEMM_WGRAD: {   /* gw_g tile [m0, m1) x [k0, k1) (+)= go_g[m][nc] x col_g[k][nc]^T */
+        int64_t g, m0, m1, k0, k1;
+        cv_tile_of(j, t, &g, &m0, &m1, &k0, &k1);
+        const char *A = CV_AT(j->GOp, (g * p->Og + m0) * j->ldgo);
+        const char *B;
+        int64_t ldb;
+        if (p->pointwise && !p->span) {   /* the input is its own im2col */
+            B = CV_AT(j->X, (j->n0 * p->C + g * p->Cg + k0) * L + j->c0);
+            ldb = L;
+        } else {
+            B = CV_AT(j->col, (g * p->Kg + k0) * j->nc);
+            ldb = j->nc;
+        }
+        char *Cm = CV_AT(j->GW, (g * p->Og + m0) * p->Kg + k0);
+        gemm(p->ct, false, true, m1 - m0, k1 - k0, j->nc, j->first ? 0 : 1, A, j->ldgo, B, ldb, Cm, p->Kg);
+        break;
+    }
+    case CV_GEMM_DGRAD: {   /* col_g tile [k0, k1) x [c0, c1) = W_g^T[k][Og] x go_g[Og][c] */
+        int64_t g, m0, m1, k0, k1;
+        cv_tile_of(j, t, &g, &m0, &m1, &k0, &k1);
+        const char *A = CV_AT(j->Wt, g * p->Og * p->Kg + m0);
+        const char *B = CV_AT(j->GOp, g * p->Og * j->ldgo + k0);
+        char *Cm;
+        int64_t ldc;
+        if (p->pointwise && !p->span) {   /* the columns are gradInput's own positions */
+            Cm = CV_AT(j->GI, (j->n0 * p->C + g * p->Cg + m0) * L + j->c0 + k0);
+            ldc = L;
+        } else {
+            Cm = CV_AT(j->col, (g * p->Kg + m0) * j->nc + k0);
+            ldc = j->nc;
+        }
+        gemm(p->ct, true, false, m1 - m0, k1 - k0, p->Og, 0, A, p->Kg, B, j->ldgo, Cm, ldc);
+        break;
+    }
+    case CV_COL2IM: {   /* t = (g, ci, segment): add the columns into gradInput's plane */
+        int64_t nseg = p->span ? j->nimg : 1;
+        int64_t s = t % nseg, ci = (t / nseg) % p->Cg, g = t / (nseg * p->Cg);
+        int64_t n, c0, nc, cofs;
+        cv_segment(j, s, &n, &c0, &nc, &cofs);
+        char *dx = CV_AT(j->GI, (n * p->C + g * p->Cg) * HW);
+        if (c0 == 0)   /* the image's first panel */
+            memset(CV_AT(dx, ci * HW), 0, (size_t)HW * csz);
+        const char *col = CV_AT(j->col, g * p->Kg * j->nc + cofs);
+        if (f32)
+            col2im_float(p, (const float *)col, j->nc, ci, ci + 1, c0, nc, (float *)dx);
+        else
+            col2im_double(p, (const double *)col, j->nc, ci, ci + 1, c0, nc, (double *)dx);
+        break;
+    }
+    }
+}
+
+static aclError cv_block(uint32_t bi, uint32_t nb, void *arg)
 {
     (void)nb;
     cv_job_t *j = arg;
-    const cv_params_t *p = j->p;
-    const nn_view_t *y = &j->ex->v[p->vy];
-    size_t csz = nn_ct_size(p->ct), ysz = nn_dtype_size(y->dtype);
-    int64_t t0 = (int64_t)bi * j->per, t1 = t0 + j->per;
-    if (t1 > j->items)
-        t1 = j->items;
-    if (t0 >= t1)
-        return ACL_SUCCESS;
-    char *col = malloc((size_t)(p->Kg * p->tile + (j->direct ? 0 : p->Og * p->tile)) * csz + 64);
-    if (!col)
-        return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", j->ex->api);
-    char *res = col + (size_t)(p->Kg * p->tile) * csz;
-    int64_t L = p->OH * p->OW;
-    for (int64_t t = t0; t < t1; t++) {
-        int64_t tile = t % p->ntiles, ng = t / p->ntiles, g = ng % p->G, n = ng / p->G;
-        int64_t c0 = tile * p->tile, nc = L - c0 < p->tile ? L - c0 : p->tile;
-        if (p->ct == CT_F32)
-            im2col_float(p, (const float *)j->X, n, g, c0, nc, (float *)col);
-        else
-            im2col_double(p, (const double *)j->X, n, g, c0, nc, (double *)col);
-        if (j->direct) {   /* y[n, g*Og + o, c0 + i] = bias + W_g x col, straight into the output */
-            char *c = y->data + (size_t)((n * p->O + g * p->Og) * L + c0) * csz;
-            for (int64_t o = 0; o < p->Og && j->bias; o++) {
-                double b = j->bias[g * p->Og + o];
-                if (p->ct == CT_F32) {
-                    float *rr = (float *)c + o * L;
-                    for (int64_t i = 0; i < nc; i++)
-                        rr[i] = (float)b;
-                } else {
-                    double *rr = (double *)c + o * L;
-                    for (int64_t i = 0; i < nc; i++)
-                        rr[i] = b;
-                }
-            }
-            gemm(p->ct, false, false, p->Og, nc, p->Kg, j->bias ? 1 : 0, j->Wt + (size_t)(g * p->Og * p->Kg) * csz,
-                 p->Kg, col, nc, c, L);
-            continue;
-        }
-        /* res[Og][nc] = W_g[Og][Kg] x col[Kg][nc] */
-        gemm(p->ct, false, false, p->Og, nc, p->Kg, 0, j->Wt + (size_t)(g * p->Og * p->Kg) * csz, p->Kg, col, nc, res,
-             nc);
-        for (int64_t o = 0; o < p->Og; o++) {
-            int64_t oc = g * p->Og + o;
-            char *r = res + (size_t)(o * nc) * csz;
-            if (j->bias) {
-                if (p->ct == CT_F32) {
-                    float b = (float)j->bias[oc], *rr = (float *)r;
-                    for (int64_t i = 0; i < nc; i++)
-                        rr[i] += b;
-                } else {
-                    double b = j->bias[oc], *rr = (double *)r;
-                    for (int64_t i = 0; i < nc; i++)
-                        rr[i] += b;
-                }
-            }
-            /* scatter row o into y[n, oc, positions c0..c0+nc) (row by row of OW) */
-            int64_t pos = c0;
-            while (pos < c0 + nc) {
-                int64_t oh = pos / p->OW, ow = pos % p->OW, run = p->OW - ow;
-                if (run > c0 + nc - pos)
-                    run = c0 + nc - pos;
-                char *dst = y->data + (n * y->stride[0] + oc * y->stride[1] + oh * y->stride[2] + ow * y->stride[3]) *
-                                          (int64_t)ysz;
-                nn_store(p->ct, dst, y->stride[3], y->dtype, r + (size_t)(pos - c0) * csz, run);
-                pos += run;
-            }
-        }
-    }
-    free(col);
+    int64_t t0 = (int64_t)bi * j->per, t1 = t0 + j->per < j->items ? t0 + j->per : j->items;
+    for (int64_t t = t0; t < t1; t++)
+        cv_item(j, t);
     return ACL_SUCCESS;
+}
+
+/* run phase `phase` over `items` items, `work` units (elements or multiply-adds) in all */
+static aclError cv_phase(cv_job_t *j, int phase, int64_t items, int64_t work, int64_t grain)
+{
+    if (items <= 0)
+        return ACL_SUCCESS;
+    j->phase = phase;
+    j->items = items;
+    uint32_t nb = nn_blocks(j->ex, work, grain);
+    if ((int64_t)nb > items)
+        nb = (uint32_t)items;
+    j->per = (items + nb - 1) / nb;
+    nb = (uint32_t)((items + j->per - 1) / j->per);
+    return nn_parallel(j->ex, nb, cv_block, j);
+}
+
+/* the current panel q: its images / positions */
+static void cv_panel(cv_job_t *j, int64_t q)
+{
+    const cv_params_t *p = j->p;
+    int64_t L = p->OH * p->OW;
+    if (p->span) {
+        int64_t ipp = p->P / L;
+        j->n0 = q * ipp;
+        j->nimg = p->N - j->n0 < ipp ? p->N - j->n0 : ipp;
+        j->c0 = 0;
+        j->nc = j->nimg * L;
+    } else {
+        int64_t ppi = (L + p->P - 1) / p->P;
+        j->n0 = q / ppi;
+        j->nimg = 1;
+        j->c0 = (q % ppi) * p->P;
+        j->nc = L - j->c0 < p->P ? L - j->c0 : p->P;
+    }
+    j->first = q == 0;
+}
+
+static int64_t cv_npanels(const cv_params_t *p)
+{
+    int64_t L = p->OH * p->OW;
+    if (!p->N)
+        return 0;
+    if (p->span)
+        return (p->N + p->P / L - 1) / (p->P / L);
+    return p->N * ((L + p->P - 1) / p->P);
+}
+
+/* an operand as a dense compute-type array: in place, or packed into the workspace at off */
+static aclError cv_in(nn_exec_t *ex, int32_t vi, bool packed, size_t off, const char **out)
+{
+    const cv_params_t *p = (const cv_params_t *)ex->params;
+    if (!packed) {
+        *out = ex->v[vi].data;
+        return ACL_SUCCESS;
+    }
+    *out = ex->ws + off;
+    return nn_pack(ex, p->ct, ex->ws + off, &ex->v[vi]);
+}
+
+#define CV_MAC_GRAIN ((int64_t)1 << 18)   /* multiply-adds per block of the direct loops (~20-40 us) */
+
+/* phase 1: the direct / GEMM choice, the panels and the workspace layout (after the views are
+ * added: which operands are dense compute-type arrays is known from their dtypes and strides) */
+static void cv_plan(nn_exec_t *ex, cv_params_t *p, bool backward)
+{
+    size_t csz = nn_ct_size(p->ct);
+    int64_t L = p->OH * p->OW;
+    cv_fill_ranges(p);
+    p->direct = p->Cg == 1;
+    p->pointwise = p->KH == 1 && p->KW == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
+    int64_t percol = p->G * p->Kg * (int64_t)csz;   /* bytes of one im2col column, all groups */
+    int64_t pmax = percol ? CV_PANEL_BYTES / percol : L * (p->N ? p->N : 1);
+    if (pmax < 1)
+        pmax = 1;
+    int64_t ipp = pmax / L < p->N ? pmax / L : p->N;
+    if (ipp >= 2) {
+        p->span = true;
+        p->P = ipp * L;
+    } else {
+        int64_t ppi = (L + pmax - 1) / pmax;
+        p->span = false;
+        p->P = (L + ppi - 1) / ppi;
+    }
+    bool fwd = !backward, need_x = fwd || p->mask[1], need_w = fwd || p->mask[0];
+    p->pk_x = need_x && !cv_dense(&ex->v[p->vx], p->ct);
+    p->pk_w = need_w && !cv_dense(&ex->v[p->vw], p->ct);
+    p->pk_go = backward && !cv_dense(&ex->v[p->vgo], p->ct);
+    p->pk_y = fwd && !cv_dense(&ex->v[p->vy], p->ct);
+    p->pk_gi = backward && p->mask[0] && !cv_dense(&ex->v[p->vgi], p->ct);
+    p->pk_gw = backward && p->mask[1] && !cv_dense(&ex->v[p->vgw], p->ct);
+    size_t off = 0;
+#define CV_RESERVE(field, on, bytes)                                                                \
+    do {                                                                                           \
+        p->field = off;                                                                            \
+        if (on)                                                                                    \
+            off += nn_align64((size_t)(bytes));                                                    \
+    } while (0)
+    CV_RESERVE(off_x, p->pk_x, ex->v[p->vx].numel * (int64_t)csz);
+    CV_RESERVE(off_w, p->pk_w, ex->v[p->vw].numel * (int64_t)csz);
+    CV_RESERVE(off_go, p->pk_go, ex->v[p->vgo].numel * (int64_t)csz);
+    CV_RESERVE(off_y, p->pk_y, ex->v[p->vy].numel * (int64_t)csz);
+    CV_RESERVE(off_gi, p->pk_gi, ex->v[p->vgi].numel * (int64_t)csz);
+    CV_RESERVE(off_gw, p->pk_gw, ex->v[p->vgw].numel * (int64_t)csz);
+    CV_RESERVE(off_b, fwd ? p->vb >= 0 : p->mask[2], p->O * (int64_t)sizeof(double));
+    bool gemms = !p->direct && p->Kg && (fwd || p->mask[0] || p->mask[1]);
+    CV_RESERVE(off_col, gemms && (p->span || !p->pointwise), p->G * p->Kg * p->P * (int64_t)csz);
+    CV_RESERVE(off_res, gemms && p->span, p->O * p->P * (int64_t)csz);
+#undef CV_RESERVE
+    ex->ws_size = off;
+    double macs = (double)p->N * (double)p->O * (double)L * (double)p->Kg *
+                  (fwd ? 1.0 : (double)p->mask[0] + (double)p->mask[1]);
+    ex->cost_ns = (uint64_t)(macs / 8);
+    double blocks = macs / (double)CV_MAC_GRAIN;
+    ex->cores = blocks < 1 ? 1 : blocks > 65535 ? 65535 : (uint32_t)blocks;
 }
 
 static aclError cv_fwd_run(nn_exec_t *ex)
 {
     cv_params_t *p = (cv_params_t *)ex->params;
-    if (!ex->v[p->vy].numel)
+    const nn_view_t *y = &ex->v[p->vy];
+    if (!y->numel)
         return ACL_SUCCESS;
-    if (nn_blas_ready(ex->api))
+    if (!p->direct && p->Kg && nn_blas_ready(ex->api))
         return ACLNN_ERR_INNER_FIND_KERNEL_ERROR;
+    size_t csz = nn_ct_size(p->ct);
     cv_job_t j;
     memset(&j, 0, sizeof j);
     j.ex = ex;
     j.p = p;
     aclError rc;
-    if ((rc = cv_operand(ex, p->ct, ex->ws + p->off_x, p->vx, &j.X)) ||
-        (rc = cv_operand(ex, p->ct, ex->ws + p->off_w, p->vw, &j.Wt)))
+    if ((rc = cv_in(ex, p->vx, p->pk_x, p->off_x, &j.X)) || (rc = cv_in(ex, p->vw, p->pk_w, p->off_w, &j.Wt)))
         return rc;
-    j.direct = cv_dense(&ex->v[p->vy], p->ct);
+    j.Y = p->pk_y ? ex->ws + p->off_y : y->data;
     if (p->vb >= 0) {
-        j.bias = malloc((size_t)p->O * sizeof(double));
-        if (!j.bias)
-            return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
-        nn_pack_rows(CT_F64, j.bias, &ex->v[p->vb], 0, nn_rows(&ex->v[p->vb]));
+        double *b = (double *)(ex->ws + p->off_b);
+        nn_pack_rows(CT_F64, b, &ex->v[p->vb], 0, nn_rows(&ex->v[p->vb]));
+        j.bias = b;
     }
-    j.items = p->N * p->G * p->ntiles;
-    uint32_t nb = nn_blocks(ex, j.items, 1);
-    j.per = (j.items + nb - 1) / nb;
-    nb = (uint32_t)((j.items + j.per - 1) / j.per);
-    rc = nn_parallel(ex, nb, cv_fwd_block, &j);
-    free(j.bias);
+    int64_t L = p->OH * p->OW;
+    if (p->direct) {
+        rc = cv_phase(&j, CV_DW_FWD, p->N * p->O, p->N * p->O * L * p->KH * p->KW, CV_MAC_GRAIN);
+    } else if (!p->Kg) {   /* no input channels: the bias alone */
+        for (int64_t r = 0; r < p->N * p->O; r++) {
+            double b = j.bias ? j.bias[r % p->O] : 0.0;
+            for (int64_t i = 0; i < L; i++) {
+                if (p->ct == CT_F32)
+                    ((float *)j.Y)[r * L + i] = (float)b;
+                else
+                    ((double *)j.Y)[r * L + i] = b;
+            }
+        }
+    } else {
+        j.col = ex->ws + p->off_col;
+        j.res = ex->ws + p->off_res;
+        j.im2col = p->span || !p->pointwise;
+        int64_t np = cv_npanels(p);
+        for (int64_t q = 0; q < np && !rc; q++) {
+            cv_panel(&j, q);
+            if (j.im2col)
+                rc = cv_phase(&j, CV_IM2COL, p->G * p->Cg * (p->span ? j.nimg : 1), p->G * p->Kg * j.nc,
+                              NN_BLOCK_GRAIN);
+            if (!rc) {
+                cv_tiles(&j, p->Og, j.nc);
+                rc = cv_phase(&j, CV_GEMM_FWD, p->G * j.mt * j.nt, p->G * j.mt * j.nt, 1);
+            }
+        }
+    }
+    if (!rc && p->pk_y)
+        rc = nn_unpack(ex, p->ct, y, j.Y);
+    (void)csz;
+    return rc;
+}
+
+static aclError cv_bwd_run(nn_exec_t *ex)
+{
+    cv_params_t *p = (cv_params_t *)ex->params;
+    bool gemms = !p->direct && p->Kg && (p->mask[0] || p->mask[1]);
+    if (gemms && nn_blas_ready(ex->api))
+        return ACLNN_ERR_INNER_FIND_KERNEL_ERROR;
+    size_t csz = nn_ct_size(p->ct);
+    cv_job_t j;
+    memset(&j, 0, sizeof j);
+    j.ex = ex;
+    j.p = p;
+    aclError rc;
+    if ((rc = cv_in(ex, p->vgo, p->pk_go, p->off_go, &j.GO)) ||
+        (p->mask[1] && (rc = cv_in(ex, p->vx, p->pk_x, p->off_x, &j.X))) ||
+        (p->mask[0] && (rc = cv_in(ex, p->vw, p->pk_w, p->off_w, &j.Wt))))
+        return rc;
+    if (p->mask[0])
+        j.GI = p->pk_gi ? ex->ws + p->off_gi : ex->v[p->vgi].data;
+    if (p->mask[1])
+        j.GW = p->pk_gw ? ex->ws + p->off_gw : ex->v[p->vgw].data;
+    int64_t L = p->OH * p->OW, KK = p->KH * p->KW;
+    int64_t gi_n = p->mask[0] ? ex->v[p->vgi].numel : 0, gw_n = p->mask[1] ? ex->v[p->vgw].numel : 0;
+    if (p->mask[2]) {
+        j.gb = (double *)(ex->ws + p->off_b);
+        rc = cv_phase(&j, CV_BIAS_GRAD, p->O, p->N * p->O * L, NN_BLOCK_GRAIN);
+    }
+    if (rc) {
+    } else if (!p->O) {   /* no output channels: gradInput is 0 (gradWeight has no elements) */
+        if (gi_n)
+            memset(j.GI, 0, (size_t)gi_n * csz);
+    } else if (p->direct) {
+        if (gi_n)
+            rc = cv_phase(&j, CV_DW_DGRAD, p->N * p->C, p->N * p->O * L * KK, CV_MAC_GRAIN);
+        if (!rc && gw_n)
+            rc = cv_phase(&j, CV_DW_WGRAD, p->O, p->N * p->O * L * KK, CV_MAC_GRAIN);
+    } else if (gemms) {
+        int64_t np = cv_npanels(p);
+        if (gw_n && !np)   /* no images: gradWeight is 0 */
+            memset(j.GW, 0, (size_t)gw_n * csz);
+        j.col = ex->ws + p->off_col;
+        j.res = ex->ws + p->off_res;
+        j.im2col = p->mask[1] && (p->span || !p->pointwise);
+        for (int64_t q = 0; q < np && !rc; q++) {
+            cv_panel(&j, q);
+            int64_t nseg = p->span ? j.nimg : 1;
+            if (p->span) {
+                j.GOp = j.res;
+                j.ldgo = j.nc;
+            } else {
+                j.GOp = j.GO + (size_t)(j.n0 * p->O * L + j.c0) * csz;
+                j.ldgo = L;
+            }
+            int64_t na = (j.im2col ? p->G * p->Cg * nseg : 0) + (p->span ? p->O * nseg : 0);
+            rc = cv_phase(&j, CV_IM2COL, na, (p->G * p->Kg + p->O) * j.nc, NN_BLOCK_GRAIN);
+            if (!rc && gw_n) {
+                cv_tiles(&j, p->Og, p->Kg);
+                rc = cv_phase(&j, CV_GEMM_WGRAD, p->G * j.mt * j.nt, p->G * j.mt * j.nt, 1);
+            }
+            if (!rc && gi_n) {
+                cv_tiles(&j, p->Kg, j.nc);
+                rc = cv_phase(&j, CV_GEMM_DGRAD, p->G * j.mt * j.nt, p->G * j.mt * j.nt, 1);
+                if (!rc && (p->span || !p->pointwise))
+                    rc = cv_phase(&j, CV_COL2IM, p->G * p->Cg * nseg, p->G * p->Kg * j.nc, NN_BLOCK_GRAIN);
+            }
+        }
+    }
+    if (!rc && p->mask[0] && p->pk_gi)
+        rc = nn_unpack(ex, p->ct, &ex->v[p->vgi], j.GI);
+    if (!rc && p->mask[1] && p->pk_gw)
+        rc = nn_unpack(ex, p->ct, &ex->v[p->vgw], j.GW);
+    if (!rc && p->mask[2])
+        nn_unpack_rows(CT_F64, &ex->v[p->vgb], j.gb, 0, nn_rows(&ex->v[p->vgb]));
     return rc;
 }
 
@@ -409,16 +1022,8 @@ NN_API aclnnStatus aclnnConvolutionGetWorkspaceSize(const aclTensor *input, cons
         free(ex);
         return rc;
     }
-    size_t csz = nn_ct_size(p->ct);
-    p->off_x = 0;
-    p->off_w = nn_align64((size_t)x->numel * csz);
-    ex->ws_size = p->off_w + nn_align64((size_t)w->numel * csz);
-    int64_t L = p->OH * p->OW;
-    p->tile = L < 4096 ? (L ? L : 1) : 4096;
-    p->ntiles = (L + p->tile - 1) / p->tile;
-    double flops = 2.0 * (double)p->N * (double)p->O * (double)L * (double)p->Kg;
-    ex->cost_ns = (uint64_t)(flops / 4);
-    ex->cores = (uint32_t)(p->N * p->G * p->ntiles);
+    p->vgo = p->vgi = p->vgw = p->vgb = -1;
+    cv_plan(ex, p, false);
     return nn_exec_finish(ex, workspaceSize, executor);
 }
 
@@ -429,120 +1034,6 @@ NN_API aclnnStatus aclnnConvolution(void *workspace, const uint64_t workspaceSiz
 }
 
 /* ------------------------------------------------------------------ convolution backward */
-
-static aclError cv_bwd_block(uint32_t bi, uint32_t nb, void *arg)
-{
-    (void)nb;
-    cv_job_t *j = arg;
-    const cv_params_t *p = j->p;
-    nn_exec_t *ex = j->ex;
-    size_t csz = nn_ct_size(p->ct);
-    int64_t L = p->OH * p->OW;
-    int64_t t0 = (int64_t)bi * j->per, t1 = t0 + j->per;
-    if (t1 > j->items)
-        t1 = j->items;
-    if (t0 >= t1)
-        return ACL_SUCCESS;
-    char *col = malloc((size_t)(p->Kg * (L ? L : 1)) * csz + (size_t)(p->Cg * p->H * p->W) * csz + 64);
-    if (!col)
-        return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
-    char *dxb = col + (size_t)(p->Kg * (L ? L : 1)) * csz;
-    char *gw = j->gw_partial ? j->gw_partial + (size_t)bi * (size_t)(p->O * p->Kg) * csz : NULL;
-    for (int64_t t = t0; t < t1; t++) {   /* items: (n, g) */
-        int64_t g = t % p->G, n = t / p->G;
-        const char *go = j->GO + (size_t)((n * p->O + g * p->Og) * L) * csz;   /* [Og][L] */
-        if (j->gb_partial) {
-            double *gb = j->gb_partial + (size_t)bi * (size_t)p->O + (size_t)(g * p->Og);
-            for (int64_t o = 0; o < p->Og; o++) {
-                gb[o] += p->ct == CT_F32 ? cv_sum_float((const float *)go + o * L, L)
-                                         : cv_sum_double((const double *)go + o * L, L);
-            }
-        }
-        if (p->mask[1]) {   /* gw_g[Og][Kg] += go[Og][L] x col[Kg][L]^T */
-            if (p->ct == CT_F32)
-                im2col_float(p, (const float *)j->X, n, g, 0, L, (float *)col);
-            else
-                im2col_double(p, (const double *)j->X, n, g, 0, L, (double *)col);
-            gemm(p->ct, false, true, p->Og, p->Kg, L, 1, go, L, col, L, gw + (size_t)(g * p->Og * p->Kg) * csz, p->Kg);
-        }
-        if (p->mask[0]) {   /* col[Kg][L] = W_g^T x go; dx = col2im(col) */
-            gemm(p->ct, true, false, p->Kg, L, p->Og, 0, j->Wt + (size_t)(g * p->Og * p->Kg) * csz, p->Kg, go, L, col, L);
-            memset(dxb, 0, (size_t)(p->Cg * p->H * p->W) * csz);
-            if (p->ct == CT_F32)
-                col2im_float(p, (const float *)col, L, (float *)dxb);
-            else
-                col2im_double(p, (const double *)col, L, (double *)dxb);
-            const nn_view_t *gi = &ex->v[p->vgi];
-            size_t isz = nn_dtype_size(gi->dtype);
-            for (int64_t ci = 0; ci < p->Cg; ci++)
-                for (int64_t h = 0; h < p->H; h++) {
-                    char *dst = gi->data + (n * gi->stride[0] + (g * p->Cg + ci) * gi->stride[1] + h * gi->stride[2]) *
-                                               (int64_t)isz;
-                    nn_store(p->ct, dst, gi->stride[3], gi->dtype, dxb + (size_t)((ci * p->H + h) * p->W) * csz, p->W);
-                }
-        }
-    }
-    free(col);
-    return ACL_SUCCESS;
-}
-
-static aclError cv_bwd_run(nn_exec_t *ex)
-{
-    cv_params_t *p = (cv_params_t *)ex->params;
-    if (nn_blas_ready(ex->api))
-        return ACLNN_ERR_INNER_FIND_KERNEL_ERROR;
-    size_t csz = nn_ct_size(p->ct);
-    cv_job_t j;
-    memset(&j, 0, sizeof j);
-    j.ex = ex;
-    j.p = p;
-    aclError rc;
-    if ((rc = cv_operand(ex, p->ct, ex->ws + p->off_x, p->vx, &j.X)) ||
-        (rc = cv_operand(ex, p->ct, ex->ws + p->off_w, p->vw, &j.Wt)) ||
-        (rc = cv_operand(ex, p->ct, ex->ws + p->off_go, p->vgo, &j.GO)))
-        return rc;
-    j.items = p->N * p->G;
-    uint32_t nb = j.items ? nn_blocks(ex, j.items, 1) : 1;
-    j.per = j.items ? (j.items + nb - 1) / nb : 1;
-    nb = j.items ? (uint32_t)((j.items + j.per - 1) / j.per) : 1;
-    size_t wsz = (size_t)(p->O * p->Kg) * csz;
-    if (p->mask[1]) {
-        j.gw_partial = calloc((size_t)nb, wsz ? wsz : 1);
-        if (!j.gw_partial)
-            return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
-    }
-    if (p->mask[2]) {   /* per-block partial bias sums, reduced below */
-        j.gb_partial = calloc((size_t)nb * (size_t)(p->O ? p->O : 1), sizeof(double));
-        if (!j.gb_partial) {
-            free(j.gw_partial);
-            return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
-        }
-    }
-    rc = j.items ? nn_parallel(ex, nb, cv_bwd_block, &j) : ACL_SUCCESS;
-    if (!rc && p->mask[1]) {
-        for (uint32_t b = 1; b < nb; b++) {
-            if (p->ct == CT_F32) {
-                float *a = (float *)j.gw_partial, *s = (float *)(j.gw_partial + b * wsz);
-                for (int64_t i = 0; i < p->O * p->Kg; i++)
-                    a[i] += s[i];
-            } else {
-                double *a = (double *)j.gw_partial, *s = (double *)(j.gw_partial + b * wsz);
-                for (int64_t i = 0; i < p->O * p->Kg; i++)
-                    a[i] += s[i];
-            }
-        }
-        nn_unpack_rows(p->ct, &ex->v[p->vgw], j.gw_partial, 0, nn_rows(&ex->v[p->vgw]));
-    }
-    if (!rc && p->mask[2]) {   /* gradBias[o] = sum over n, positions (the blocks' partial sums) */
-        for (uint32_t b = 1; b < nb; b++)
-            for (int64_t o = 0; o < p->O; o++)
-                j.gb_partial[o] += j.gb_partial[(size_t)b * (size_t)p->O + (size_t)o];
-        nn_unpack_rows(CT_F64, &ex->v[p->vgb], j.gb_partial, 0, nn_rows(&ex->v[p->vgb]));
-    }
-    free(j.gw_partial);
-    free(j.gb_partial);
-    return rc;
-}
 
 NN_API aclnnStatus aclnnConvolutionBackwardGetWorkspaceSize(
     const aclTensor *gradOutput, const aclTensor *input, const aclTensor *weight, const aclIntArray *biasSizes,
@@ -620,14 +1111,8 @@ NN_API aclnnStatus aclnnConvolutionBackwardGetWorkspaceSize(
     for (int32_t i = 0; i < ex->nview; i++)
         if (ex->v[i].output && (rc = nn_check_output_overlap(api, ex, i, false)))
             goto fail;
-    size_t csz = nn_ct_size(p->ct);
-    p->off_x = 0;
-    p->off_w = nn_align64((size_t)x->numel * csz);
-    p->off_go = p->off_w + nn_align64((size_t)w->numel * csz);
-    ex->ws_size = p->off_go + nn_align64((size_t)go->numel * csz);
-    double flops = 4.0 * (double)p->N * (double)p->O * (double)(p->OH * p->OW) * (double)p->Kg;
-    ex->cost_ns = (uint64_t)(flops / 4);
-    ex->cores = (uint32_t)(p->N * p->G);
+    p->vy = p->vb = -1;
+    cv_plan(ex, p, true);
     return nn_exec_finish(ex, workspaceSize, executor);
 fail:
     free(ex);
