@@ -853,7 +853,12 @@ int nn_exec_add(nn_exec_t *ex, const nn_tensor_t *t, const char *name, bool outp
 {
     if (!t || ex->nview >= NN_MAX_OPERANDS)
         return -1;
-    nn_view_t *v = &ex->v[ex->nview];
+    nn_view_init(&ex->v[ex->nview], t, name, output);
+    return ex->nview++;
+}
+
+void nn_view_init(nn_view_t *v, const nn_tensor_t *t, const char *name, bool output)
+{
     memset(v, 0, sizeof *v);
     v->dtype = t->dtype;
     v->ndim = t->ndim;
@@ -867,7 +872,6 @@ int nn_exec_add(nn_exec_t *ex, const nn_tensor_t *t, const char *name, bool outp
     v->handle = t;
     v->name = name;
     v->output = output;
-    return ex->nview++;
 }
 
 aclnnStatus nn_exec_finish(nn_exec_t *ex, uint64_t *workspaceSize, aclOpExecutor **executor)
