@@ -81,14 +81,36 @@ class Tensor:
         return f"Tensor({self.name!r}{', optional' if self.optional else ''})"
 
 
+#: an int-list attribute's type (``Attr(name, list[int], default)``; torch schema ``int[]``)
+INT_LIST = list[int]
+
 #: attribute types: Python type -> torch schema type
-_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", object: None}
+_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]", object: None}
+
+
+def _ints(api, name, v):
+    """An int-list attribute's value as a tuple of ints (a single int is a 1-tuple: an op that
+    expands it, like a convolution's ``stride=2``, does so in its own rule)."""
+    if isinstance(v, int) and not isinstance(v, builtins.bool):
+        return (v,)
+    if isinstance(v, (list, tuple)):   # torch.Size is a tuple
+        if all(isinstance(i, int) and not isinstance(i, builtins.bool) for i in v):
+            return tuple(v) if type(v) is tuple else tuple(int(i) for i in v)
+        if all(hasattr(i, "__index__") and not isinstance(i, builtins.bool) for i in v):
+            return tuple(operator.index(i) for i in v)
+    elif hasattr(v, "__index__") and not isinstance(v, builtins.bool):
+        return (operator.index(v),)
+    what = f"{type(v).__name__} {v!r}" if isinstance(v, (list, tuple)) else type(v).__name__
+    raise TypeError(f"{api}: {name} must be an int or a list/tuple of ints, not {what}")
 
 
 class Attr:
-    """A non-array argument: ``name``, ``type`` (int, float, bool or str), ``default`` (omit for
-    a required one), ``choices`` (allowed values; for a str attribute also what the C fast path
-    keys on)."""
+    """A non-array argument: ``name``; ``type``: int, float, bool, str or ``list[int]`` (torch
+    schema ``int[]``: a list or tuple of ints, given to the op as a tuple; a single int is the
+    1-tuple, which an op expands in its own rule where it says so, e.g. ``stride=2``);
+    ``default`` (omit for a required one; ``None`` makes the attribute optional: schema
+    ``float?`` / ``int?`` / ``int[]?``, and None is then a value the op receives); ``choices``
+    (allowed values; for a str attribute also what the C fast path keys on)."""
 
     __slots__ = ("name", "type", "default", "choices")
 
@@ -96,25 +118,44 @@ class Attr:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
         if type not in _ATTR_TYPES:
-            raise RegistrationError(f"attribute {name}: type must be int, float, bool or str, not {type!r}")
+            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str or list[int], not "
+                                    f"{type!r}")
+        if type == INT_LIST:
+            type = INT_LIST     # one object (list[int] makes a new alias each time)  # noqa: A001
         self.name, self.type, self.default = name, type, default
         self.choices = tuple(choices) if choices is not None else None
+        if type is not object and default is not _REQ and default is not None:
+            try:
+                self.default = self.check(f"Attr({name!r})", default)
+            except (TypeError, ValueError) as e:
+                raise RegistrationError(f"attribute {name}: the default {default!r} is not a valid value ({e})") \
+                    from None
 
     @property
     def required(self):
         return self.default is _REQ
 
+    @property
+    def optional(self):
+        """None is a value of this attribute (its default is None)."""
+        return self.default is None
+
     def check(self, api, v):
         t = self.type
         if t is object:   # a hand-written op's argument (checked by its function)
             return v
-        if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
-            v = float(v)
-        if t is int and hasattr(v, "__index__") and not isinstance(v, builtins.bool):
-            v = operator.index(v)
-        if type(v) is not t:
-            raise TypeError(f"{api}: {self.name} must be a{'n' if t is int else ''} {t.__name__}, not "
-                            f"{type(v).__name__}")
+        if v is None and self.default is None:
+            return None
+        if t is INT_LIST:
+            v = _ints(api, self.name, v)
+        else:
+            if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
+                v = float(v)
+            if t is int and hasattr(v, "__index__") and not isinstance(v, builtins.bool):
+                v = operator.index(v)
+            if type(v) is not t:
+                raise TypeError(f"{api}: {self.name} must be a{'n' if t is int else ''} {t.__name__}"
+                                f"{' or None' if self.default is None else ''}, not {type(v).__name__}")
         if self.choices is not None and v not in self.choices:
             raise ValueError(f"{api}: {self.name} must be one of {', '.join(map(repr, self.choices))}, not {v!r}")
         return v
@@ -216,6 +257,7 @@ class Launch:
 
 _REGISTRY: dict = {}         # qualified name "ns::name" -> OpDef
 _lock = threading.Lock()
+_checking = threading.local()    # .op: the op whose registration is being checked
 _next_id = [1]
 
 
@@ -753,8 +795,8 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
         if not isinstance(a, Attr):
             raise RegistrationError(f"register_op({name!r}): attrs must be kernels.Attr objects, not {a!r}")
         if a.type is object:
-            raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool or "
-                                    "str) for the framework schemas")
+            raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool, str "
+                                    "or list[int]) for the framework schemas")
     for f in torch:
         if not (callable(f) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
             raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
@@ -764,7 +806,11 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
                                 "namespace")
     op = OpDef(name, inputs=ins, attrs=tuple(attrs), outputs=tuple(outputs), shape=shape, forward=forward,
                backward=backward, save=save, namespace=namespace, torch=torch, doc=doc, fast=fast)
-    _check_registration(op, example_shapes)
+    _checking.op = op
+    try:
+        _check_registration(op, example_shapes)
+    finally:
+        _checking.op = None
     _add(op)
     _notify(op)
     return op

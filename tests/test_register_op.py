@@ -188,3 +188,108 @@ def test_name_taken_is_refused(ops):
     with pytest.raises(kernels.RegistrationError, match="already registered"):
         kernels.register_op("square", namespace=NS, inputs=[Tensor("x", "float64")], shape=_same_shape,
                             forward=_launch())
+
+
+# ---------------------------------------------------------------------------------------------
+# attribute types: int lists (schema int[]) and optional scalars (float? / int?)
+
+AFFINE = r"""
+#include "canna_kernel.h"
+CANNA_KERNEL void affine(const GM_ADDR x, GM_ADDR z, uint64_t n, double a, double b) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i)
+        ((double *)z)[i] = a * ((const double *)x)[i] + b;
+}
+"""
+
+
+def _coef(coef):
+    """The op's own expansion of its int list: one int is (c, c)."""
+    c = coef * 2 if len(coef) == 1 else coef
+    if len(c) != 2:
+        raise ValueError(f"coef must have 2 ints, got {len(c)}")
+    return c
+
+
+def _affine_shape(x, coef=(2, 1), offset=None, shift=None):
+    _coef(coef)
+    return Spec(x.shape, x.dtype)
+
+
+def _affine_rule(x, z, coef, offset, shift):
+    a, b = _coef(coef)
+    return 1, (math.prod(x.shape), float(a), b + (offset or 0.0) + (shift or 0))
+
+
+@pytest.fixture(scope="module")
+def affine():
+    """``coef[0] * x + coef[1] + offset + shift``; its gradient is the op itself with coef (c0, 0)."""
+    k = kernels.RawModule(AFFINE).get_function("affine")
+    return kernels.register_op(
+        "affine", namespace=NS, inputs=[Tensor("x", "float64")],
+        attrs=[Attr("coef", list[int], (2, 1)), Attr("offset", float, None), Attr("shift", int, None)],
+        shape=_affine_shape, forward=Launch(k, _affine_rule),
+        backward=lambda ops, g, coef, offset, shift: ops[f"{NS}::affine"](g, (_coef(coef)[0], 0)))
+
+
+def test_int_list_and_optional_attrs_kernel_level(affine):
+    x = _x()
+    np.testing.assert_allclose(affine(x), 2 * x + 1)
+    np.testing.assert_allclose(affine(x, [3, -2], 0.5, 4), 3 * x - 2 + 0.5 + 4)
+    np.testing.assert_allclose(affine(x, 3), 3 * x + 3)      # one int, expanded by the op's rule
+    np.testing.assert_allclose(affine(x, coef=(1, 0), shift=None), x)
+    assert [a.default for a in affine.attrs] == [(2, 1), None, None]
+    with pytest.raises(TypeError, match="coef must be an int or a list/tuple of ints, not list"):
+        affine(x, [1.5, 2])
+    with pytest.raises(TypeError, match="offset must be a float or None, not str"):
+        affine(x, offset="1")
+    with pytest.raises(TypeError, match="shift must be an int or None, not float"):
+        affine(x, shift=1.5)
+    with pytest.raises(ValueError, match="coef must have 2 ints"):
+        affine(x, (1, 2, 3))
+
+
+def test_int_list_and_optional_attrs_torch(affine):
+    torch = pytest.importorskip("torch")
+    from canna_dl.torch._generated import schema
+    assert schema(affine) == "(Tensor x, int[] coef=[2, 1], float? offset=None, int? shift=None) -> Tensor"
+    f = affine.torch_fn
+    x = torch.tensor(_x(), requires_grad=True)
+    torch.testing.assert_close(f(x, [3, 1], 0.25), 3 * x.detach() + 1.25)
+    assert torch.autograd.gradcheck(lambda t: f(t, (3, 1), 0.25, 2), (x,))
+    assert torch.autograd.gradcheck(lambda t: torch.ops.regtest.affine(t, [3, 1], None, 2), (x,))
+    from torch.library import opcheck
+    res = opcheck(torch.ops.regtest.affine.default, (x.detach(), [3, 1], 0.5, None))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    torch.compiler.reset()
+    c = torch.compile(lambda t: f(t, [5, 2], 1.0).sum(), fullgraph=True)
+    xc = x.detach().clone().requires_grad_()
+    y = c(xc)
+    y.backward()
+    torch.testing.assert_close(y, (5 * xc.detach() + 3).sum())
+    torch.testing.assert_close(xc.grad, torch.full_like(xc, 5.0))
+    with pytest.raises(TypeError, match="coef must be an int or a list/tuple of ints"):
+        f(x, "ab")
+
+
+def test_int_list_and_optional_attrs_tf(affine):
+    tf = pytest.importorskip("tensorflow")
+    f = affine.tf_fn
+    x = tf.constant(_x())
+    np.testing.assert_allclose(f(x, [3, 1], 0.5).numpy(), 3 * _x() + 1.5)
+    theo, num = tf.test.compute_gradient(lambda t: f(t, (3, -1), None, 2), [x])
+    np.testing.assert_allclose(theo[0], num[0], rtol=1e-6, atol=1e-8)
+    g = tf.function(lambda t: f(t, coef=[4, 0], shift=1))
+    np.testing.assert_allclose(g(x).numpy(), 4 * _x() + 1)
+
+
+def test_int_list_and_optional_attrs_jax(affine):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    f = affine.jax_fn
+    with jax.enable_x64(True):
+        x = jnp.asarray(_x())
+        np.testing.assert_allclose(np.asarray(f(x, [3, 1], 0.5)), 3 * _x() + 1.5)
+        g = jax.jit(jax.grad(lambda t: jnp.sum(f(t, [3, 1], None, 2))))(x)
+        np.testing.assert_allclose(np.asarray(g), np.full(6, 3.0))
+        np.testing.assert_allclose(np.asarray(jax.jit(lambda t: f(t, (2, 2)))(x)), 2 * _x() + 2)

@@ -134,14 +134,14 @@ def _function_class(op):
     return cls
 
 
-_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
+_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]"}
 
 
 def _default(v):
-    if isinstance(v, str):
-        return repr(v)
     if v is None:
         return "None"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(map(repr, v)) + "]"
     return repr(v)
 
 
@@ -152,6 +152,8 @@ def schema(op) -> str:
         ty = _SCHEMA_TYPES.get(a.type)
         if ty is None:
             raise R.RegistrationError(f"{op.qualname}: attribute {a.name} has no torch schema type")
+        if a.optional:
+            ty += "?"
         parts.append(f"{ty} {a.name}" + ("" if a.required else f"={_default(a.default)}"))
     outs = ", ".join("Tensor" for _ in op.outputs)
     return f"({', '.join(parts)}) -> " + (outs if len(op.outputs) == 1 else f"({outs})")
@@ -179,14 +181,14 @@ def custom_op(op):
 
         def impl(*args):
             with NoTorchFunction():
-                r = op.kernel(*[plain(a) for a in args[:n]], **dict(zip(names, args[n:])))
+                r = op.kernel(*[plain(a) for a in args[:n]], **_attrs(op, args[n:]))
                 # a custom op must not return one of its inputs
                 return tuple(_fresh(o, args[:n]) for o in r) if isinstance(r, tuple) else _fresh(r, args[:n])
         impl.__name__ = op.name
         c = torch.library.custom_op(op.qualname, impl, mutates_args=(), schema=schema(op))
 
         def fake(*args):
-            arrays, attrs = args[:n], dict(zip(names, args[n:]))
+            arrays, attrs = args[:n], _attrs(op, args[n:])
             like = next(a for a in arrays if a is not None)
             specs = op.specs([_spec(a) for a in arrays], attrs)
             outs = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) for s in specs)
@@ -194,7 +196,7 @@ def custom_op(op):
         c.register_fake(fake)
         if op.backward is not None:
             def setup(ctx, inputs, output):
-                arrays, attrs = inputs[:n], dict(zip(names, inputs[n:]))
+                arrays, attrs = inputs[:n], _attrs(op, inputs[n:])
                 ot = _as_tuple(output)
                 ctx.attrs = attrs
                 ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
@@ -210,6 +212,12 @@ def custom_op(op):
             c.register_autograd(bw, setup_context=setup)
         _customs[op.qualname] = c
         return c
+
+
+def _attrs(op, values):
+    """The custom op's attribute arguments as the entry's values (torch passes an ``int[]`` as a
+    list: the rules get the tuple the kernel-level function gets)."""
+    return {a.name: (a.check(op.api, v) if a.type is R.INT_LIST else v) for a, v in zip(op.attrs, values)}
 
 
 def _fresh(r, inputs):
