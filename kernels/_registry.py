@@ -214,12 +214,26 @@ class Aclnn:
 
     ``params(lib, keep, **attrs)`` returns the extra arguments between the inputs and outputs
     (aclScalars, ints, strings), appending objects to keep alive to ``keep``; ``key(**attrs)`` the
-    attributes' part of the executor cache key (default: the attribute values)."""
+    attributes' part of the executor cache key (default: the attribute values). ``order``: the
+    aclnn parameter order when it differs from the entry's (whose order is the framework
+    function's): the input names, with ``"..."`` where the params go (default: after the
+    inputs), e.g. ``("self", "...", "index")`` for ``aclnnGather(self, dim, index, out)`` or
+    ``("weight", "input")`` for ``aclnnEmbedding(weight, indices, out)``."""
 
-    __slots__ = ("name", "params", "key")
+    __slots__ = ("name", "params", "key", "order")
 
-    def __init__(self, name, params=None, key=None):
+    def __init__(self, name, params=None, key=None, order=None):
         self.name, self.params, self.key = name, params, key
+        self.order = None if order is None else tuple(order)
+
+    def arrange(self, op, ins):
+        """(inputs in the aclnn parameter order, how many come before the params)."""
+        if self.order is None:
+            return ins, len(ins)
+        by = dict(zip((t.name for t in op.inputs), ins))
+        names = [n for n in self.order if n != "..."]
+        cut = self.order.index("...") if "..." in self.order else len(names)
+        return [by[n] for n in names], cut
 
 
 class Impl:
@@ -617,7 +631,7 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     else:
         f = op.forward
         if isinstance(f, Aclnn):
-            plan = _run_aclnn(f, s, ins, outs, attrs)
+            plan = _run_aclnn(f, s, ins, outs, attrs, op)
             if fkey is not None and kind == C.TORCH and plan is not None:
                 C.fast_register(fkey, plan, ins[0], outs[0].arr, outs[0].obj)
         elif isinstance(f, Launch):
@@ -627,8 +641,9 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     return tuple(o.obj for o in outs)
 
 
-def _run_aclnn(f, s, ins, outs, attrs):
+def _run_aclnn(f, s, ins, outs, attrs, op=None):
     """One aclnn call through the plan cache; returns the plan (for the fast path)."""
+    ins, nin = f.arrange(op, ins)
     ins = [None if a is None else C.prepare_input(a) for a in ins]
     C.order_inputs(s, ins)
     rs = [o.arr for o in outs]
@@ -636,7 +651,6 @@ def _run_aclnn(f, s, ins, outs, attrs):
     key = (f.name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra)
     plan = C.get_plan(key)
     if plan is None:
-        nin = len(ins)
         params = f.params
 
         def make_args(lib, t, keep):

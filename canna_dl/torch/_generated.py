@@ -312,15 +312,18 @@ def function(op):
 def offload_entries(op):
     """``[(torch function, names, defaults, required extras, handler)]`` for ``offload()``: the
     torch functions the entry names (dotted names or callables; a ``(function, {arg: value})``
-    pair accepts extra torch arguments only at those values, e.g. ``inplace=False``)."""
+    pair accepts extra torch arguments only at those values, e.g. ``inplace=False``; a third item
+    gives the torch function's positional order of the entry's arguments when it differs, e.g.
+    ``("input", "dim", "index")`` for ``torch.gather`` — ``"input"`` names the first input)."""
     import importlib
     out = []
     fn = function(op)
     n = len(op.inputs)
     for spec in op.torch:
-        extras = {}
+        extras, order = {}, None
         if isinstance(spec, tuple):
-            spec, extras = spec
+            spec, extras, *rest = spec
+            order = tuple(rest[0]) if rest else None
         if isinstance(spec, str):
             mod, _, attr = spec.rpartition(".")
             try:
@@ -333,15 +336,20 @@ def offload_entries(op):
             f = spec
         if f is None:
             continue
-        names = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs] + list(extras)
+        entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+        if order is not None and sorted(order) != sorted(entry):
+            raise R.RegistrationError(f"{op.qualname}: the torch order {order} of {spec!r} does not name the "
+                                      f"entry's arguments {tuple(entry)}")
+        names = list(order or entry) + list(extras)
         defaults = {t.name: None for t in op.inputs[1:] if t.optional}
         defaults.update({a.name: a.default for a in op.attrs if not a.required})
         defaults.update(extras)
-        out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras)))
+        perm = None if order is None else [order.index(e) for e in entry]
+        out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras, perm)))
     return out
 
 
-def _handler(fn, n, nattrs, extras):
+def _handler(fn, n, nattrs, extras, perm=None):
     from ._offload import _Fallback, _chk
     keys = list(extras.items())
     k = n + nattrs
@@ -350,6 +358,8 @@ def _handler(fn, n, nattrs, extras):
         for i, (name, want) in enumerate(keys):
             if v[k + i] != want:
                 raise _Fallback(f"{name}={v[k + i]!r}")
+        if perm is not None:   # the torch order -> the entry's
+            v = [v[i] for i in perm]
         _chk(*v[:n])
         return fn(*v[:k])
     return h
