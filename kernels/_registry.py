@@ -228,7 +228,8 @@ class Aclnn:
     aclnn parameter order when it differs from the entry's (whose order is the framework
     function's): the input names, with ``"..."`` where the params go (default: after the
     inputs), e.g. ``("self", "...", "index")`` for ``aclnnGather(self, dim, index, out)`` or
-    ``("weight", "input")`` for ``aclnnEmbedding(weight, indices, out)``."""
+    ``("weight", "input")`` for ``aclnnEmbedding(weight, indices, out)``; None passes a NULL
+    (absent optional) tensor the entry does not have."""
 
     __slots__ = ("name", "params", "key", "order")
 
@@ -243,7 +244,7 @@ class Aclnn:
         by = dict(zip((t.name for t in op.inputs), ins))
         names = [n for n in self.order if n != "..."]
         cut = self.order.index("...") if "..." in self.order else len(names)
-        return [by[n] for n in names], cut
+        return [None if n is None else by[n] for n in names], cut
 
 
 class Impl:

@@ -375,16 +375,19 @@ def offload_entries(op):
     torch functions the entry names (dotted names or callables; a ``(function, {arg: value})``
     pair accepts extra torch arguments only at those values, e.g. ``inplace=False``; a third item
     gives the torch function's positional order of the entry's arguments when it differs, e.g.
-    ``("input", "dim", "index")`` for ``torch.gather`` — ``"input"`` names the first input)."""
+    ``("input", "dim", "index")`` for ``torch.gather`` — ``"input"`` names the first input, None
+    keeps the entry's —; a fourth, the output the torch function returns when the op has several,
+    e.g. ``F.batch_norm`` returns ``native_batch_norm``'s first)."""
     import importlib
     out = []
     fn = function(op)
     n = len(op.inputs)
     for spec in op.torch:
-        extras, order = {}, None
+        extras, order, pick = {}, None, None
         if isinstance(spec, tuple):
             spec, extras, *rest = spec
-            order = tuple(rest[0]) if rest else None
+            order = tuple(rest[0]) if rest and rest[0] is not None else None
+            pick = rest[1] if len(rest) > 1 else None
         if isinstance(spec, str):
             mod, _, attr = spec.rpartition(".")
             try:
@@ -406,11 +409,11 @@ def offload_entries(op):
         defaults.update({a.name: a.default for a in op.attrs if not a.required})
         defaults.update(extras)
         perm = None if order is None else [order.index(e) for e in entry]
-        out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras, perm)))
+        out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras, perm, pick)))
     return out
 
 
-def _handler(fn, n, nattrs, extras, perm=None):
+def _handler(fn, n, nattrs, extras, perm=None, pick=None):
     from ._offload import _Fallback, _chk
     keys = list(extras.items())
     k = n + nattrs
@@ -422,7 +425,7 @@ def _handler(fn, n, nattrs, extras, perm=None):
         if perm is not None:   # the torch order -> the entry's
             v = [v[i] for i in perm]
         _chk(*v[:n])
-        return fn(*v[:k])
+        return fn(*v[:k]) if pick is None else fn(*v[:k])[pick]
     return h
 
 

@@ -6,8 +6,10 @@
  * does: running = (1 - momentum) * running + momentum * stat, with the unbiased variance
  * (M / (M - 1), M values per channel) for runningVar. Eval normalizes with the running statistics.
  * saveMean / saveInvstd (optional, [C]) get the mean and 1 / sqrt(var + eps) used (the batch's in
- * training, the running ones in eval); the backward takes them in training. Sums accumulate in
- * double; channels are spread over the AI-core blocks. */
+ * training, the running ones in eval); the backward takes them in training, and in eval when
+ * runningMean / runningVar are NULL (a simulator convenience: CANN's eval backward reads the running
+ * statistics). aclnnBatchNormStats (hicann/ops-math math/reduce_std_with_mean) computes only the
+ * batch mean and invstd. Sums accumulate in double; channels are spread over the AI-core blocks. */
 #include "opsim.h"
 
 #pragma GCC optimize("O3")
@@ -76,7 +78,7 @@ static void bn_put(const nn_exec_t *ex, int32_t vi, int64_t c, double val)
 }
 
 typedef struct bn_params {
-    bool backward, training;
+    bool backward, training, stats_only;
     bool mask[3];
     double momentum, eps;
     int64_t C, M;                           /* channels, values per channel */
@@ -134,12 +136,17 @@ static aclError bn_block(uint32_t bi, uint32_t nb, void *arg)
                 bn_put(ex, p->vrm, c, (1.0 - m) * bn_get(ex, p->vrm, c, 0) + m * mean);
                 bn_put(ex, p->vrv, c, (1.0 - m) * bn_get(ex, p->vrv, c, 0) + m * (ss / (M - 1.0)));
             }
-        } else if (p->training) {   /* backward of a training step: the saved batch statistics */
+        } else if (p->training || p->vrm < 0) {   /* backward: the statistics the forward saved */
             mean = bn_get(ex, p->vsm, c, 0);
             invstd = bn_get(ex, p->vsi, c, 0);
         } else {
             mean = bn_get(ex, p->vrm, c, 0);
             invstd = 1.0 / sqrt(bn_get(ex, p->vrv, c, 0) + p->eps);
+        }
+        if (p->stats_only) {
+            bn_put(ex, p->vsm, c, mean);
+            bn_put(ex, p->vsi, c, invstd);
+            continue;
         }
         if (!p->backward) {
             double b = bn_get(ex, p->vb, c, 0.0);
@@ -408,9 +415,11 @@ NN_API aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *gradO
     if (training && (!sm || !si))
         return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: saveMean and saveInvstd (from aclnnBatchNorm) are required when "
                       "training is true", api);
-    if (!training && (!rm || !rv))
-        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: runningMean and runningVar are required when training is false",
-                      api);
+    if (!training && (!rm || !rv) && (!sm || !si))
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: runningMean and runningVar (or the saveMean and saveInvstd "
+                      "aclnnBatchNorm gave in eval) are required when training is false", api);
+    if (!rm != !rv)
+        return NN_PARAM("%s: runningMean and runningVar must be given together (one of them is NULL)", api);
     if (!(eps >= 0))
         return NN_PARAM("%s: eps must be >= 0, got %g", api, eps);
     nn_exec_t *ex = bn_new(api);
@@ -442,4 +451,41 @@ NN_API aclnnStatus aclnnBatchNormBackward(void *workspace, uint64_t workspaceSiz
                                           aclrtStream stream)
 {
     return nn_launch("aclnnBatchNormBackward", workspace, workspaceSize, executor, stream);
+}
+
+NN_API aclnnStatus aclnnBatchNormStatsGetWorkspaceSize(const aclTensor *input, double eps, aclTensor *mean,
+                                                       aclTensor *invstd, uint64_t *workspaceSize,
+                                                       aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnBatchNormStats";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *x, *sm, *si;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "input", input, false, &x)) || (rc = bn_input(api, "input", x)) ||
+        (rc = nn_tensor_arg(api, "mean", mean, false, &sm)) || (rc = nn_tensor_arg(api, "invstd", invstd, false, &si)))
+        return rc;
+    int64_t C = x->shape[1];
+    if ((rc = bn_chan(api, "mean", sm, C)) || (rc = bn_chan(api, "invstd", si, C)))
+        return rc;
+    if (!(eps >= 0))
+        return NN_PARAM("%s: eps must be >= 0, got %g", api, eps);
+    nn_exec_t *ex = bn_new(api);
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    bn_params_t *p = (bn_params_t *)ex->params;
+    p->training = p->stats_only = true;
+    p->eps = eps;
+    p->C = C;
+    p->M = bn_per_channel(x);
+    p->vx = nn_exec_add(ex, x, "input", false);
+    p->vsm = nn_exec_add(ex, sm, "mean", true);
+    p->vsi = nn_exec_add(ex, si, "invstd", true);
+    int32_t written[2] = {p->vsm, p->vsi};
+    return bn_finish(api, ex, written, 2, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnBatchNormStats(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                       aclrtStream stream)
+{
+    return nn_launch("aclnnBatchNormStats", workspace, workspaceSize, executor, stream);
 }
