@@ -657,6 +657,8 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
         if i == 0 and out is not None:
             outs.append(C.given_out(api, out, sp.shape, sp.dtype, named, allow_same=op.elementwise))
         else:
+            if kind is None:   # out= names the first output; the others are of the inputs' kind
+                kind = C.result_kind(*arrays)
             outs.append(C.new_out(kind, sp.shape, sp.dtype, s))
     fin = outs + muts if muts else outs
     if all(o.arr.size == 0 for o in fin):
