@@ -72,3 +72,69 @@ def test_under_offload():
     torch.testing.assert_close(x.grad, torch.ones_like(x))
     st = rep.ops["pad"]
     assert (st.canna, st.backward, st.fallback) == (1, 1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# aclnnCat at the C level (an aclTensorList; the registry entry comes with TensorList support)
+
+np = pytest.importorskip("numpy")
+from aclnn_util import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, DevTensor, OpError, run  # noqa: E402
+from acl_rt._lib import ffi  # noqa: E402
+
+
+def _cat(arrays, dim, out_dtype, strided=False):
+    ts = [DevTensor.strided(a) if strided else DevTensor.from_numpy(a) for a in arrays]
+    want = np.concatenate([a for a in arrays if not (a.ndim == 1 and a.size == 0 and arrays[0].ndim != 1)],
+                          axis=dim).astype(out_dtype)
+    out = DevTensor(want.shape, out_dtype)
+    lib = __import__("aclnn_util").nn()
+    hs = ffi.new("aclTensor *[]", [t.handle for t in ts])
+    tl = lib.aclCreateTensorList(hs, len(ts))   # kept for the test's lifetime (destroying it destroys its tensors)
+    run("Cat", tl, dim, out.handle)
+    return out.numpy(), want, (ts, tl)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("strided", [False, True])
+def test_cat_kernel(dim, strided):
+    rng = np.random.default_rng(0)
+    shapes = [(2, 3, 4), (2, 3, 4)]
+    shapes = [tuple(s if k != dim % 3 else s + i for k, s in enumerate(sh)) for i, sh in enumerate(shapes)]
+    arrays = [rng.standard_normal(s) for s in shapes] + [rng.standard_normal(shapes[0]).astype(np.float32)]
+    got, want, _ = _cat(arrays, dim, np.float64, strided)     # float64 + float32 -> float64 (promotion)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cat_kernel_many_ints_and_legacy_empty():
+    rng = np.random.default_rng(1)
+    arrays = [rng.integers(-9, 9, (i % 3 + 1, 2)).astype(np.int32 if i % 2 else np.int64) for i in range(40)]
+    got, want, _ = _cat(arrays, 0, np.int64)
+    np.testing.assert_array_equal(got, want)
+    got, want, _ = _cat([np.ones((2, 2)), np.zeros(0), np.full((1, 2), 3.0)], 0, np.float64)  # [0] is skipped
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cat_kernel_refusals():
+    lib = __import__("aclnn_util").nn()
+    a, b = DevTensor.from_numpy(np.ones((2, 3))), DevTensor.from_numpy(np.ones((2, 4)))
+    out = DevTensor((4, 3), np.float64)
+
+    def tl(*ts):
+        return lib.aclCreateTensorList(ffi.new("aclTensor *[]", [t.handle for t in ts]), len(ts))
+    with pytest.raises(OpError, match="sizes of tensors must match except in dimension 0") as e:
+        run("Cat", tl(a, b), 0, out.handle)
+    assert e.value.code == ACLNN_ERR_PARAM_INVALID
+    with pytest.raises(OpError, match="dim 2 is out of range"):
+        run("Cat", tl(a, a), 2, out.handle)
+    with pytest.raises(OpError, match=r"out has shape \[4, 3\], expected \[2, 6\]"):
+        run("Cat", tl(a, a), 1, out.handle)
+    with pytest.raises(OpError, match="cannot be cast to out's dtype int64"):
+        run("Cat", tl(a, a), 0, DevTensor((4, 3), np.int64).handle)
+    with pytest.raises(OpError, match="empty list"):
+        run("Cat", lib.aclCreateTensorList(ffi.new("aclTensor *[1]"), 0), 0, out.handle)
+    with pytest.raises(OpError) as e:
+        run("Cat", ffi.NULL, 0, out.handle)
+    assert e.value.code == ACLNN_ERR_PARAM_NULLPTR
+    with pytest.raises(OpError, match="not a live aclTensorList"):
+        run("Cat", ffi.cast("aclTensorList *", a.handle), 0, out.handle)
+    assert_usable()
