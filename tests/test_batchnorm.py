@@ -195,3 +195,18 @@ def test_offload_falls_back_for_what_canna_refuses():
         with pytest.raises(ValueError, match="Expected more than 1 value per channel"):   # PyTorch's own error
             bn(x)
     assert rep.ops["native_batch_norm"].fallback == 1
+
+
+def test_torch_batch_norm_and_native_batch_norm_are_mapped():
+    x, w, b, rm, rv = _data((4, 3, 5))
+    r = [rm.clone(), rv.clone(), rm.clone(), rv.clone()]
+    with ct.offload() as rep:
+        a = torch.batch_norm(x, w, b, r[0], r[1], True, 0.2, 1e-5, True)
+        o, sm, si = torch.native_batch_norm(x, w, b, r[2], r[3], True, 0.2, 1e-5)
+    ref = F.batch_norm(x, rm, rv, w, b, True, 0.2, 1e-5)
+    torch.testing.assert_close(a, ref)
+    torch.testing.assert_close(o, ref)
+    for t in r[:2], r[2:]:
+        torch.testing.assert_close(t[0], rm)
+        torch.testing.assert_close(t[1], rv)
+    assert rep.ops["native_batch_norm"].canna == 2
