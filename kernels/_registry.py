@@ -44,8 +44,8 @@ import canna_dl
 from . import _core as C
 from . import _native
 
-__all__ = ["Tensor", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "register_op", "get_op", "registered_ops",
-           "OpId", "op_id", "RegistrationError"]
+__all__ = ["Tensor", "TensorList", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "register_op", "get_op",
+           "registered_ops", "OpId", "op_id", "RegistrationError"]
 
 _REQ = object()     # a required attribute
 
@@ -89,6 +89,60 @@ class Tensor:
 
     def __repr__(self):
         return f"Tensor({self.name!r}{', optional' if self.optional else ''}{', mutated' if self.mutated else ''})"
+
+
+class TensorList(Tensor):
+    """An input that is a list (or tuple) of arrays — torch schema ``Tensor[]`` — e.g. the tensors
+    ``cat`` joins or the parameters of a ``foreach`` optimizer step: ``name``, ``dtypes`` (each
+    array's; see :class:`Tensor`), ``diff``, ``mutated`` (every array of the list is updated in
+    place). The shape rule, a :class:`Launch` rule and a composed forward get the list; a RawKernel
+    gets its arrays as consecutive arguments at the list's place; an :class:`Aclnn` forward gets
+    an ``aclTensorList``; the backward returns a list of gradients (one per array) or None for it."""
+
+    __slots__ = ()
+
+    list = True
+
+    def __init__(self, name, dtypes=None, *, diff=None, mutated=False):
+        super().__init__(name, dtypes, diff=diff, mutated=mutated)
+
+    def __repr__(self):
+        return f"TensorList({self.name!r}{', mutated' if self.mutated else ''})"
+
+
+#: one input's place in a flat list of arrays: ``None`` absent, ``-1`` one array, ``n`` a list of n
+def layout(op, arrays):
+    """The layout of a call's arrays (one entry per input; see :func:`flatten`)."""
+    return tuple(None if a is None else len(a) if t.list else -1 for t, a in zip(op.inputs, arrays))
+
+
+def flatten(op, arrays):
+    """``(flat, layout)``: the present arrays of a call in order, a list input's arrays in its
+    place, and how to regroup them (:func:`unflatten`)."""
+    flat = []
+    for t, a in zip(op.inputs, arrays):
+        if a is None:
+            continue
+        if t.list:
+            flat.extend(a)
+        else:
+            flat.append(a)
+    return flat, layout(op, arrays)
+
+
+def unflatten(lay, flat):
+    """The per-input arrays (a list for a list input, None for an absent one) of a flat list."""
+    out, k = [], 0
+    for n in lay:
+        if n is None:
+            out.append(None)
+        elif n < 0:
+            out.append(flat[k])
+            k += 1
+        else:
+            out.append(list(flat[k:k + n]))
+            k += n
+    return out
 
 
 #: an int-list attribute's type (``Attr(name, list[int], default)``; torch schema ``int[]``)
@@ -381,6 +435,8 @@ class OpDef:
         self.check_none = check_none
         #: indices of the inputs the op updates in place (Tensor(..., mutated=True))
         self.mutated = tuple(i for i, t in enumerate(self.inputs) if t.mutated)
+        #: some input is a TensorList
+        self.lists = any(t.list for t in self.inputs)
 
     @property
     def arg_names(self):
@@ -452,11 +508,15 @@ class OpDef:
         for i in self.mutated:
             if arrays[i] is None:
                 continue
-            a = C.as_array(self.api, self.inputs[i].name, arrays[i])
-            b = canna_dl.empty(a.shape, a.dtype, device=a.device)
-            C.dl_copy.copy_into(b, a)
-            arrays[i] = b
-            news.append(b)
+            t = self.inputs[i]
+            copies = []
+            for v in (arrays[i] if t.list else [arrays[i]]):
+                a = C.as_array(self.api, t.name, v)
+                b = canna_dl.empty(a.shape, a.dtype, device=a.device)
+                C.dl_copy.copy_into(b, a)
+                copies.append(b)
+            arrays[i] = copies if t.list else copies[0]
+            news.extend(copies)
         r = self.kernel(*arrays, **attrs)
         outs = [] if r is None else list(r) if isinstance(r, tuple) else [r]
         return outs + news
@@ -616,9 +676,9 @@ def _none_error(op, values):
 
 
 def check_inputs(op, arrays):
-    """The inputs as DeviceArrays (None for an absent optional one), checked: a required array is
-    present and an array (TypeError otherwise, naming it), of an allowed dtype (TypeError), with
-    at most 8 dims (ValueError)."""
+    """The inputs as DeviceArrays (None for an absent optional one, a list for a list input),
+    checked: a required array is present and an array (TypeError otherwise, naming it), of an
+    allowed dtype (TypeError), with at most 8 dims (ValueError)."""
     api = op.api
     out = []
     for t, x in zip(op.inputs, arrays):
@@ -626,14 +686,46 @@ def check_inputs(op, arrays):
             if t.optional:
                 out.append(None)
                 continue
-            raise TypeError(f"{api}: {t.name} must be an array (a DeviceArray, a torch/TensorFlow/JAX tensor, a "
-                            "NumPy array), not None")
-        a = C.as_array(api, t.name, x)
-        C.check_dtype(api, t.name, a.dtype, t.dtypes)
-        if a.ndim > C.MAX_DIMS:
-            raise ValueError(f"{api}: at most {C.MAX_DIMS} dimensions are supported, got {a.ndim} ({t.name})")
-        out.append(a)
+            raise TypeError(f"{api}: {t.name} must be {'a list of arrays' if t.list else 'an array'} (a DeviceArray, "
+                            "a torch/TensorFlow/JAX tensor, a NumPy array), not None")
+        if t.list:
+            if not isinstance(x, (list, tuple)):
+                raise TypeError(f"{api}: {t.name} must be a list or tuple of arrays, not {type(x).__name__}")
+            out.append([_check_one(api, f"{t.name}[{j}]", t, v) for j, v in enumerate(x)])
+        else:
+            out.append(_check_one(api, t.name, t, x))
     return out
+
+
+def _check_one(api, name, t, x):
+    a = C.as_array(api, name, x)
+    C.check_dtype(api, name, a.dtype, t.dtypes)
+    if a.ndim > C.MAX_DIMS:
+        raise ValueError(f"{api}: at most {C.MAX_DIMS} dimensions are supported, got {a.ndim} ({name})")
+    return a
+
+
+def _flat(op, ins):
+    """The arrays of checked inputs in order (a list input's in its place; None kept)."""
+    if not op.lists:
+        return ins
+    out = []
+    for t, a in zip(op.inputs, ins):
+        if t.list and a is not None:
+            out.extend(a)
+        else:
+            out.append(a)
+    return out
+
+
+def _named(op, ins):
+    out = []
+    for t, a in zip(op.inputs, ins):
+        if t.list and a is not None:
+            out.extend((f"{t.name}[{j}]", b) for j, b in enumerate(a))
+        else:
+            out.append((t.name, a))
+    return tuple(out)
 
 
 def _call(op, arrays, attrs, out, stream, fkey=None):
@@ -646,12 +738,15 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     for a in op.attrs:
         if a.choices is not None or a.type is not type(attrs[a.name]):
             attrs[a.name] = a.check(api, attrs[a.name])
-    kind = C.result_kind(*arrays) if out is None else None
     ins = check_inputs(op, arrays)
+    if op.lists:
+        kind = C.result_kind(*flatten(op, arrays)[0]) if out is None else None
+    else:
+        kind = C.result_kind(*arrays) if out is None else None
     specs = op.specs(ins, attrs)
-    s = C.device_and_stream(api, ins, stream)
+    s = C.device_and_stream(api, _flat(op, ins), stream)
     muts = _mutated(op, api, arrays, ins, isinstance(op.forward, Launch)) if op.mutated else []
-    named = tuple((t.name, a) for t, a in zip(op.inputs, ins))
+    named = _named(op, ins) if op.lists else tuple((t.name, a) for t, a in zip(op.inputs, ins))
     outs = []
     for i, sp in enumerate(specs):
         if i == 0 and out is not None:
@@ -684,29 +779,47 @@ def _mutated(op, api, arrays, ins, contiguous):
     cannot describe, or a non-contiguous one for a RawKernel — a temporary holding the current
     value, copied back into the caller's array after the launch."""
     muts = []
-    for i in op.mutated:
-        a = ins[i]
-        if a is None:
+    named = _named(op, ins)
+    pos = 0
+    for t, a in zip(op.inputs, ins):     # flat positions of each input's arrays (as in named)
+        t_pos, pos = pos, pos + (len(a) if t.list and a is not None else 1)
+        if not t.mutated or a is None:
             continue
-        others = tuple((u.name, b) for j, (u, b) in enumerate(zip(op.inputs, ins)) if j != i and b is not None)
-        m = C.given_out(api, arrays[i], a.shape, a.dtype, others, name=op.inputs[i].name, exact_dtype=True)
-        if m.stage is None and contiguous and not m.arr.is_contiguous():
-            m = C.Out(canna_dl.empty(a.shape, a.dtype, device=a.device), m.obj, sync=True, stage=m.arr)
-        if m.stage is not None:
-            C.dl_copy.copy_into(m.arr, a)   # the current value, into the temporary the kernel updates
-        ins[i] = m.arr
-        muts.append(m)
+        i = op.inputs.index(t)
+        objs, elems = (list(arrays[i]), a) if t.list else ([arrays[i]], [a])
+        for j, (obj, e) in enumerate(zip(objs, elems)):
+            others = tuple(nb for k, nb in enumerate(named) if k != t_pos + j and nb[1] is not None)
+            m = C.given_out(api, obj, e.shape, e.dtype, others, name=named[t_pos + j][0], exact_dtype=True)
+            if m.stage is None and contiguous and not m.arr.is_contiguous():
+                m = C.Out(canna_dl.empty(e.shape, e.dtype, device=e.device), m.obj, sync=True, stage=m.arr)
+            if m.stage is not None:
+                C.dl_copy.copy_into(m.arr, e)   # the current value, into the temporary the kernel updates
+            if t.list:
+                a[j] = m.arr
+            else:
+                ins[i] = m.arr
+            muts.append(m)
     return muts
 
 
 def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
-    """One aclnn call through the plan cache; returns the plan (for the fast path)."""
-    ins, nin = f.arrange(op, ins)
+    """One aclnn call through the plan cache; returns the plan (for the fast path). A list input
+    is an ``aclTensorList`` of its arrays' descriptors (their addresses are swapped one by one, in
+    order, as the executor numbers its input tensors)."""
+    lay = None
+    if op is not None and op.lists:   # (an Aclnn order= is for ops without list inputs)
+        lay = layout(op, ins)
+        ins = _flat(op, ins)
+        nin = len(ins)
+    else:
+        ins, nin = f.arrange(op, ins)
     ins = [None if a is None else C.prepare_input(a) for a in ins]
     C.order_inputs(s, ins)
     rs = [o.arr for o in outs]
     extra = f.key(**attrs) if f.key is not None else tuple(_scalar_key(v) for v in attrs.values())
     key = (f.name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra)
+    if lay is not None:
+        key += (lay,)
     plan = C.get_plan(key)
     if plan is None:
         params = f.params
@@ -715,7 +828,8 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
             mid = tuple(params(lib, keep, **attrs)) if params is not None else ()
             present = list(t)
             # absent optional inputs are NULL descriptors in t already
-            return tuple(present[:nin]) + mid + tuple(present[nin:])
+            first = present[:nin] if lay is None else _tensor_lists(lib, present[:nin], lay, keep)
+            return tuple(first) + mid + tuple(present[nin:])
         plan = C.build_plan(f.name, ins, rs, make_args)
         C.put_plan(key, plan)
     addrs = [a.ptr for a in ins if a is not None] + [r.ptr for r in rs]
@@ -723,11 +837,38 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
     return plan
 
 
+def _tensor_lists(lib, descs, lay, keep):
+    """The phase-1 tensor arguments with each list input's descriptors as one aclTensorList (which
+    owns them: aclDestroyTensorList destroys its tensors)."""
+    out, k = [], 0
+    for n in lay:
+        if n is None or n < 0:
+            out.append(descs[k])
+            k += 1
+            continue
+        elems = descs[k:k + n]
+        k += n
+        for d in elems:
+            C.ffi.gc(d, None)            # the list destroys them
+        h = lib.aclCreateTensorList(C.ffi.new("aclTensor *[]", elems) if n else C.ffi.NULL, n)
+        if h == C.ffi.NULL:
+            raise ValueError(f"aclCreateTensorList refused a list of {n} tensors: {C._nn_error('aclCreateTensorList')}")
+        h = C.ffi.gc(h, lib.aclDestroyTensorList)
+        keep.append(h)
+        out.append(h)
+    return out
+
+
 def _run_launch(op, f, s, ins, outs, attrs, fin=None):
-    """A RawKernel launch: the launch rule on the shapes, then the kernel on contiguous operands."""
+    """A RawKernel launch: the launch rule on the shapes, then the kernel on contiguous operands
+    (a list input's arrays as consecutive arguments)."""
     from ._elementwise import contiguous
-    ins = [None if a is None else (a if a.is_contiguous() else contiguous(a, stream=s)) for a in ins]
-    C.order_inputs(s, ins)
+
+    def cont(a):
+        return None if a is None else (a if a.is_contiguous() else contiguous(a, stream=s))
+    ins = [[cont(b) for b in a] if t.list else cont(a) for t, a in zip(op.inputs, ins)]
+    flat = _flat(op, ins)
+    C.order_inputs(s, flat)
     rs = [o.arr for o in outs]
     r = f.rule(*ins, *rs, **attrs)
     try:
@@ -735,7 +876,7 @@ def _run_launch(op, f, s, ins, outs, attrs, fin=None):
         scalars = tuple(scalars)
     except (TypeError, ValueError):
         raise TypeError(f"{op.api}: the launch rule must return (num_blocks, scalars), not {r!r}") from None
-    f.kernel.launch(nb, *ins, *rs, *scalars, stream=s)
+    f.kernel.launch(nb, *flat, *rs, *scalars, stream=s)
     fin = outs if fin is None else fin
     if any(o.sync for o in fin):
         s.synchronize()
@@ -756,10 +897,11 @@ def _check_registration(op: OpDef, example):
     from . import _abstract
     where = f"register_op({op.qualname!r})"
     if example is None:
-        example = [(2, 3)] * len(op.inputs)
+        example = [[(2, 3), (2, 3)] if t.list else (2, 3) for t in op.inputs]
     if len(example) != len(op.inputs):
         raise RegistrationError(f"{where}: example_shapes has {len(example)} shapes for {len(op.inputs)} inputs")
-    ins = [Spec(shape, t.dtypes[0]) for shape, t in zip(example, op.inputs)]
+    ins = [[Spec(sh, t.dtypes[0]) for sh in shape] if t.list else Spec(shape, t.dtypes[0])
+           for shape, t in zip(example, op.inputs)]
     attrs = {a.name: a.default for a in op.attrs if not a.required}
     missing = [a.name for a in op.attrs if a.required]
     if missing:
@@ -798,8 +940,18 @@ def _check_registration(op: OpDef, example):
         raise RegistrationError(f"{where}: the backward returns {len(r)} gradient(s) but the op has "
                                 f"{len(op.diff)} differentiable input(s) {op.diff}")
     by = dict(zip((t.name for t in op.inputs), ins))
+    lists = {t.name for t in op.inputs if t.list}
     for n, gspec in zip(op.diff, r):
         if gspec is None:
+            continue
+        if n in lists:
+            if not isinstance(gspec, (list, tuple)) or len(gspec) != len(by[n]):
+                raise RegistrationError(f"{where}: the backward's gradient of the list {n} must be a list of "
+                                        f"{len(by[n])} gradients (one per array) or None, not {gspec!r}")
+            for j, (gj, xj) in enumerate(zip(gspec, by[n])):
+                if gj is not None and (not isinstance(gj, Spec) or gj.shape != xj.shape):
+                    raise RegistrationError(f"{where}: the backward's gradient of {n}[{j}] is {gj!r} but {n}[{j}] "
+                                            f"has shape {xj.shape}")
             continue
         if not isinstance(gspec, Spec):
             raise RegistrationError(f"{where}: the backward's gradient of {n} is a {type(gspec).__name__}, not the "
@@ -832,7 +984,8 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
             ``<namespace>.<name>`` in messages.
         torch: torch functions (callables) that ``canna_dl.torch.offload()`` maps to this op
             (their arguments must bind to the op's inputs and attrs by position).
-        example_shapes: one shape per input on which the rules are checked (default all (2, 3)).
+        example_shapes: one shape per input on which the rules are checked (default all (2, 3); for
+            a :class:`TensorList`, a list of shapes, default two (2, 3)).
 
     Returns:
         The :class:`OpDef`: call it like a kernel (any array kind in, the same kind out), or use

@@ -324,7 +324,8 @@ def mutating(affine):
     track = kernels.register_op(
         "track", namespace=NS, inputs=[Tensor("x", "float64"), Tensor("running", "float64", mutated=True)],
         attrs=[Attr("momentum", float, 0.5)], shape=lambda x, running, momentum: _same_shape(x, running),
-        forward=Launch(mod.get_function("track"), _blocks), backward=lambda ops, g, momentum: (ops[f"{NS}::affine"](g, (2, 0)),))
+        forward=Launch(mod.get_function("track"), _blocks),
+        backward=lambda ops, g, momentum: (ops[f"{NS}::affine"](g, (2, 0)),))
     sgd = kernels.register_op(
         "sgd_step", namespace=NS, inputs=[Tensor("p", "float64", mutated=True), Tensor("g", "float64", diff=False)],
         attrs=[Attr("lr", float, 0.1)], outputs=(), shape=lambda p, g, lr: (_same_shape(p, g),)[1:],
@@ -455,3 +456,144 @@ def test_mutated_jax(mutating):
         p2 = sgd.jax_fn(jnp.ones(6), x, 0.5)
         np.testing.assert_allclose(np.asarray(p2), 1 - 0.5 * _x())
         np.testing.assert_allclose(np.asarray(jax.jit(sgd.jax_fn)(jnp.ones(6), x)), 1 - 0.1 * _x())
+
+
+# ---------------------------------------------------------------------------------------------
+# list inputs (TensorList, schema Tensor[])
+
+WSUM = r"""
+#include "canna_kernel.h"
+/* z = w0 x0 + w1 x1 + w2 x2: the list's arrays arrive as consecutive arguments */
+CANNA_KERNEL void wsum3(const GM_ADDR x0, const GM_ADDR x1, const GM_ADDR x2, GM_ADDR z, uint64_t n, double w0,
+                        double w1, double w2) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i)
+        ((double *)z)[i] = w0 * ((const double *)x0)[i] + w1 * ((const double *)x1)[i] + w2 * ((const double *)x2)[i];
+}
+/* a foreach step over two parameters: p_k <- p_k - lr * g_k */
+CANNA_KERNEL void sgd2(GM_ADDR p0, GM_ADDR p1, const GM_ADDR g0, const GM_ADDR g1, uint64_t n, double lr) {
+    uint64_t per = (n + GetBlockNum() - 1) / GetBlockNum(), lo = GetBlockIdx() * per;
+    for (uint64_t i = lo; i < n && i < lo + per; ++i) {
+        ((double *)p0)[i] -= lr * ((const double *)g0)[i];
+        ((double *)p1)[i] -= lr * ((const double *)g1)[i];
+    }
+}
+"""
+
+
+def _wsum_shape(xs, weights=(1, 2, 3)):
+    if len(xs) != 3 or len(weights) != 3:
+        raise ValueError(f"wsum3 takes 3 arrays and 3 weights, got {len(xs)} and {len(weights)}")
+    return _same_shape(*xs)
+
+
+@pytest.fixture(scope="module")
+def listops(affine):
+    mod = kernels.RawModule(WSUM)
+    wsum = kernels.register_op(
+        "wsum3", namespace=NS, inputs=[kernels.TensorList("xs", "float64")],
+        attrs=[Attr("weights", list[int], (1, 2, 3))], shape=_wsum_shape, example_shapes=[[(2, 3)] * 3],
+        forward=Launch(mod.get_function("wsum3"),
+                       lambda xs, z, weights: (2, (math.prod(z.shape), *map(float, weights)))),
+        backward=lambda ops, g, weights: ([ops[f"{NS}::affine"](g, (w, 0)) for w in weights],))
+    sgd2 = kernels.register_op(
+        "sgd2", namespace=NS, outputs=(), attrs=[Attr("lr", float, 0.1)],
+        inputs=[kernels.TensorList("params", "float64", mutated=True),
+                kernels.TensorList("grads", "float64", diff=False)],
+        shape=lambda params, grads, lr: (_same_shape(*params, *grads),)[1:],
+        forward=Launch(mod.get_function("sgd2"), lambda p, g, lr: (1, (math.prod(p[0].shape), lr))))
+    return wsum, sgd2
+
+
+def _three():
+    return [_x() + k for k in range(3)]
+
+
+def test_tensor_list_kernel_level(listops):
+    wsum, sgd2 = listops
+    xs = _three()
+    np.testing.assert_allclose(wsum(xs), xs[0] + 2 * xs[1] + 3 * xs[2])
+    np.testing.assert_allclose(wsum(tuple(xs), [0, 1, 0]), xs[1])
+    with pytest.raises(ValueError, match="takes 3 arrays"):
+        wsum(xs[:2])
+    with pytest.raises(TypeError, match=r"xs\[1\] must be an array"):
+        wsum([xs[0], None, xs[2]])
+    with pytest.raises(TypeError, match="xs must be a list or tuple of arrays"):
+        wsum(xs[0])
+    with pytest.raises(TypeError, match=r"xs\[2\].*float64"):
+        wsum([xs[0], xs[1], xs[2].astype(np.float32)])
+    ps = [np.ones(6), np.zeros(6)]
+    assert sgd2(ps, xs[:2], lr=0.5) is None
+    np.testing.assert_allclose(ps[0], 1 - 0.5 * xs[0])
+    np.testing.assert_allclose(ps[1], -0.5 * xs[1])
+    with pytest.raises(kernels.RegistrationError, match="list xs must be a list of 3 gradients"):
+        kernels.register_op("bad_list_grad", namespace=NS, inputs=[kernels.TensorList("xs", "float64")],
+                            shape=_wsum_shape, example_shapes=[[(2, 3)] * 3], forward=wsum.forward,
+                            backward=lambda ops, g: (g,))
+
+
+def test_tensor_list_torch(listops):
+    torch = pytest.importorskip("torch")
+    from canna_dl.torch._generated import schema
+    wsum, sgd2 = listops
+    assert schema(wsum) == "(Tensor[] xs, int[] weights=[1, 2, 3]) -> Tensor"
+    assert schema(sgd2) == "(Tensor(a!)[] params, Tensor[] grads, float lr=0.1) -> ()"
+    f = wsum.torch_fn
+    xs = [torch.tensor(v, requires_grad=True) for v in _three()]
+    y = f(xs, [1, -1, 2])
+    torch.testing.assert_close(y, xs[0].detach() - xs[1].detach() + 2 * xs[2].detach())
+    y.sum().backward()
+    assert [float(x.grad[0]) for x in xs] == [1.0, -1.0, 2.0]
+    assert torch.autograd.gradcheck(lambda a, b, c: f([a, b, c], (2, 1, -3)), tuple(xs))
+    assert torch.autograd.gradcheck(lambda a, b, c: torch.ops.regtest.wsum3([a, b, c], [2, 1, -3]), tuple(xs))
+    from torch.library import opcheck
+    res = opcheck(torch.ops.regtest.wsum3.default, ([x.detach() for x in xs], [1, 2, 3]))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    torch.compiler.reset()
+    c = torch.compile(lambda a, b, t: f([a, b, t], [3, 2, 1]).sum(), fullgraph=True)
+    xc = [x.detach().clone().requires_grad_() for x in xs]
+    c(*xc).backward()
+    assert [float(x.grad[0]) for x in xc] == [3.0, 2.0, 1.0]
+    ps = [torch.ones(6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)]
+    gs = [x.detach() for x in xs[:2]]
+    sgd2.torch_fn(ps, gs, 0.5)
+    torch.testing.assert_close(ps[0], 1 - 0.5 * gs[0])
+    torch.testing.assert_close(ps[1], -0.5 * gs[1])
+    res = opcheck(torch.ops.regtest.sgd2.default, ([torch.ones(6, dtype=torch.float64)] * 1 +
+                                                    [torch.zeros(6, dtype=torch.float64)], gs, 0.5))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    with pytest.raises(TypeError, match="xs must be a list or tuple of tensors"):
+        f(xs[0])
+
+
+def test_tensor_list_tf(listops):
+    tf = pytest.importorskip("tensorflow")
+    wsum, sgd2 = listops
+    f = wsum.tf_fn
+    xs = [tf.constant(v) for v in _three()]
+    np.testing.assert_allclose(f(xs, [1, -1, 2]).numpy(), _three()[0] - _three()[1] + 2 * _three()[2])
+    theo, num = tf.test.compute_gradient(lambda a, b, c: f([a, b, c], (2, 1, -3)), xs)
+    for t, n in zip(theo, num):
+        np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-8)
+    conc = tf.function(lambda a, b, c: f([a, b, c])).get_concrete_function(*[tf.TensorSpec([4], tf.float64)] * 3)
+    assert conc.structured_outputs.shape.as_list() == [4]
+    ps = [tf.Variable(tf.ones(6, tf.float64)), tf.Variable(tf.zeros(6, tf.float64))]
+    tf.function(lambda: sgd2.tf_fn(ps, xs[:2], 0.5))()
+    np.testing.assert_allclose(ps[0].numpy(), 1 - 0.5 * _three()[0])
+    np.testing.assert_allclose(ps[1].numpy(), -0.5 * _three()[1])
+
+
+def test_tensor_list_jax(listops):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    wsum, sgd2 = listops
+    f = wsum.jax_fn
+    with jax.enable_x64(True):
+        xs = [jnp.asarray(v) for v in _three()]
+        np.testing.assert_allclose(np.asarray(f(xs, [1, -1, 2])), _three()[0] - _three()[1] + 2 * _three()[2])
+        gs = jax.jit(jax.grad(lambda v: jnp.sum(f(v, [2, 1, -3]))))(xs)
+        assert [float(g[0]) for g in gs] == [2.0, 1.0, -3.0]
+        p0, p1 = sgd2.jax_fn([jnp.ones(6), jnp.zeros(6)], xs[:2], 0.5)
+        np.testing.assert_allclose(np.asarray(p1), -0.5 * _three()[1])
+        p0j, _ = jax.jit(lambda p, g: sgd2.jax_fn(p, g, 0.5))([jnp.ones(6), jnp.zeros(6)], xs[:2])
+        np.testing.assert_allclose(np.asarray(p0j), 1 - 0.5 * _three()[0])

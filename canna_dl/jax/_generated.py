@@ -44,31 +44,29 @@ def _make(op):
     nout = len(op.outputs)
     vjps: dict = {}
 
-    def vjp_for(attrs_key, present):
-        key = (attrs_key, present)
+    def vjp_for(attrs_key, lay):
+        key = (attrs_key, lay)
         f = vjps.get(key)
         if f is not None:
             return f
         attrs = dict(attrs_key)
+        # flat position -> (input index, index in its list or -1)
+        owner = [(i, j if n >= 0 else -1) for i, n in enumerate(lay) if n is not None
+                 for j in range(1 if n < 0 else n)]
 
         def full(vals):
-            v = [None] * len(inputs)
-            for i, x in zip(present, vals):
-                v[i] = x
-            return v
+            return R.unflatten(lay, vals)
 
         # a mutated input's new value is returned after the outputs (JAX is functional)
-        muts = [i for i in op.mutated if i in present]
+        muts = [k for k, (i, _) in enumerate(owner) if inputs[i].mutated]
         ntot = nout + len(muts)
 
         def run(*xs):
-            v = full(xs)
-            specs = op.specs([None if a is None else R.Spec(a.shape, canna_dl.dtype(a.dtype.name)) for a in v],
-                             attrs)
+            specs = op.specs(_specs(full(xs)), attrs)
             structs = [_sds(s.shape, jnp.dtype(s.dtype.name)) for s in specs]
             if not muts:
                 return _call(lambda *a: _tuple(op.kernel(*full(a), **attrs)), xs, structs)
-            structs += [_sds(v[i].shape, v[i].dtype) for i in muts]
+            structs += [_sds(xs[k].shape, xs[k].dtype) for k in muts]
             return _call(lambda *a: [_jax_like(r, a) for r in op.functional(full(a), attrs)], xs, structs)
 
         def pack(outs):
@@ -86,25 +84,30 @@ def _make(op):
         def f_bwd(res, g):
             xs, saved = res
             gs = ((g,) if ntot == 1 else tuple(g))[:nout]
-            diff_idx = [j for j, i in enumerate(present) if inputs[i].diff]
+            diff_idx = [k for k, (i, _) in enumerate(owner) if inputs[i].diff]
+            res_g = [_zero_cotangent(x) for x in xs]
             if op.backward is None or not diff_idx:
-                return tuple(jnp.zeros_like(x) for x in xs)
-            structs = [_sds(xs[j].shape, xs[j].dtype) for j in diff_idx]
+                return tuple(res_g)
+            structs = [_sds(xs[k].shape, xs[k].dtype) for k in diff_idx]
             ng = len(gs)
+            slay = [len(v) if isinstance(v, (list, tuple)) else -1 for v in saved]
+            sflat = [x for v in saved for x in (v if isinstance(v, (list, tuple)) else (v,))]
 
             def body(*a):
-                r = op.backward(_abstract.KOPS, *a[:ng], *a[ng:], **attrs)
+                r = op.backward(_abstract.KOPS, *a[:ng], *R.unflatten(slay, a[ng:]), **attrs)
                 r = r if isinstance(r, (tuple, list)) else (r,)
                 by = dict(zip(op.diff, r))
                 out = []
-                for j in diff_idx:
-                    gr = by.get(inputs[present[j]].name)
-                    out.append(jnp.zeros(xs[j].shape, xs[j].dtype) if gr is None else gr)
+                for k in diff_idx:
+                    i, j = owner[k]
+                    gr = by.get(inputs[i].name)
+                    if gr is not None and j >= 0:
+                        gr = gr[j]
+                    out.append(jnp.zeros(xs[k].shape, xs[k].dtype) if gr is None else gr)
                 return out
-            r = _call(body, (*gs, *saved), structs)
-            res_g = [jnp.zeros_like(x) for x in xs]
-            for j, gr in zip(diff_idx, r):
-                res_g[j] = gr
+            r = _call(body, (*gs, *sflat), structs)
+            for k, gr in zip(diff_idx, r):
+                res_g[k] = gr
             return tuple(res_g)
         f.defvjp(f_fwd, f_bwd)
         vjps[key] = f
@@ -112,23 +115,26 @@ def _make(op):
 
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs)
-        xs, present = [], []
-        for i, (t, a) in enumerate(zip(inputs, arrays)):
+        vals = []
+        for t, a in zip(inputs, arrays):
             if a is None:
                 if not t.optional:
                     _array(api, t.name, a)   # TypeError: "... must be a JAX array, not NoneType"
-                continue
-            x = _array(api, t.name, a)
-            xs.append(x)
-            present.append(i)
-        dts = {x.dtype for x in xs}
+                vals.append(None)
+            elif t.list:
+                if not isinstance(a, (list, tuple)):
+                    raise TypeError(f"{api}: {t.name} must be a list or tuple of JAX arrays, not {type(a).__name__}")
+                vals.append([_operand(api, t, f"{t.name}[{j}]", b) for j, b in enumerate(a)])
+            else:
+                vals.append(_operand(api, t, t.name, a))
+        xs, lay = R.flatten(op, vals)
+        dts = {x.dtype for x, (t, _) in zip(xs, _owners(op, lay)) if t.diff}
         if len(dts) > 1:
             raise TypeError(f"{api}: operands have dtypes {sorted(d.name for d in dts)}; canna does not promote dtypes "
                             "(cast with .astype)")
         # the shape rule on the abstract values: bad shapes raise here, also under jit
-        op.specs([None if a is None else R.Spec(a.shape, canna_dl.dtype(a.dtype.name))
-                  for a in _fill(xs, present, len(inputs))], attrs)
-        return vjp_for(tuple(attrs.items()), tuple(present))(*xs)
+        op.specs(_specs(vals), attrs)
+        return vjp_for(tuple(attrs.items()), lay)(*xs)
 
     fn.__name__ = fn.__qualname__ = op.jax
     fn.__doc__ = f"JAX form of :func:`kernels.{op.name}` (jax.grad, jax.jit).\n\n{op.doc}"
@@ -136,11 +142,40 @@ def _make(op):
     return fn
 
 
-def _fill(xs, present, n):
-    v = [None] * n
-    for i, x in zip(present, xs):
-        v[i] = x
-    return v
+def _owners(op, lay):
+    return [(op.inputs[i], j) for i, n in enumerate(lay) if n is not None for j in range(1 if n < 0 else n)]
+
+
+def _operand(api, t, name, a):
+    """One operand: a floating JAX array for a differentiable (or all-float) input; an integer input
+    that gets no gradient (labels, indices) may be of its own dtypes."""
+    if t.diff or all(d.kind == "f" for d in t.dtypes):
+        return _array(api, name, a)
+    if a is None or isinstance(a, (str, bytes)):
+        raise TypeError(f"{api}: {name} must be a JAX array, not {type(a).__name__}")
+    try:
+        x = jnp.asarray(a)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{api}: {name} ({type(a).__name__}) cannot be converted to a JAX array: {e}") from None
+    if canna_dl.dtype(x.dtype.name) not in t.dtypes:
+        raise TypeError(f"{api}: {name} has dtype {x.dtype.name}, which this op does not support "
+                        f"({', '.join(d.name for d in t.dtypes)})")
+    return x
+
+
+def _zero_cotangent(x):
+    """The cotangent of an input that gets no gradient (float0 for an integer one, as JAX requires)."""
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(x.shape, dtype=jax.dtypes.float0)
+
+
+def _specs(vals):
+    return [None if a is None else [_spec1(b) for b in a] if isinstance(a, list) else _spec1(a) for a in vals]
+
+
+def _spec1(a):
+    return R.Spec(a.shape, canna_dl.dtype(a.dtype.name))
 
 
 def _jax_like(r, args):

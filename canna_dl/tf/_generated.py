@@ -32,16 +32,33 @@ def _tf_spec(t):
 def _static(op, api, ts, attrs):
     """[(tf dtype, TensorShape)] of the outputs from the shape rule on the static shapes (unknown
     dims: the rule is tried with them; where it cannot use them the shape is unknown)."""
-    known = all(t is None or (t.shape.rank is not None and None not in t.shape.as_list()) for t in ts)
-    specs = [None if t is None else _tf_spec(t) for t in ts]
+    flat = R.flatten(op, ts)[0]
+    known = all(t.shape.rank is not None and None not in t.shape.as_list() for t in flat)
+    specs = [None if t is None else [_tf_spec(b) for b in t] if isinstance(t, list) else _tf_spec(t) for t in ts]
     try:
         out = op.specs(specs, attrs)
     except (TypeError, ValueError, IndexError):
         if known:
             raise
-        dts = [next(t.dtype for t in ts if t is not None)] * len(op.outputs)
+        dts = [flat[0].dtype] * len(op.outputs)
         return [(d, tf.TensorShape(None)) for d in dts]
     return [(tf.as_dtype(s.dtype.name), tf.TensorShape(s.shape)) for s in out]
+
+
+def _input(api, t, name, a, variables):
+    """One tensor operand, checked (a mutated one must be a tf.Variable, recorded in ``variables``)."""
+    if t.mutated:
+        if not isinstance(a, tf.Variable):
+            raise TypeError(f"{api}: {name} is updated in place, and TensorFlow tensors are immutable: pass a "
+                            f"tf.Variable (it is assigned the new value), not {type(a).__name__}")
+        variables.append(a)
+    x = tensor(api, name, a)
+    if all(d.kind == "f" for d in t.dtypes) or t.diff:
+        floating(api, name, x)
+    elif canna_dl.dtype(x.dtype.name) not in t.dtypes:
+        raise TypeError(f"{api}: {name} has dtype {x.dtype.name}, which this op does not support "
+                        f"({', '.join(d.name for d in t.dtypes)})")
+    return x
 
 
 def function(op):
@@ -69,45 +86,33 @@ def _make(op):
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs)
         ts = []
-        variables = []    # (input index, tf.Variable) of the mutated inputs given
-        for i, (t, a) in enumerate(zip(inputs, arrays)):
+        variables = []    # the tf.Variables of the mutated inputs, in flat order
+        for t, a in zip(inputs, arrays):
             if a is None:
                 if not t.optional:
                     raise TypeError(f"{api}: {t.name} must be a tensor, not None")
                 ts.append(None)
                 continue
-            if t.mutated:
-                if not isinstance(a, tf.Variable):
-                    raise TypeError(f"{api}: {t.name} is updated in place, and TensorFlow tensors are immutable: pass "
-                                    f"a tf.Variable (it is assigned the new value), not {type(a).__name__}")
-                variables.append((i, a))
-            x = tensor(api, t.name, a)
-            if all(d.kind == "f" for d in t.dtypes) or t.diff:
-                floating(api, t.name, x)
-            elif canna_dl.dtype(x.dtype.name) not in t.dtypes:
-                raise TypeError(f"{api}: {t.name} has dtype {x.dtype.name}, which this op does not support "
-                                f"({', '.join(d.name for d in t.dtypes)})")
-            ts.append(x)
-        same_dtype(api, *[(t.name, x) for t, x in zip(inputs, ts) if x is not None and t.diff])
-        present = [i for i, x in enumerate(ts) if x is not None]
-        xs = [ts[i] for i in present]
-        diff = tuple(inputs[i].diff and op.backward is not None for i in present)
+            if t.list:
+                if not isinstance(a, (list, tuple)):
+                    raise TypeError(f"{api}: {t.name} must be a list or tuple of tensors, not {type(a).__name__}")
+                ts.append([_input(api, t, f"{t.name}[{j}]", b, variables) for j, b in enumerate(a)])
+            else:
+                ts.append(_input(api, t, t.name, a, variables))
+        same_dtype(api, *[(t.name, x) for t, x in zip(inputs, ts) if x is not None and t.diff and not t.list])
+        xs, lay = R.flatten(op, ts)
+        diff = tuple(inputs[i].diff and op.backward is not None
+                     for i, n in enumerate(lay) if n is not None for _ in range(1 if n < 0 else n))
         out_specs = _static(op, api, ts, attrs)   # raises for static shapes the op refuses
         # the new values of the mutated inputs are extra outputs of the node, assigned afterwards
-        mut_specs = [(ts[i].dtype, ts[i].shape) for i, _ in variables]
+        mut_specs = [(v.dtype, v.shape) for v in variables]
         ntot = nout + len(variables)
-
-        def full(vals):
-            v = [None] * len(inputs)
-            for i, x in zip(present, vals):
-                v[i] = x
-            return v
 
         def fwd(save, *vals):
             if op.mutated:
-                outs = op.functional(full(vals), attrs)
+                outs = op.functional(R.unflatten(lay, vals), attrs)
             else:
-                r = op.kernel(*full(vals), **attrs)
+                r = op.kernel(*R.unflatten(lay, vals), **attrs)
                 outs = list(r) if isinstance(r, tuple) else [r]
             return outs + ([outs[out_index[n]] for n in saved_outs] if save else [])
 
@@ -115,23 +120,27 @@ def _make(op):
             return out_specs + mut_specs + [out_specs[out_index[n]] for n in saved_outs]
 
         def bwd(dys, vals, saved):
-            v = full(vals)
+            v = R.unflatten(lay, vals)
             so = dict(zip(saved_outs, saved))
             sv = [so[n] if n in so else v[in_index[n]] for n in op.save]
             gs = op.backward(_abstract.KOPS, *dys[:nout], *sv, **attrs)
             gs = gs if isinstance(gs, (tuple, list)) else (gs,)
             by = dict(zip(op.diff, gs))
             res = []
-            for i in present:
-                if inputs[i].diff:
-                    g = by.get(inputs[i].name)
+            for i, n in enumerate(lay):
+                if n is None or not inputs[i].diff:
+                    continue
+                g = by.get(inputs[i].name)
+                if n < 0:
                     res.append(tf.zeros_like(v[i]) if g is None else g)
+                else:
+                    res.extend(tf.zeros_like(b) if g is None or g[j] is None else g[j] for j, b in enumerate(v[i]))
             return res
         r = apply(api, xs, diff, fwd, ntot, specs, bwd)
         if not variables:
             return r
         r = (r,) if ntot == 1 else tuple(r)
-        for (_, var), new in zip(variables, r[nout:]):
+        for var, new in zip(variables, r[nout:]):
             var.assign(new)
         return None if nout == 0 else r[0] if nout == 1 else r[:nout]
 

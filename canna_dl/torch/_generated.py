@@ -105,19 +105,94 @@ def _no_backward(op):
 
 
 def _run_backward(op, ops, grads, saved, attrs, metas, needs):
+    """One gradient per input (a list of them for a list input, None where not needed)."""
     gs = _as_tuple(op.backward(ops, *grads, *saved, **attrs))
     by = dict(zip(op.diff, gs))
     out = []
     for i, t in enumerate(op.inputs):
         g = by.get(t.name) if needs[i] else None
-        out.append(_reduce_to(g, metas[i]))
+        if t.list:
+            m = metas[i] or ()
+            out.append(None if g is None else [_reduce_to(gj, mj) for gj, mj in zip(g, m)])
+        else:
+            out.append(_reduce_to(g, metas[i]))
     return out
+
+
+def _metas(op, arrays):
+    return [None if a is None else [(b.shape, b.dtype) for b in a] if t.list else (a.shape, a.dtype)
+            for t, a in zip(op.inputs, arrays)]
+
+
+def _save(ctx, items):
+    """save_for_backward of tensors and lists of tensors (a list input named in ``save``)."""
+    if any(isinstance(v, (list, tuple)) for v in items):
+        ctx.saved_lay = [len(v) if isinstance(v, (list, tuple)) else -1 for v in items]
+        items = [x for v in items for x in (v if isinstance(v, (list, tuple)) else (v,))]
+    ctx.save_for_backward(*items)
+
+
+def _load(ctx):
+    saved = ctx.saved_tensors
+    lay = getattr(ctx, "saved_lay", None)
+    return saved if lay is None else R.unflatten(lay, saved)
+
+
+def _list_function_class(op, traced=False):
+    """The autograd.Function of an op with a list input: applied to the flat tensors (autograd
+    tracks the tensors of ``apply``'s arguments, not those inside a list) after their layout."""
+    names = [a.name for a in op.attrs]
+    nd_names = [o for o in op.outputs if o not in op.diff_outputs]
+
+    def forward(ctx, lay, *args):
+        nflat = sum(1 if n == -1 else n for n in lay if n is not None)
+        arrays = R.unflatten(lay, args[:nflat])
+        attrs = dict(zip(names, args[nflat:]))
+        if traced:
+            outs = custom_op(op)(*arrays, **attrs)
+        else:
+            outs = op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays], **attrs)
+        ot = _as_tuple(outs)
+        ctx.lay, ctx.nflat, ctx.attrs = lay, nflat, attrs
+        ctx.metas = _metas(op, arrays)
+        _save(ctx, op.saved(arrays, ot))
+        if nd_names:
+            ctx.mark_non_differentiable(*[o for o, nm in zip(ot, op.outputs) if nm in nd_names])
+        return outs
+
+    if op.backward is None:
+        backward = _no_backward(op)
+    else:
+        def backward(ctx, *grads):
+            with NoTorchFunction():
+                ops = TOPS_TRACED if traced else TOPS if grad_enabled() else PKOPS
+                need_flat = ctx.needs_input_grad[1:1 + ctx.nflat]
+                needs = [False if n is None else any(v) if isinstance(v, list) else v
+                         for n, v in zip(ctx.lay, R.unflatten(ctx.lay, need_flat))]
+                gx = _run_backward(op, ops, grads, _load(ctx), ctx.attrs, ctx.metas, needs)
+                flat = []
+                for n, g in zip(ctx.lay, gx):
+                    if n is None:
+                        continue
+                    if n < 0:
+                        flat.append(g)
+                    else:
+                        flat.extend(g if g is not None else [None] * n)
+                return (None, *flat, *([None] * len(names)))
+
+    cls = type(f"_{op.namespace}_{op.name}{'_traced' if traced else ''}", (torch.autograd.Function,),
+               {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    if not traced:
+        FUNCTIONS.append(cls)
+    return cls
 
 
 def _function_class(op, traced=False):
     """The eager ``autograd.Function``; ``traced``: the one whose forward calls the custom op (a
     mutating op's gradient under ``torch.compile``: PyTorch's ``register_autograd`` refuses ops that
     mutate their inputs, and Dynamo traces an autograd.Function around the op instead)."""
+    if op.lists:
+        return _list_function_class(op, traced)
     n = len(op.inputs)
     names = [a.name for a in op.attrs]
     nd_names = [o for o in op.outputs if o not in op.diff_outputs]
@@ -169,9 +244,9 @@ def schema(op) -> str:
     parts = []
     alias = iter("abcdefghijklmnopqrstuvwxyz")
     for t in op.inputs:
-        ty = "Tensor[]" if t.list else "Tensor"
-        if t.mutated:
-            ty += f"({next(alias)}!)"
+        ty = f"Tensor({next(alias)}!)" if t.mutated else "Tensor"   # aten's Tensor(a!)[] for a mutated list
+        if t.list:
+            ty += "[]"
         parts.append(f"{ty}{'?' if t.optional else ''} {t.name}{'=None' if t.optional else ''}")
     for a in op.attrs:
         ty = _SCHEMA_TYPES.get(a.type)
@@ -188,8 +263,9 @@ def _bump(op, arrays):
     """Tell autograd that the mutated inputs changed (their version counter: a saved tensor updated
     since it was saved then fails clearly, as after PyTorch's own in-place ops)."""
     for i in op.mutated:
-        if arrays[i] is not None:
-            torch.autograd.graph.increment_version(arrays[i])
+        a = arrays[i]
+        for t in (a if isinstance(a, list) else () if a is None else (a,)):
+            torch.autograd.graph.increment_version(t)
 
 
 def _spec(t):
@@ -215,7 +291,7 @@ def custom_op(op):
         def impl(*args, **kwargs):
             with NoTorchFunction():
                 arrays, attrs = _args(op, args, kwargs)
-                r = op.kernel(*[plain(a) for a in arrays], **attrs)
+                r = op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays], **attrs)
                 if r is None:   # no outputs: the mutated inputs were updated
                     return None
                 # a custom op must not return one of its inputs
@@ -226,8 +302,8 @@ def custom_op(op):
 
         def fake(*args, **kwargs):
             arrays, attrs = _args(op, args, kwargs)
-            like = next(a for a in arrays if a is not None)
-            specs = op.specs([_spec(a) for a in arrays], attrs)
+            like = next(b for a in arrays if a is not None for b in (a if isinstance(a, list) else (a,)))
+            specs = op.specs([[_spec(b) for b in a] if isinstance(a, list) else _spec(a) for a in arrays], attrs)
             outs = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) for s in specs)
             return outs[0] if len(outs) == 1 else (outs or None)
         c.register_fake(fake)
@@ -236,14 +312,14 @@ def custom_op(op):
                 arrays, attrs = _args(op, inputs, {})
                 ot = _as_tuple(output)
                 ctx.attrs = attrs
-                ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
-                ctx.save_for_backward(*op.saved(arrays, ot))
+                ctx.metas = _metas(op, arrays)
+                _save(ctx, op.saved(arrays, ot))
                 nd = [o for o, nm in zip(ot, op.outputs) if nm not in op.diff_outputs]
                 if nd:
                     ctx.mark_non_differentiable(*nd)
 
             def bw(ctx, *grads):
-                gx = _run_backward(op, TOPS, grads, ctx.saved_tensors, ctx.attrs, ctx.metas,
+                gx = _run_backward(op, TOPS, grads, _load(ctx), ctx.attrs, ctx.metas,
                                    [m is not None for m in ctx.metas])
                 return (*gx, *([None] * len(names)))
             c.register_autograd(bw, setup_context=setup)
@@ -283,23 +359,42 @@ def _check(op, api, arrays):
             if not t.optional:
                 raise TypeError(f"{api}: {t.name} must be a tensor, not None")
             continue
-        if not isinstance(a, Tensor):
-            raise TypeError(f"{api}: {t.name}: expected a torch.Tensor, got {type(a).__name__}; convert with "
-                            "torch.as_tensor() or canna_dl.to_torch()")
-        if True:
-            if t.mutated and a.requires_grad and grad_enabled():
-                raise RuntimeError(f"{api}: {t.name} is updated in place and requires grad; update it under "
-                                   "torch.no_grad() (as PyTorch's optimizers do), or detach it")
-            C.check_grad_dtype(api, t.name, a)
-            if op.shape is R.same_float and not a.dtype.is_floating_point:
-                # int in, float out: canna differentiates floating tensors only (cast first; offload falls back)
-                C.check_float(api, t.name, a)
-            dt = _known(a.dtype)
-            if dt is not None and dt not in t.dtypes and all(C.category_is_float(d) for d in t.dtypes):
-                C.check_float(api, t.name, a)
-            if dt is None or dt not in t.dtypes:
-                raise TypeError(f"{api}: {t.name} has dtype {a.dtype}, which this op does not support "
-                                f"({', '.join(d.name for d in t.dtypes)})")
+        if t.list:
+            for j, b in enumerate(a):
+                _check_one(op, api, t, f"{t.name}[{j}]", b)
+        else:
+            _check_one(op, api, t, t.name, a)
+
+
+def _check_one(op, api, t, name, a):
+    if not isinstance(a, Tensor):
+        raise TypeError(f"{api}: {name}: expected a torch.Tensor, got {type(a).__name__}; convert with "
+                        "torch.as_tensor() or canna_dl.to_torch()")
+    if t.mutated and a.requires_grad and grad_enabled():
+        raise RuntimeError(f"{api}: {name} is updated in place and requires grad; update it under "
+                           "torch.no_grad() (as PyTorch's optimizers do), or detach it")
+    C.check_grad_dtype(api, name, a)
+    if op.shape is R.same_float and not a.dtype.is_floating_point:
+        # int in, float out: canna differentiates floating tensors only (cast first; offload falls back)
+        C.check_float(api, name, a)
+    dt = _known(a.dtype)
+    if dt is not None and dt not in t.dtypes and all(C.category_is_float(d) for d in t.dtypes):
+        C.check_float(api, name, a)
+    if dt is None or dt not in t.dtypes:
+        raise TypeError(f"{api}: {name} has dtype {a.dtype}, which this op does not support "
+                        f"({', '.join(d.name for d in t.dtypes)})")
+
+
+def _route_all(api, flat):
+    """route() over any number of tensors: CUSTOM if any needs it, else AUTOGRAD if any requires grad."""
+    r = EAGER
+    for k in range(0, len(flat), 4):
+        r = max(r, route(api, *flat[k:k + 4]))
+    return r
+
+
+def _plain_args(arrays):
+    return [[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays]
 
 
 def _known(dt):
@@ -330,7 +425,7 @@ def function(op):
             g[f"_D_{a.name}"] = a.default
         attrs = ", ".join(f"{a.name}={a.name}" for a in op.attrs)
         call = ", ".join([f"_p({t})" for t in tensors] + ([attrs] if attrs else []))
-        if len(tensors) <= 4 and not op.mutated:
+        if len(tensors) <= 4 and not op.mutated and not op.lists:
             cond = ""
             if op.shape is R.same_float:   # ints are refused (see _check)
                 cond = f" and getattr({tensors[0]}, 'dtype', None) in _FL"
@@ -345,17 +440,31 @@ def function(op):
         def slow(arrays, attrs):
             for a in op.attrs:
                 attrs[a.name] = a.check(api, attrs[a.name])
-            r = route(api, *arrays[:4])
+            if op.lists:
+                arrays = list(arrays)
+                for i, t in enumerate(op.inputs):
+                    if t.list:
+                        if not isinstance(arrays[i], (list, tuple)):
+                            raise TypeError(f"{api}: {t.name} must be a list or tuple of tensors, not "
+                                            f"{type(arrays[i]).__name__}")
+                        arrays[i] = list(arrays[i])
+                flat, lay = R.flatten(op, arrays)
+                r = _route_all(api, flat)
+                pre = (lay, *flat)
+            else:
+                flat = arrays
+                r = route(api, *arrays[:4]) if len(arrays) <= 4 else _route_all(api, arrays)
+                pre = arrays
             _check(op, api, arrays)
             if r == CUSTOM:
                 if traced is not None and grad_enabled() and any(
-                        isinstance(a, Tensor) and a.requires_grad for a in arrays):
-                    return traced.apply(*arrays, *attrs.values())
+                        isinstance(a, Tensor) and a.requires_grad for a in flat):
+                    return traced.apply(*pre, *attrs.values())
                 return custom_op(op)(*arrays, **attrs)
             if r == EAGER or not op.outputs:
-                res = op.kernel(*[plain(a) for a in arrays], **attrs)
+                res = op.kernel(*_plain_args(arrays), **attrs)
             else:
-                res = cls.apply(*arrays, *attrs.values())
+                res = cls.apply(*pre, *attrs.values())
             if op.mutated:
                 _bump(op, arrays)
             return res
