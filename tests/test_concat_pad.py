@@ -138,3 +138,76 @@ def test_cat_kernel_refusals():
     with pytest.raises(OpError, match="not a live aclTensorList"):
         run("Cat", ffi.cast("aclTensorList *", a.handle), 0, out.handle)
     assert_usable()
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels.cat / torch.cat (the registry entry)
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_cat_forward(dim):
+    g = torch.Generator().manual_seed(0)
+    shapes = [[2, 3, 4], [2, 3, 4], [2, 3, 4]]
+    for i, s in enumerate(shapes):
+        s[dim] += i
+    ts = [torch.randn(s, dtype=D, generator=g) for s in shapes]
+    ts[1] = ts[1].transpose(0, 1).contiguous().transpose(0, 1)       # strided
+    torch.testing.assert_close(kernels.cat(ts, dim), torch.cat(ts, dim), rtol=0, atol=0)
+    torch.testing.assert_close(kernels.cat(tuple(ts), dim=dim), torch.cat(ts, dim), rtol=0, atol=0)
+    for _ in range(2):   # the cached plan with new addresses (aclSetInputTensorAddr on the list's tensors)
+        ts = [t + 1 for t in ts]
+        torch.testing.assert_close(kernels.cat(ts, dim), torch.cat(ts, dim), rtol=0, atol=0)
+
+
+def test_cat_promotion_many_and_legacy_empty():
+    a, b = torch.randn(2, 3), torch.randn(1, 3, dtype=D)
+    r = kernels.cat([a, b])
+    assert r.dtype == D
+    torch.testing.assert_close(r, torch.cat([a, b]), rtol=0, atol=0)
+    ints = [torch.arange(i, i + 3).reshape(1, 3).to(torch.int32 if i % 2 else torch.int64) for i in range(30)]
+    torch.testing.assert_close(kernels.cat(ints), torch.cat(ints))
+    e = torch.zeros(0, dtype=D)
+    torch.testing.assert_close(kernels.cat([b, e, b]), torch.cat([b, e, b]))
+
+
+def test_cat_gradcheck():
+    a = torch.randn(2, 3, dtype=D, requires_grad=True)
+    b = torch.randn(2, 2, dtype=D, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p, q: ct.cat([p, q, p], 1), (a, b))
+    assert torch.autograd.gradgradcheck(lambda p, q: ct.cat([p, q], -1), (a, b))
+    f = torch.randn(2, 3, requires_grad=True)            # float32 + float64: each gradient in its input's dtype
+    ct.cat([f, a.detach()], 0).sum().backward()
+    assert f.grad.dtype == torch.float32
+    torch.testing.assert_close(f.grad, torch.ones(2, 3))
+
+
+def test_cat_bad_input():
+    a = torch.randn(2, 3, dtype=D)
+    with pytest.raises(ValueError, match="non-empty list"):
+        kernels.cat([])
+    with pytest.raises(ValueError, match="sizes of tensors must match except in dimension 0"):
+        kernels.cat([a, torch.randn(2, 4, dtype=D)])
+    with pytest.raises(ValueError, match="same number of dims"):
+        kernels.cat([a, torch.randn(2, 3, 1, dtype=D)])
+    with pytest.raises(IndexError, match="dim 2 is out of range"):
+        kernels.cat([a, a], 2)
+    with pytest.raises(ValueError, match="zero-dimensional"):
+        kernels.cat([torch.tensor(1.0), torch.tensor(2.0)])
+    with pytest.raises(TypeError):
+        kernels.cat([a, "b"])
+    assert_usable()
+    torch.testing.assert_close(kernels.cat([a, a], 1), torch.cat([a, a], 1))
+
+
+def test_cat_under_offload():
+    a = torch.randn(2, 3, requires_grad=True)
+    b = torch.randn(2, 3, requires_grad=True)
+    with ct.offload() as rep:
+        y = torch.cat([a, b], dim=1)
+        z = torch.concat((a, b))
+        w = torch.cat([a.detach(), b.detach()], 1, out=torch.empty(2, 6))    # out=: PyTorch's
+        (y.sum() + (z * 2).sum()).backward()
+    torch.testing.assert_close(y, torch.cat([a, b], 1).detach())
+    torch.testing.assert_close(w, y.detach())
+    torch.testing.assert_close(a.grad, torch.full((2, 3), 3.0))
+    st = rep.ops["cat"]
+    assert (st.canna, st.backward, st.fallback) == (2, 2, 1)

@@ -533,7 +533,11 @@ def _handler(fn, n, nattrs, extras, perm=None, pick=None):
                 raise _Fallback(f"{name}={v[k + i]!r}")
         if perm is not None:   # the torch order -> the entry's
             v = [v[i] for i in perm]
-        _chk(*v[:n])
+        for a in v[:n]:
+            if isinstance(a, (list, tuple)):   # a TensorList input: its tensors
+                _chk(*a)
+            else:
+                _chk(a)
         return fn(*v[:k]) if pick is None else fn(*v[:k])[pick]
     return h
 

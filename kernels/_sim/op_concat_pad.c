@@ -6,8 +6,9 @@
  * `dim` (a 1-D tensor of shape [0] is skipped, PyTorch's legacy rule); out's dtype may be any dtype
  * every input casts to (torch.cat's promotion: out is the promoted dtype), values are converted
  * through double (floats) or int64 (integers and bool). The list's tensors are kept in the
- * executor's parameters (a list may be long), so their memory is checked when the task runs: an
- * inaccessible one fails the task (reported by the next synchronize).
+ * executor's parameters (a list may be long; aclSetInputTensorAddr numbers them 0..n-1), so their
+ * memory is checked when the task runs: an inaccessible one fails the task (reported by the next
+ * synchronize).
  *
  * ConstantPadNd follows torch.nn.functional.pad(mode="constant"): pad holds (left, right) pairs
  * from the last dim backwards, at most one pair per dim; out's dim is in + left + right (>= 0).
@@ -76,8 +77,11 @@ static aclError cat_block(uint32_t bi, uint32_t nb, void *arg)
     int32_t i = 0, last = o->ndim - 1;
     int64_t start = 0;   /* input i's offset along dim in out: the sizes of the inputs before it */
     for (int64_t g = a; g < b; g++) {
-        while (pre[i + 1] <= g)
-            start += p->in[i++].shape[p->dim];
+        while (pre[i + 1] <= g) {
+            if (p->in[i].ndim == o->ndim)   /* (a skipped legacy [0] tensor adds nothing) */
+                start += p->in[i].shape[p->dim];
+            i++;
+        }
         const nn_view_t *v = &p->in[i];
         int64_t r = g - pre[i];
         int64_t len = v->shape[last];
@@ -190,9 +194,7 @@ NN_API aclnnStatus aclnnCatGetWorkspaceSize(const aclTensorList *tensors, int64_
     if (!nn_same_shape(o, want, ref->ndim))
         return NN_PARAM("%s: out has shape %s, expected %s", api, nn_shape_str(s1, sizeof s1, o->shape, o->ndim),
                         nn_shape_str(s2, sizeof s2, want, ref->ndim));
-    int32_t n = 0;
-    for (uint64_t i = 0; i < l->n; i++)
-        n += !cat_skipped(l->v[i], ref->ndim);
+    int32_t n = (int32_t)l->n;   /* every tensor is kept (a skipped one has no rows): inputs are numbered in order */
     size_t psize = sizeof(cat_params_t) + (size_t)n * sizeof(nn_view_t) + (size_t)(n + 1) * sizeof(int64_t);
     nn_exec_t *ex = nn_exec_new(api, cat_run, ACLSIM_ENGINE_VECTOR, psize);
     if (!ex)
@@ -205,13 +207,13 @@ NN_API aclnnStatus aclnnCatGetWorkspaceSize(const aclTensorList *tensors, int64_
     int32_t k = 0;
     pre[0] = 0;
     for (uint64_t i = 0; i < l->n; i++) {
-        if (cat_skipped(l->v[i], ref->ndim))
-            continue;
         nn_view_init(&p->in[k], l->v[i], "tensors[i]", false);
         pre[k + 1] = pre[k] + cp_rows(&p->in[k]);
         k++;
     }
     p->total_rows = pre[n];
+    ex->nxv = n;   /* the list's tensors are the executor's inputs 0..n-1 (address swaps) */
+    ex->xv_off = (uint32_t)offsetof(cat_params_t, in);
     const nn_view_t *ov = &ex->v[p->vo];
     for (int32_t dd = 0; dd < ov->ndim; dd++)
         if (ov->shape[dd] > 1 && ov->stride[dd] == 0) {

@@ -283,6 +283,10 @@ typedef struct nn_exec {        /* aclOpExecutor */
     bool repeatable;
     int32_t nview;
     nn_view_t v[NN_MAX_OPERANDS];
+    /* input tensors kept in the params (an aclTensorList's: nxv views at byte offset xv_off of
+     * params), numbered before the views of v by aclSetInputTensorAddr / aclSetTensorAddr */
+    int32_t nxv;
+    uint32_t xv_off;
     /* set at launch */
     char *ws;
     int32_t device;

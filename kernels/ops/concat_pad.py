@@ -1,5 +1,10 @@
 """Concatenation and constant padding: one registry entry each (kernels/_registry.py).
 
+- ``cat``: ``torch.cat`` (``aclnnCat``): the arrays have the same number of dims and equal sizes
+  except along ``dim`` (a 1-D array of shape ``(0,)`` is skipped, PyTorch's legacy rule); the
+  result has their promoted dtype. Its gradient is the gradient sliced back into the pieces,
+  each slice a crop by ``pad`` with negative pads.
+
 - ``pad``: ``torch.nn.functional.pad`` in constant mode (``aclnnConstantPadNd``): ``pad`` holds
   (left, right) pairs from the last dim backwards; a negative value crops. Its gradient is the
   gradient cropped back: ``pad`` again with the negated pads (PyTorch's derivatives.yaml does the
@@ -8,7 +13,7 @@
 from __future__ import annotations
 
 from .. import _core as C
-from .._registry import Aclnn, Attr, Spec, Tensor, define
+from .._registry import Aclnn, Attr, Spec, Tensor, TensorList, define
 
 ARITH = C.ARITH
 
@@ -61,3 +66,69 @@ define("pad", inputs=(Tensor("input", ARITH),),
            "them to PyTorch). Dtypes: floats, int32, int64.\n\n"
            "Raises:\n    ValueError: an odd number of pad values, more pairs than dims, a negative size, another "
            "mode.")
+
+
+def _legacy_empty(t, nd):
+    return len(t.shape) == 1 and t.shape[0] == 0 and nd != 1
+
+
+def cat_shape(tensors, dim=0):
+    """``torch.cat``'s result.
+
+    Raises:
+        ValueError: an empty list, a 0-d array, mismatched ranks or sizes.
+        IndexError: ``dim`` out of range."""
+    ts = list(tensors)
+    if not ts:
+        raise ValueError("kernels.cat: expected a non-empty list of arrays")
+    ref = next((t for t in ts if not (len(t.shape) == 1 and t.shape[0] == 0)), ts[0])
+    nd = len(ref.shape)
+    if nd == 0:
+        raise ValueError("kernels.cat: zero-dimensional arrays cannot be concatenated")
+    if not -nd <= dim < nd:
+        raise IndexError(f"kernels.cat: dim {dim} is out of range for {nd}-D arrays (expected [{-nd}, {nd - 1}])")
+    d = dim % nd
+    shape = list(ref.shape)
+    shape[d] = 0
+    dt = ts[0].dtype
+    for i, t in enumerate(ts):
+        dt = C.promote_types(dt, t.dtype)
+        if _legacy_empty(t, nd):
+            continue
+        if len(t.shape) != nd:
+            raise ValueError(f"kernels.cat: tensors must have the same number of dims: tensors[{i}] has "
+                             f"{len(t.shape)}, expected {nd}")
+        for k in range(nd):
+            if k != d and t.shape[k] != ref.shape[k]:
+                raise ValueError(f"kernels.cat: sizes of tensors must match except in dimension {d}: tensors[{i}] "
+                                 f"has shape {tuple(t.shape)}, expected {ref.shape[k]} in dim {k}")
+        shape[d] += t.shape[d]
+    return Spec(shape, dt)
+
+
+def _cat_backward(ops, g, tensors, dim):
+    """Each array's slice of the gradient, cropped out of it with ``pad`` (None for a skipped
+    legacy empty array)."""
+    nd = len(g.shape)
+    d = dim % nd
+    total, start, grads = g.shape[d], 0, []
+    for t in tensors:
+        if _legacy_empty(t, nd):
+            grads.append(None)
+            continue
+        n = t.shape[d]
+        grads.append(ops.pad(g, (0, 0) * (nd - 1 - d) + (-start, -(total - start - n))))
+        start += n
+    return grads
+
+
+define("cat", inputs=(TensorList("tensors", ARITH),), attrs=(Attr("dim", int, 0),),
+       shape=cat_shape, forward=Aclnn("Cat", lambda lib, keep, dim: (dim,)),
+       backward=_cat_backward, save=("tensors",),
+       torch=("torch.cat", "torch.concat", "torch.concatenate"),
+       doc="Concatenation along ``dim`` (``torch.cat`` / ``torch.concat``; ``aclnnCat``): ``tensors``, a list or "
+           "tuple of arrays with the same number of dims and equal sizes except along ``dim`` (a 1-D array of "
+           "shape ``(0,)`` is skipped, as in PyTorch); the result has their promoted dtype. Dtypes: floats, int32, "
+           "int64.\n\n"
+           "Raises:\n    ValueError: an empty list, 0-d arrays, mismatched ranks or sizes.\n    IndexError: ``dim`` out "
+           "of range.")
