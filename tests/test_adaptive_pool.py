@@ -86,3 +86,19 @@ def test_under_offload():
     torch.testing.assert_close(m[0].weight.grad, g0)
     st = rep.ops["adaptive_avg_pool2d"]
     assert (st.canna, st.backward, st.fallback) == (1, 1, 1)
+
+
+def test_tf_and_jax_forms():
+    tf = pytest.importorskip("tensorflow")
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    import canna_dl.jax as cj
+    import canna_dl.tf as ctf
+    x = np.random.default_rng(0).standard_normal((2, 2, 5, 4))
+    theo, num = tf.test.compute_gradient(lambda t: ctf.adaptive_avg_pool2d(t, (2, 3)), [tf.constant(x)])
+    np.testing.assert_allclose(theo[0], num[0], rtol=1e-6, atol=1e-8)
+    y = tf.function(lambda t: ctf.adaptive_avg_pool2d(t, 1))(tf.constant(x))
+    np.testing.assert_allclose(y.numpy(), x.mean((2, 3), keepdims=True))
+    g = jax.jit(jax.grad(lambda t: jnp.sum(cj.adaptive_avg_pool2d(t, (1, 1)))))(jnp.asarray(x.astype(np.float32)))
+    np.testing.assert_allclose(np.asarray(g), np.full(x.shape, 1 / 20), rtol=1e-6)

@@ -210,3 +210,29 @@ def test_torch_batch_norm_and_native_batch_norm_are_mapped():
         torch.testing.assert_close(t[0], rm)
         torch.testing.assert_close(t[1], rv)
     assert rep.ops["native_batch_norm"].canna == 2
+
+
+def test_tf_and_jax_forms_update_the_running_stats():
+    tf = pytest.importorskip("tensorflow")
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    import canna_dl.jax as cj
+    import canna_dl.tf as ctf
+    x, w, b, rm, rv = _data((4, 3, 5))
+    rm2, rv2 = rm.clone(), rv.clone()
+    ref = F.batch_norm(x, rm2, rv2, w, b, True, 0.1, 1e-5)
+    vm, vv = tf.Variable(rm.numpy()), tf.Variable(rv.numpy())     # TF: updated through tf.Variables
+    y = ctf.native_batch_norm(tf.constant(x.numpy()), vm, vv, tf.constant(w.numpy()), tf.constant(b.numpy()), True)
+    np.testing.assert_allclose(y[0].numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(vv.numpy(), rv2.numpy(), rtol=1e-14)
+    with jax.enable_x64(True):   # JAX: the new running statistics come back after the outputs
+        out, _, _, nm, nv = cj.native_batch_norm(*(jnp.asarray(t.numpy()) for t in (x, rm, rv, w, b)), True)
+        np.testing.assert_allclose(np.asarray(out), ref.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(nm), rm2.numpy(), rtol=1e-14)
+        np.testing.assert_allclose(np.asarray(nv), rv2.numpy(), rtol=1e-14)
+        xt = torch.tensor(x.numpy(), requires_grad=True)
+        (F.batch_norm(xt, None, None, w, b, True) ** 3).sum().backward()
+        g = jax.grad(lambda t: jnp.sum(cj.native_batch_norm(t, None, None, jnp.asarray(w.numpy()),
+                                                            jnp.asarray(b.numpy()), True)[0] ** 3))(jnp.asarray(x.numpy()))
+        np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-10, atol=1e-10)

@@ -211,3 +211,24 @@ def test_cat_under_offload():
     torch.testing.assert_close(a.grad, torch.full((2, 3), 3.0))
     st = rep.ops["cat"]
     assert (st.canna, st.backward, st.fallback) == (2, 2, 1)
+
+
+def test_pad_and_cat_in_tf_and_jax():
+    tf = pytest.importorskip("tensorflow")
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import canna_dl.jax as cj
+    import canna_dl.tf as ctf
+    x = np.random.default_rng(0).standard_normal((2, 3, 4))
+    theo, num = tf.test.compute_gradient(lambda t: ctf.pad(t, (1, -1, 2, 0), value=0.5), [tf.constant(x)])
+    np.testing.assert_allclose(theo[0], num[0], rtol=1e-6, atol=1e-8)
+    a, b = tf.constant(x), tf.constant(x[:, :1])
+    with tf.GradientTape() as tape:
+        tape.watch([a, b])
+        z = tf.reduce_sum(ctf.cat([a, b * 2], 1) ** 2)
+    ga, gb = tape.gradient(z, [a, b])
+    np.testing.assert_allclose(ga.numpy(), 2 * x)
+    np.testing.assert_allclose(gb.numpy(), 8 * x[:, :1])
+    xj = jnp.asarray(x.astype(np.float32))
+    g = jax.jit(jax.grad(lambda t: jnp.sum(cj.cat([t, cj.pad(t, (0, 1))], -1))))(xj)
+    np.testing.assert_allclose(np.asarray(g), np.full(x.shape, 2.0))

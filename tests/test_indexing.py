@@ -185,3 +185,25 @@ def test_gather_scatter_under_offload():
     torch.testing.assert_close(x.grad, x0.grad)
     assert (rep.ops["gather"].canna, rep.ops["gather"].fallback) == (2, 1)
     assert rep.ops["scatter_add"].canna == 1
+
+
+def test_tf_and_jax_forms():
+    tf = pytest.importorskip("tensorflow")
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    import canna_dl.jax as cj
+    import canna_dl.tf as ctf
+    rng = np.random.default_rng(0)
+    x, idx = rng.standard_normal((3, 5)), rng.integers(0, 5, (3, 2))
+    theo, num = tf.test.compute_gradient(lambda t: ctf.gather(t, tf.constant(idx), 1), [tf.constant(x)])
+    np.testing.assert_allclose(theo[0], num[0], rtol=1e-6, atol=1e-8)
+    w, i = rng.standard_normal((6, 3)).astype(np.float32), np.array([[1, 5], [1, 0]])
+    g = jax.jit(jax.grad(lambda t: jnp.sum(cj.embedding(jnp.asarray(i), t, 0))))(jnp.asarray(w))
+    want = np.zeros((6, 3), np.float32)
+    want[1], want[5] = 2, 1                        # row 0 is padding_idx: no gradient
+    np.testing.assert_allclose(np.asarray(g), want)
+    gx = jax.grad(lambda t: jnp.sum(cj.gather(t, jnp.asarray(idx), 1) ** 2))(jnp.asarray(x.astype(np.float32)))
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(jax.grad(
+        lambda t: jnp.sum(jnp.take_along_axis(t, jnp.asarray(idx), 1) ** 2))(jnp.asarray(x.astype(np.float32)))),
+        rtol=1e-6)

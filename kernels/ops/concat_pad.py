@@ -119,7 +119,7 @@ def _cat_backward(ops, g, tensors, dim):
         n = t.shape[d]
         grads.append(ops.pad(g, (0, 0) * (nd - 1 - d) + (-start, -(total - start - n))))
         start += n
-    return grads
+    return (grads,)   # one gradient — a list — for the one (list) input
 
 
 define("cat", inputs=(TensorList("tensors", ARITH),), attrs=(Attr("dim", int, 0),),
