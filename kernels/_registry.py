@@ -147,9 +147,16 @@ def unflatten(lay, flat):
 
 #: an int-list attribute's type (``Attr(name, list[int], default)``; torch schema ``int[]``)
 INT_LIST = list[int]
+#: a bool-list attribute's type (``Attr("output_mask", list[bool], (True, True))``; schema ``bool[]``)
+BOOL_LIST = list[bool]
+
+#: a dtype attribute's type (``Attr("dtype", DTYPE, None)``; torch schema ``ScalarType``): any dtype
+#: :func:`canna_dl.dtype` takes, given to the op as a canna dtype
+DTYPE = type(canna_dl.dtype("float32"))
 
 #: attribute types: Python type -> torch schema type
-_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]", object: None}
+_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]",
+               BOOL_LIST: "bool[]", DTYPE: "ScalarType", object: None}
 
 
 def _ints(api, name, v):
@@ -182,10 +189,12 @@ class Attr:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
         if type not in _ATTR_TYPES:
-            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str or list[int], not "
-                                    f"{type!r}")
+            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str, list[int] or "
+                                    f"kernels.DTYPE, not {type!r}")
         if type == INT_LIST:
             type = INT_LIST     # one object (list[int] makes a new alias each time)  # noqa: A001
+        elif type == BOOL_LIST:
+            type = BOOL_LIST    # noqa: A001
         self.name, self.type, self.default = name, type, default
         self.choices = tuple(choices) if choices is not None else None
         if type is not object and default is not _REQ and default is not None:
@@ -212,6 +221,15 @@ class Attr:
             return None
         if t is INT_LIST:
             v = _ints(api, self.name, v)
+        elif t is BOOL_LIST:
+            if not isinstance(v, (list, tuple)) or not all(isinstance(i, builtins.bool) for i in v):
+                raise TypeError(f"{api}: {self.name} must be a list/tuple of bools, not {v!r}")
+            v = tuple(v)
+        elif t is DTYPE:
+            try:
+                v = canna_dl.dtype(v)
+            except (TypeError, ValueError, KeyError):
+                raise TypeError(f"{api}: {self.name} must be a dtype, not {v!r}") from None
         else:
             if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
                 v = float(v)
@@ -402,6 +420,24 @@ def export_generated(namespace: dict, names: list, framework: str) -> None:
             names.append(op.name)
 
 
+def _takes_needs(fn):
+    if fn is None:
+        return False
+    import inspect
+    try:
+        return "needs" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _fw_name(name, v):
+    if v is None:
+        return name, {}
+    if isinstance(v, tuple):
+        return v[0], {fw: arg for arg, fw in v[1].items()}    # framework name -> the entry's
+    return v, {}
+
+
 class OpDef:
     """One op's definition (see the module doc). Built by :func:`register_op`; read-only after."""
 
@@ -419,8 +455,10 @@ class OpDef:
         self.backward = backward
         self.save = tuple(save)
         self.torch = tuple(torch)
-        self.tf = name if tf is None else tf
-        self.jax = name if jax is None else jax
+        # tf= / jax=: the name in canna_dl.tf / canna_dl.jax, or (name, {argument: that framework's name
+        # for it}) (TensorFlow's ``logits`` / ``axis`` for softmax's ``x`` / ``dim``)
+        self.tf, self.tf_args = _fw_name(name, tf)
+        self.jax, self.jax_args = _fw_name(name, jax)
         self.doc = doc or f"The registered op ``{self.qualname}``."
         self.fast = fast
         self.elementwise = elementwise      # out= may be exactly an input (in place)
@@ -437,6 +475,9 @@ class OpDef:
         self.mutated = tuple(i for i, t in enumerate(self.inputs) if t.mutated)
         #: some input is a TensorList
         self.lists = any(t.list for t in self.inputs)
+        #: the backward takes ``needs=`` (one bool per differentiable input: whether its gradient is
+        #: wanted; True for all where a framework does not say)
+        self.backward_needs = _takes_needs(backward)
 
     @property
     def arg_names(self):
@@ -470,9 +511,12 @@ class OpDef:
         return _shim("jax").function(self)
 
     # helpers the shims share
-    def bind(self, api, args, kwargs):
-        """(arrays, attrs dict) of a call, attributes checked."""
+    def bind(self, api, args, kwargs, renames=None):
+        """(arrays, attrs dict) of a call, attributes checked; ``renames``: a framework's names of
+        arguments (its name -> the entry's)."""
         names = self.arg_names
+        if renames and kwargs:
+            kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
         if len(args) > len(names):
             raise TypeError(f"{api}() takes {len(names)} arguments, got {len(args)}")
         vals = dict(zip(names, args))
@@ -929,7 +973,8 @@ def _check_registration(op: OpDef, example):
     grads = [Spec(o.shape, o.dtype) for o in outs]
     saved = op.saved(ins, outs)
     try:
-        r = op.backward(_abstract.OPS, *grads, *saved, **attrs)
+        kw = dict(attrs, needs=(True,) * len(op.diff)) if op.backward_needs else attrs
+        r = op.backward(_abstract.OPS, *grads, *saved, **kw)
     except RegistrationError:
         raise
     except Exception as e:

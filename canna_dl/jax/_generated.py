@@ -94,7 +94,8 @@ def _make(op):
             sflat = [x for v in saved for x in (v if isinstance(v, (list, tuple)) else (v,))]
 
             def body(*a):
-                r = op.backward(_abstract.KOPS, *a[:ng], *R.unflatten(slay, a[ng:]), **attrs)
+                kw = dict(attrs, needs=(True,) * len(op.diff)) if op.backward_needs else attrs
+                r = op.backward(_abstract.KOPS, *a[:ng], *R.unflatten(slay, a[ng:]), **kw)
                 r = r if isinstance(r, (tuple, list)) else (r,)
                 by = dict(zip(op.diff, r))
                 out = []
@@ -114,7 +115,7 @@ def _make(op):
         return f
 
     def fn(*args, **kwargs):
-        arrays, attrs = op.bind(api, args, kwargs)
+        arrays, attrs = op.bind(api, args, kwargs, op.jax_args)
         vals = []
         for t, a in zip(inputs, arrays):
             if a is None:

@@ -24,9 +24,7 @@ of a custom_vjp function).
 from __future__ import annotations
 
 import builtins
-import functools
 import numbers
-import operator
 
 import jax
 import jax.numpy as jnp
@@ -196,80 +194,19 @@ def mul(x, y):
 # ---------------------------------------------------------------------------------------------
 # matmul
 
-@jax.custom_vjp
-def _matmul(a, b):
-    shape = K._nn.matmul_shape(_P + "matmul", a.shape, b.shape)
-    return _call(lambda x, y: (K.matmul(x, y),), (a, b), (_sds(shape, a.dtype),))[0]
-
-
-def _matmul_fwd(a, b):
-    return _matmul(a, b), (a, b)
-
-
-def _matmul_bwd(res, g):
-    a, b = res
-    return _call(lambda g, x, y: K.backward.matmul(g, x, y), (g, a, b),
-                 (_sds(a.shape, a.dtype), _sds(b.shape, b.dtype)))
-
-
-_matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
-
 def matmul(a, b):
     """Matrix product with NumPy semantics (``jnp.matmul``: 1-D vectors, broadcast batch dims;
-    ``kernels.matmul`` / ``kernels.backward.matmul``).
+    ``kernels.matmul`` / ``kernels.backward.matmul``). Generated from its registry entry.
 
     Raises:
         ValueError: 0-d operands, mismatched inner dims, batch dims that do not broadcast.
         TypeError: see :func:`add`.
     """
-    api = _P + "matmul"
-    x = _array(api, "a", a)
-    y = _array(api, "b", b)
-    if x.dtype != y.dtype:
-        raise TypeError(f"{api}: b has dtype {y.dtype.name} but a has {x.dtype.name}; canna does not promote dtypes")
-    K._nn.matmul_shape(api, x.shape, y.shape)   # shape errors now, with canna's message
-    return _matmul(x, y)
+    return _gen("matmul")(a, b)
 
 
 # ---------------------------------------------------------------------------------------------
 # activations
-
-def _unary_vjp(name, f, fb, from_output, nondiff=False):
-    """An elementwise-shaped op ``f(x[, p])`` with backward ``fb(g, x_or_y[, p])``; ``p`` is a
-    static parameter (``nondiff``: the axis of a softmax)."""
-    if nondiff:
-        @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-        def op(x, p):
-            return _call(lambda v: (f(v, p),), (x,), (_sds(x.shape, x.dtype),))[0]
-
-        def fwd(x, p):
-            y = op(x, p)
-            return y, (y if from_output else x)
-
-        def bwd(p, r, g):
-            return _call(lambda g, t: (fb(g, t, p),), (g, r), (_sds(r.shape, r.dtype),))
-    else:
-        @jax.custom_vjp
-        def op(x):
-            return _call(lambda v: (f(v),), (x,), (_sds(x.shape, x.dtype),))[0]
-
-        def fwd(x):
-            y = op(x)
-            return y, (y if from_output else x)
-
-        def bwd(r, g):
-            return _call(lambda g, t: (fb(g, t),), (g, r), (_sds(r.shape, r.dtype),))
-    op.defvjp(fwd, bwd)
-    op.__name__ = name
-    return op
-
-
-_softmax = _unary_vjp("softmax", lambda x, a: K.softmax(x, a), lambda g, y, a: K.backward.softmax(g, y, a), True,
-                      nondiff=True)
-_log_softmax = _unary_vjp("log_softmax", lambda x, a: K.log_softmax(x, a),
-                          lambda g, y, a: K.backward.log_softmax(g, y, a), True, nondiff=True)
-
 
 def _gen(name):
     from ._generated import function
@@ -291,29 +228,16 @@ def tanh(x):
     return _gen("tanh")(x)
 
 
-def _axis(api, axis, ndim):
-    if isinstance(axis, builtins.bool) or not hasattr(axis, "__index__"):
-        raise TypeError(f"{api}: axis must be a Python int, not {type(axis).__name__}")
-    axis = operator.index(axis)
-    n = max(ndim, 1)
-    if not -n <= axis < n:
-        raise K.AxisError(f"{api}: axis {axis} is out of range for a {ndim}-D array (expected [{-n}, {n - 1}])")
-    return axis % n
-
-
 def softmax(x, axis=-1):
     """Softmax along ``axis`` (``jax.nn.softmax``; ``kernels.softmax``; gradient from the output).
+    Generated from its registry entry.
 
     Raises:
         AxisError (a ValueError and IndexError): ``axis`` out of range. TypeError: see :func:`add`.
     """
-    api = _P + "softmax"
-    a = _array(api, "x", x)
-    return _softmax(a, _axis(api, axis, a.ndim))
+    return _gen("softmax")(x, axis)
 
 
 def log_softmax(x, axis=-1):
     """Log-softmax along ``axis`` (``jax.nn.log_softmax``; ``kernels.log_softmax``). See :func:`softmax`."""
-    api = _P + "log_softmax"
-    a = _array(api, "x", x)
-    return _log_softmax(a, _axis(api, axis, a.ndim))
+    return _gen("log_softmax")(x, axis)

@@ -25,24 +25,55 @@ _fns: dict = {}
 _lock = threading.Lock()
 
 
-def _tf_spec(t):
-    return R.Spec(tuple(t.shape.as_list()) if t.shape.rank is not None else (), canna_dl.dtype(t.dtype.name))
-
-
 def _static(op, api, ts, attrs):
-    """[(tf dtype, TensorShape)] of the outputs from the shape rule on the static shapes (unknown
-    dims: the rule is tried with them; where it cannot use them the shape is unknown)."""
+    """[(tf dtype, TensorShape)] of the outputs from the shape rule on the static shapes. Unknown
+    dims (None): the rule runs with them replaced by two different large primes — an output dim
+    that differs between the two is unknown; when the rule refuses both, by each known dim and 1
+    (a None that must equal a known dim); when it refuses every value, the shapes cannot work and
+    its error (on the shapes with None) is raised, at trace time."""
     flat = R.flatten(op, ts)[0]
-    known = all(t.shape.rank is not None and None not in t.shape.as_list() for t in flat)
-    specs = [None if t is None else [_tf_spec(b) for b in t] if isinstance(t, list) else _tf_spec(t) for t in ts]
-    try:
-        out = op.specs(specs, attrs)
-    except (TypeError, ValueError, IndexError):
-        if known:
-            raise
-        dts = [flat[0].dtype] * len(op.outputs)
-        return [(d, tf.TensorShape(None)) for d in dts]
-    return [(tf.as_dtype(s.dtype.name), tf.TensorShape(s.shape)) for s in out]
+    if all(t.shape.rank is not None and None not in t.shape.as_list() for t in flat):
+        return _tf_out(op.specs(_tf_specs(ts, None), attrs))   # all dims known: the rule's errors raise
+    if any(t.shape.rank is None for t in flat):
+        return [(flat[0].dtype, tf.TensorShape(None))] * len(op.outputs)
+    known = sorted({d for t in flat for d in t.shape.as_list() if d is not None} | {1})
+    results, first = [], None
+    for fill in [7919, 7927] + known:
+        try:
+            results.append((fill, op.specs(_tf_specs(ts, fill), attrs)))
+        except (TypeError, ValueError, IndexError) as e:
+            first = first or e
+        if len(results) == 2 or (results and fill not in (7919, 7927)):
+            break
+    if not results:
+        try:
+            op.specs(_tf_specs(ts, None), attrs)   # its message names the unknown dims as None
+        except ValueError as e:
+            raise e from None
+        except (TypeError, IndexError):
+            pass
+        raise first
+    out = []
+    for k, s in enumerate(results[0][1]):
+        if len(results) == 2:
+            other = results[1][1][k].shape
+            dims = [d if len(other) == len(s.shape) and d == o else None for d, o in zip(s.shape, other)]
+        else:
+            dims = [None if d == results[0][0] else d for d in s.shape]
+        out.append((tf.as_dtype(s.dtype.name), tf.TensorShape(dims)))
+    return out
+
+
+def _tf_specs(ts, fill):
+    """Specs of the static shapes, an unknown dim given as ``fill`` (None: kept unknown)."""
+    def one(t):
+        dims = tuple(fill if d is None else d for d in t.shape.as_list())
+        return R.Spec(dims, canna_dl.dtype(t.dtype.name))
+    return [None if t is None else [one(b) for b in t] if isinstance(t, list) else one(t) for t in ts]
+
+
+def _tf_out(specs):
+    return [(tf.as_dtype(s.dtype.name), tf.TensorShape(s.shape)) for s in specs]
 
 
 def _input(api, t, name, a, variables):
@@ -84,7 +115,7 @@ def _make(op):
     nout = len(op.outputs)
 
     def fn(*args, **kwargs):
-        arrays, attrs = op.bind(api, args, kwargs)
+        arrays, attrs = op.bind(api, args, kwargs, op.tf_args)
         ts = []
         variables = []    # the tf.Variables of the mutated inputs, in flat order
         for t, a in zip(inputs, arrays):
@@ -123,7 +154,8 @@ def _make(op):
             v = R.unflatten(lay, vals)
             so = dict(zip(saved_outs, saved))
             sv = [so[n] if n in so else v[in_index[n]] for n in op.save]
-            gs = op.backward(_abstract.KOPS, *dys[:nout], *sv, **attrs)
+            kw = dict(attrs, needs=(True,) * len(op.diff)) if op.backward_needs else attrs
+            gs = op.backward(_abstract.KOPS, *dys[:nout], *sv, **kw)
             gs = gs if isinstance(gs, (tuple, list)) else (gs,)
             by = dict(zip(op.diff, gs))
             res = []

@@ -145,16 +145,6 @@ def div(x, y):
 # ---------------------------------------------------------------------------------------------
 # activations
 
-def _unary_y(api, x, f, fb):
-    """An op of one tensor whose gradient is cheapest from the output: ``fb(dy, y)`` (softmax)."""
-    t = float_tensor(api, "x", x)
-
-    def fwd(save, t):
-        y = f(t)
-        return [y, y] if save else [y]
-    return apply(api, [t], (True,), fwd, 1, lambda: _same(t) * 2, lambda d, xs, s: [fb(d[0], s[0])])
-
-
 def _gen(name):
     from ._generated import function
     return function(K.get_op(name))
@@ -162,6 +152,8 @@ def _gen(name):
 
 # generated from their registry entries (kernels/ops/elementwise.py; canna_dl/tf/_generated.py)
 relu, silu, sigmoid, tanh = (_gen(n) for n in ("relu", "silu", "sigmoid", "tanh"))
+# softmax(logits, axis=-1), log_softmax(logits, axis=-1): TensorFlow's names (kernels/ops/nn.py)
+softmax, log_softmax = _gen("softmax"), _gen("log_softmax")
 
 
 def gelu(x, approximate=False):
@@ -172,70 +164,11 @@ def gelu(x, approximate=False):
     return _gen("gelu")(x, "tanh" if approximate else "none")
 
 
-def _axis(api, axis, shape):
-    if isinstance(axis, builtins.bool) or not hasattr(axis, "__index__"):
-        raise TypeError(f"{api}: axis must be a Python int, not {type(axis).__name__}")
-    axis = operator.index(axis)
-    r = shape.rank
-    if r is not None:
-        n = max(r, 1)
-        if not -n <= axis < n:
-            raise K.AxisError(f"{api}: axis {axis} is out of range for a {r}-D tensor (expected [{-n}, {n - 1}])")
-    return axis
-
-
-def softmax(logits, axis=-1):
-    """Softmax along ``axis`` (``tf.nn.softmax``; ``kernels.softmax``; gradient from the output).
-
-    Raises:
-        AxisError (a ValueError and IndexError): ``axis`` out of range.
-    """
-    api = _P + "softmax"
-    t = float_tensor(api, "logits", logits)
-    ax = _axis(api, axis, t.shape)
-    return _unary_y(api, t, lambda v: K.softmax(v, ax), lambda g, y: K.backward.softmax(g, y, ax))
-
-
-def log_softmax(logits, axis=-1):
-    """Log-softmax along ``axis`` (``tf.nn.log_softmax``; ``kernels.log_softmax``). See :func:`softmax`."""
-    api = _P + "log_softmax"
-    t = float_tensor(api, "logits", logits)
-    ax = _axis(api, axis, t.shape)
-    return _unary_y(api, t, lambda v: K.log_softmax(v, ax), lambda g, y: K.backward.log_softmax(g, y, ax))
-
-
 # ---------------------------------------------------------------------------------------------
 # products
 
-def _matmul_shape(api, a, b):
-    A, B = dims_of(a), dims_of(b)
-    if A is None or B is None:
-        return tf.TensorShape(None)
-    if not A or not B:
-        raise ValueError(f"{api}: both operands need at least 1 dimension, got shapes {a} and {b}")
-    ka = A[-1]
-    kb = B[0] if len(B) == 1 else B[-2]
-    if ka is not None and kb is not None and ka != kb:
-        raise ValueError(f"{api}: shapes {a} and {b} cannot be multiplied (inner dimensions {ka} and {kb} differ)")
-    batch = bcast(api, tf.TensorShape(A[:-2]), tf.TensorShape(B[:-2]))
-    return batch.concatenate(A[-2:-1] if len(A) > 1 else []).concatenate(B[-1:] if len(B) > 1 else [])
-
-
-def matmul(a, b):
-    """Matrix product with NumPy semantics (``tf.linalg.matmul`` for 2-D and batched operands,
-    plus 1-D vectors as in ``np.matmul``; ``kernels.matmul``): batch dims broadcast. Gradients
-    ``dy @ b^T`` and ``a^T @ dy`` reduced to the operands' shapes (``kernels.backward.matmul``).
-
-    Raises:
-        ValueError: 0-d operands, mismatched inner dims. TypeError: see :func:`add`.
-    """
-    api = _P + "matmul"
-    x = float_tensor(api, "a", a)
-    y = float_tensor(api, "b", b)
-    same_dtype(api, ("a", x), ("b", y))
-    return apply(api, [x, y], (True, True), lambda save, a, b: [K.matmul(a, b)], 1,
-                 lambda: [(x.dtype, _matmul_shape(api, x.shape, y.shape))],
-                 lambda d, xs, s: list(K.backward.matmul(d[0], xs[0], xs[1])))
+# matmul(a, b): generated from its registry entry (kernels/ops/nn.py)
+matmul = _gen("matmul")
 
 
 def _linear_checks(api, x, w, b, w_in_axis, w_out_axis):

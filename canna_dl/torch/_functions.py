@@ -340,47 +340,14 @@ _div_ = _scale_("div", "/", kernels.div, _DivInplace)
 # ---------------------------------------------------------------------------------------------
 # matrix products
 
-class _Matmul(Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return kernels.matmul(plain(a), plain(b))
-
-    @staticmethod
-    def backward(ctx, g):
-        with NoTorchFunction():
-            a, b = ctx.saved_tensors
-            mask = (_need(ctx, 0), _need(ctx, 1))
-            if grad_enabled():
-                return _matmul_backward_graph(g, a, b, mask)
-            return kbw.matmul(g, plain(a), plain(b), output_mask=mask)
+# matmul: generated from its registry entry (kernels/ops/nn.py; its double backward too)
+def _g(name):
+    from kernels import get_op
+    from . import _generated
+    return _generated.function(get_op(name))
 
 
-def _matmul_backward_graph(g, a, b, mask):
-    """matmul's gradients as differentiable canna ops (double backward): the 1-D operands made 2-D
-    with views, as torch.matmul does, broadcast batch dims summed."""
-    av, bv = a.dim() == 1, b.dim() == 1
-    A = a.unsqueeze(0) if av else a
-    B = b.unsqueeze(1) if bv else b
-    G = g.reshape(1, 1) if (av and bv) else g.unsqueeze(-2) if av else g.unsqueeze(-1) if bv else g
-    ga = gb = None
-    if mask[0]:
-        ga = _sum_to_size(_matmul(G, B.mT), A.shape).reshape(a.shape)
-    if mask[1]:
-        gb = _sum_to_size(_matmul(A.mT, G), B.shape).reshape(b.shape)
-    return ga, gb
-
-
-def _matmul(a, b):
-    api = "canna_dl.torch.matmul"
-    r = route(api, a, b)
-    if r == EAGER:
-        return kernels.matmul(plain(a), plain(b))
-    C.check_float(api, "input", a)
-    C.check_float(api, "other", b)
-    if r == AUTOGRAD:
-        return _Matmul.apply(a, b)
-    return _ops.matmul(a, b)
+_matmul = _g("matmul")
 
 
 class _Linear(Function):
@@ -422,12 +389,6 @@ def _linear(x, w, b=None):
 
 # ---------------------------------------------------------------------------------------------
 # activations
-
-def _g(name):
-    from kernels import get_op
-    from . import _generated
-    return _generated.function(get_op(name))
-
 
 # generated from their registry entries (kernels/ops/elementwise.py; canna_dl/torch/_generated.py)
 _relu, _gelu, _silu, _sigmoid, _tanh, _log, _exp, _neg, _sqrt = (
@@ -478,55 +439,8 @@ def _relu_(x):
                               "use relu(x)")
 
 
-# ---------------------------------------------------------------------------------------------
-# softmax family
-
-def _softmax_fn(name, kernel, bw):
-    def forward(ctx, x, dim, dtype):
-        y = kernel(plain(x), dim, dtype=dtype)
-        ctx.dim, ctx.xdtype = dim, x.dtype
-        ctx.save_for_backward(y)
-        return y
-
-    def backward(ctx, g):
-        with NoTorchFunction():
-            (y,) = ctx.saved_tensors
-            gx = bw(plain(g), plain(y), ctx.dim)
-            if gx.dtype != ctx.xdtype:
-                gx = kernels.astype(gx, ctx.xdtype)
-            return C.once_differentiable_outputs(f"canna::{name}", gx, (g, y)), None, None
-
-    return type(f"_{name.capitalize()}", (Function,), {"forward": staticmethod(forward),
-                                                        "backward": staticmethod(backward)})
-
-
-_Softmax = _softmax_fn("softmax", kernels.softmax, kbw.softmax)
-_LogSoftmax = _softmax_fn("log_softmax", kernels.log_softmax, kbw.log_softmax)
-
-
-def _dim_check(api, dim):
-    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
-        raise TypeError(f"{api}: dim must be an int, not {type(dim).__name__}")
-
-
-def _softmax_common(api, fn, custom, kernel, x, dim, dtype):
-    _dim_check(api, dim)
-    r = route(api, x)
-    if r == EAGER:
-        return kernel(plain(x), dim, dtype=dtype)
-    C.check_float(api, "input", x)
-    if r == AUTOGRAD:
-        return fn.apply(x, dim, dtype)
-    return custom(x, dim, dtype)
-
-
-def _softmax(x, dim, dtype=None):
-    return _softmax_common("canna_dl.torch.softmax", _Softmax, _ops.softmax, kernels.softmax, x, dim, dtype)
-
-
-def _log_softmax(x, dim, dtype=None):
-    return _softmax_common("canna_dl.torch.log_softmax", _LogSoftmax, _ops.log_softmax, kernels.log_softmax, x, dim,
-                           dtype)
+# softmax, log_softmax: generated from their registry entries (kernels/ops/nn.py)
+_softmax, _log_softmax = _g("softmax"), _g("log_softmax")
 
 
 # ---------------------------------------------------------------------------------------------

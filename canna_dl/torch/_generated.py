@@ -41,9 +41,8 @@ FUNCTIONS: list = []
 def _hand(name):
     """The hand-written routing functions of the ops whose shims are not generated yet."""
     from . import _functions as F
-    return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "matmul": F._matmul, "sum": F._sum,
-            "mean": F._mean, "linear": F._linear, "softmax": F._softmax, "log_softmax": F._log_softmax,
-            "sum_to_size": F._sum_to_size}.get(name)
+    return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "sum": F._sum,
+            "mean": F._mean, "linear": F._linear, "sum_to_size": F._sum_to_size}.get(name)
 
 
 def _torch_ns_fn(op):
@@ -106,6 +105,8 @@ def _no_backward(op):
 
 def _run_backward(op, ops, grads, saved, attrs, metas, needs):
     """One gradient per input (a list of them for a list input, None where not needed)."""
+    if op.backward_needs:   # the backward skips the gradients nobody needs
+        attrs = dict(attrs, needs=tuple(bool(needs[i]) for i, t in enumerate(op.inputs) if t.diff))
     gs = _as_tuple(op.backward(ops, *grads, *saved, **attrs))
     by = dict(zip(op.diff, gs))
     out = []
@@ -149,7 +150,7 @@ def _list_function_class(op, traced=False):
         arrays = R.unflatten(lay, args[:nflat])
         attrs = dict(zip(names, args[nflat:]))
         if traced:
-            outs = custom_op(op)(*arrays, **attrs)
+            outs = custom_op(op)(*arrays, **_torch_attrs(op, attrs))
         else:
             outs = op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays], **attrs)
         ot = _as_tuple(outs)
@@ -200,7 +201,7 @@ def _function_class(op, traced=False):
     def forward(ctx, *args):
         arrays, attrs = args[:n], dict(zip(names, args[n:]))
         if traced:
-            outs = custom_op(op)(*arrays, **attrs)
+            outs = custom_op(op)(*arrays, **_torch_attrs(op, attrs))
         else:
             outs = op.kernel(*[plain(a) for a in arrays], **attrs)
         ot = _as_tuple(outs)
@@ -228,7 +229,8 @@ def _function_class(op, traced=False):
     return cls
 
 
-_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]"}
+_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]", R.BOOL_LIST: "bool[]",
+                 R.DTYPE: "ScalarType"}
 
 
 def _default(v):
@@ -294,8 +296,16 @@ def custom_op(op):
                 r = op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays], **attrs)
                 if r is None:   # no outputs: the mutated inputs were updated
                     return None
-                # a custom op must not return one of its inputs
-                return tuple(_fresh(o, args[:n]) for o in r) if isinstance(r, tuple) else _fresh(r, args[:n])
+                if isinstance(r, tuple):
+                    if any(o is None for o in r):   # outputs not computed (an output_mask): empty, per the rule
+                        like = next(b for a in arrays if a is not None for b in (a if isinstance(a, list) else (a,)))
+                        specs = op.specs([_spec(a) if not isinstance(a, list) else [_spec(b) for b in a]
+                                          for a in arrays], attrs)
+                        r = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) if o is None else o
+                                  for o, s in zip(r, specs))
+                    # a custom op must not return one of its inputs
+                    return tuple(_fresh(o, args[:n]) for o in r)
+                return _fresh(r, args[:n])
         impl.__name__ = op.name
         mutates = tuple(op.inputs[i].name for i in op.mutated)
         c = torch.library.custom_op(op.qualname, impl, mutates_args=mutates, schema=schema(op))
@@ -341,9 +351,16 @@ def _args(op, args, kwargs):
     for a in op.attrs:
         if a.name not in attrs:
             attrs[a.name] = kwargs.get(a.name, a.default)
-        if a.type is R.INT_LIST:
+        if a.type is R.INT_LIST or a.type is R.DTYPE or a.type is R.BOOL_LIST:
             attrs[a.name] = a.check(op.api, attrs[a.name])
     return arrays, attrs
+
+
+def _torch_attrs(op, attrs):
+    """The attributes as the custom op takes them (a dtype attribute as a torch.dtype)."""
+    if not any(a.type is R.DTYPE for a in op.attrs):
+        return attrs
+    return {k: (_tdtype(v) if isinstance(v, R.DTYPE) else v) for k, v in attrs.items()}
 
 
 def _fresh(r, inputs):
@@ -460,7 +477,7 @@ def function(op):
                 if traced is not None and grad_enabled() and any(
                         isinstance(a, Tensor) and a.requires_grad for a in flat):
                     return traced.apply(*pre, *attrs.values())
-                return custom_op(op)(*arrays, **attrs)
+                return custom_op(op)(*arrays, **_torch_attrs(op, attrs))
             if r == EAGER or not op.outputs:
                 res = op.kernel(*_plain_args(arrays), **attrs)
             else:
@@ -481,22 +498,38 @@ def function(op):
 
 def offload_entries(op):
     """``[(torch function, names, defaults, required extras, handler)]`` for ``offload()``: the
-    torch functions the entry names (dotted names or callables; a ``(function, {arg: value})``
-    pair accepts extra torch arguments only at those values, e.g. ``inplace=False``; a third item
-    gives the torch function's positional order of the entry's arguments when it differs, e.g.
-    ``("input", "dim", "index")`` for ``torch.gather`` — ``"input"`` names the first input, None
-    keeps the entry's —; a fourth, the output the torch function returns when the op has several,
-    e.g. ``F.batch_norm`` returns ``native_batch_norm``'s first)."""
+    torch functions the entry names. Each is a dotted name or a callable, or a tuple of one and:
+
+    - ``{arg: value}``: extra torch arguments accepted only at those values (e.g. ``inplace=False``;
+      another value falls back to PyTorch);
+    - an int: the output the torch function returns when the op has several (``F.batch_norm``
+      returns ``native_batch_norm``'s first);
+    - a signature string, the torch function's own parameters in order with their defaults
+      (``"input, dim=None, _stacklevel=3, dtype=None"``): the entry's arguments bind by these names
+      (the first input is ``input``; ``other:b`` is torch's ``other`` for the entry's ``b``),
+      parameters the entry does not have are ignored unless they are extras; a None where the
+      entry's int / float / str attribute is not optional falls back (``implicit dim (dim=None)``:
+      PyTorch's legacy default, e.g. ``F.softmax``'s);
+    - a function ``guard(*entry arguments)`` returning None or the reason the call falls back (the
+      cases a torch function refuses that the op would take: ``torch.mm`` of operands not 2-D).
+    """
     import importlib
     out = []
     fn = function(op)
-    n = len(op.inputs)
+    entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
     for spec in op.torch:
-        extras, order, pick = {}, None, None
+        extras, sig, guard, pick = {}, None, None, None
         if isinstance(spec, tuple):
-            spec, extras, *rest = spec
-            order = tuple(rest[0]) if rest and rest[0] is not None else None
-            pick = rest[1] if len(rest) > 1 else None
+            spec, rest = spec[0], spec[1:]
+            for r in rest:
+                if isinstance(r, dict):
+                    extras = r
+                elif isinstance(r, str):
+                    sig = r
+                elif isinstance(r, int):
+                    pick = r
+                else:
+                    guard = r
         if isinstance(spec, str):
             mod, _, attr = spec.rpartition(".")
             try:
@@ -509,37 +542,96 @@ def offload_entries(op):
             f = spec
         if f is None:
             continue
-        entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
-        if order is not None and sorted(order) != sorted(entry):
-            raise R.RegistrationError(f"{op.qualname}: the torch order {order} of {spec!r} does not name the "
-                                      f"entry's arguments {tuple(entry)}")
-        names = list(order or entry) + list(extras)
         defaults = {t.name: None for t in op.inputs[1:] if t.optional}
         defaults.update({a.name: a.default for a in op.attrs if not a.required})
-        defaults.update(extras)
-        perm = None if order is None else [order.index(e) for e in entry]
-        out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras, perm, pick)))
+        aliases = {}
+        if sig is None:
+            names = entry + list(extras)
+            defaults.update(extras)
+        else:
+            names, defaults, aliases = _parse_sig(op, sig)
+            missing = [nm for nm in entry if aliases.get(nm, nm) not in names]
+            if missing:
+                raise R.RegistrationError(f"{op.qualname}: the torch signature {sig!r} lacks {missing}")
+        h = _handler(op, fn, names, extras, guard, aliases)
+        out.append((f, names, defaults, extras, h if pick is None else _picked(h, pick)))
     return out
 
 
-def _handler(fn, n, nattrs, extras, perm=None, pick=None):
+def _picked(h, i):
+    def p(v):
+        return h(v)[i]
+    return p
+
+
+def _parse_sig(op, sig):
+    """Names, defaults and aliases (the entry's name -> torch's) of a torch signature string."""
+    import ast
+    names, defaults, aliases = [], {}, {}
+    for part in sig.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        nm, eq, d = part.partition("=")
+        nm, _, entry_name = nm.strip().partition(":")   # "other:b": torch's name for the entry's argument b
+        if entry_name:
+            aliases[entry_name] = nm
+        names.append(nm)
+        if eq:
+            try:
+                defaults[nm] = ast.literal_eval(d.strip())
+            except (ValueError, SyntaxError):
+                raise R.RegistrationError(f"{op.qualname}: the default of {nm} in {sig!r} is not a literal") from None
+    return names, defaults, aliases
+
+
+def _handler(op, fn, names, extras, guard=None, aliases=None):
     from ._offload import _Fallback, _chk
-    keys = list(extras.items())
-    k = n + nattrs
+    n = len(op.inputs)
+    entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+    flat = _flat_chk if op.lists else (lambda xs: xs)
+    if list(names) == entry + list(extras) and guard is None:   # the entry's own order (no torch signature)
+        keys = list(extras.items())
+        k = len(entry)
+
+        def h(v):
+            for i, (name, want) in enumerate(keys):
+                if v[k + i] != want:
+                    raise _Fallback(f"{name}={v[k + i]!r}")
+            _chk(*flat(v[:n]))
+            return fn(*v[:k])
+        return h
+    aliases = aliases or {}
+    idx = [names.index(aliases.get(nm, nm)) for nm in entry]
+    ext = [(names.index(nm), nm, want) for nm, want in extras.items()]
+    nonone = [(names.index(aliases.get(a.name, a.name)), a.name) for a in op.attrs
+              if a.type in (int, float, str) and not a.optional]
 
     def h(v):
-        for i, (name, want) in enumerate(keys):
-            if v[k + i] != want:
-                raise _Fallback(f"{name}={v[k + i]!r}")
-        if perm is not None:   # the torch order -> the entry's
-            v = [v[i] for i in perm]
-        for a in v[:n]:
-            if isinstance(a, (list, tuple)):   # a TensorList input: its tensors
-                _chk(*a)
-            else:
-                _chk(a)
-        return fn(*v[:k]) if pick is None else fn(*v[:k])[pick]
+        for i, name, want in ext:
+            if v[i] != want:
+                raise _Fallback(f"{name}={v[i]!r}")
+        for i, name in nonone:
+            if v[i] is None:
+                raise _Fallback(f"implicit {name} ({name}=None)")
+        args = [v[i] for i in idx]
+        _chk(*flat(args[:n]))
+        if guard is not None:
+            why = guard(*args)
+            if why:
+                raise _Fallback(why)
+        return fn(*args)
     return h
+
+
+def _flat_chk(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            out.extend(x)
+        else:
+            out.append(x)
+    return out
 
 
 def offload_register(op):

@@ -12,7 +12,7 @@ Forward ops (the differentiable ones; ``canna_dl.torch`` routes to them when com
     matmul(self, other)        linear(input, weight, bias?)
     (relu, silu, sigmoid, tanh, log, exp, neg, sqrt, gelu and their backward ops are generated from
     their registry entries: canna_dl/torch/_generated.py)
-    softmax / log_softmax(self, int dim, ScalarType? dtype=None)
+    (softmax, log_softmax and their backward ops too)
     layer_norm(input, int[] normalized_shape, weight?, bias?, float eps) -> (out, mean, rstd)
     rms_norm(input, int[] normalized_shape, weight?, float? eps) -> (out, rstd)
     conv2d(input, weight, bias?, int[2] stride, int[2] padding, int[2] dilation, int groups)
@@ -100,9 +100,6 @@ def _fake_div_scalar(self, other):
     dt = _promote(self, other)
     return self.new_empty(self.shape, dtype=dt if dt.is_floating_point else torch.float32)
 
-
-def _fake_matmul(self, other):
-    return self.new_empty(_nnrules.matmul_shape(self, other).shape)   # the registry's rule
 
 
 def _fake_linear(x, w, b=None):
@@ -247,34 +244,10 @@ def _setup_save_inputs(ctx, inputs, output):
     ctx.args = tuple(None if isinstance(t, torch.Tensor) else t for t in inputs)
 
 
-def _bw_matmul(ctx, g):
-    a, b = ctx.saved_tensors
-    ga, gb = torch.ops.canna.matmul_backward(g, a, b, [True, True])
-    return ga, gb
-
-
 def _bw_linear(ctx, g):
     x, w, b = ctx.saved_tensors
     gx, gw, gb = torch.ops.canna.linear_backward(g, x, w, [True, True, b is not None])
     return gx, gw, (gb if b is not None else None)
-
-
-def _setup_softmax(ctx, inputs, output):
-    ctx.save_for_backward(output)
-    ctx.dim = inputs[1]
-    ctx.xdtype = inputs[0].dtype
-
-
-def _bw_softmax(ctx, g):
-    (y,) = ctx.saved_tensors
-    gx = torch.ops.canna.softmax_backward(g, y, ctx.dim)
-    return _reduce(gx, gx.shape, ctx.xdtype), None, None
-
-
-def _bw_log_softmax(ctx, g):
-    (y,) = ctx.saved_tensors
-    gx = torch.ops.canna.log_softmax_backward(g, y, ctx.dim)
-    return _reduce(gx, gx.shape, ctx.xdtype), None, None
 
 
 def _setup_layer_norm(ctx, inputs, output):
@@ -431,17 +404,9 @@ def _register():
         lambda x, size: _copy_if_alias(kernels.sum_to_size(P(x), tuple(size)), P(x)), _fake_sum_to_size,
         _bw_sum_to_size, _setup_sum_to_size)
     # products
-    _op("matmul", f"({T} self, {T} other) -> {T}", lambda a, b: kernels.matmul(P(a), P(b)), _fake_matmul,
-        _bw_matmul, _setup_save_inputs)
     _op("linear", f"({T} input, {T} weight, {T}? bias=None) -> {T}",
         lambda x, w, b=None: kernels.linear(P(x), P(w), P(b)), _fake_linear, _bw_linear, _setup_save_inputs)
     # activations: generated from their registry entries (canna_dl/torch/_generated.py)
-    _op("softmax", f"({T} self, int dim, ScalarType? dtype=None) -> {T}",
-        lambda x, dim, dtype=None: kernels.softmax(P(x), dim, dtype=dtype),
-        lambda x, dim, dtype=None: x.new_empty(x.shape, dtype=dtype or x.dtype), _bw_softmax, _setup_softmax)
-    _op("log_softmax", f"({T} self, int dim, ScalarType? dtype=None) -> {T}",
-        lambda x, dim, dtype=None: kernels.log_softmax(P(x), dim, dtype=dtype),
-        lambda x, dim, dtype=None: x.new_empty(x.shape, dtype=dtype or x.dtype), _bw_log_softmax, _setup_softmax)
     # normalization
     _op("layer_norm", f"({T} input, int[] normalized_shape, {T}? weight, {T}? bias, float eps) -> ({T}, {T}, {T})",
         lambda x, ns, w, b, eps: kernels.native_layer_norm(P(x), ns, P(w), P(b), eps), _fake_layer_norm,
@@ -474,11 +439,6 @@ def _register():
         _setup_reduce)
 
     # backward ops
-    _op("softmax_backward", f"({T} grad, {T} result, int dim) -> {T}", lambda g, y, d: kbw.softmax(P(g), P(y), d),
-        _fake_grad_like)
-    _op("log_softmax_backward", f"({T} grad, {T} result, int dim) -> {T}",
-        lambda g, y, d: kbw.log_softmax(P(g), P(y), d), _fake_grad_like)
-
     def ln_bw(g, x, ns, mean, rstd, w, b, mask):
         outs = kbw.layer_norm(P(g), P(x), ns, P(mean), P(rstd), P(w), P(b), output_mask=_sym_bool(mask))
         return _masked(mask, outs, (x, w if w is not None else x, b if b is not None else x))
@@ -522,13 +482,6 @@ def _register():
         f"{T} total_weight) -> {T}",
         lambda g, x, t, w, ii, red, tw: kbw.nll_loss(P(g), P(x), P(t), P(w), ii, red, total_weight=P(tw)),
         lambda g, x, *a: x.new_empty(x.shape))
-
-    def mm_bw(g, a, b, mask):
-        outs = kbw.matmul(P(g), P(a), P(b), output_mask=_sym_bool(mask))
-        return _masked(mask, outs, (a, b))
-    _op("matmul_backward", f"({T} grad, {T} self, {T} other, bool[2] output_mask) -> ({T}, {T})", mm_bw,
-        lambda g, a, b, mask: (a.new_empty(a.shape) if mask[0] else _empty(a),
-                               b.new_empty(b.shape) if mask[1] else _empty(a)))
 
     def lin_bw(g, x, w, mask):
         outs = kbw.linear(P(g), P(x), P(w), output_mask=_sym_bool(mask))

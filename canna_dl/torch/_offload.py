@@ -197,31 +197,6 @@ def _h_div_(v):
     return F._div_(v[0], v[1])
 
 
-def _h_matmul(v):
-    _none(v[2], "out= argument")
-    _chk(v[0], v[1])
-    return F._matmul(v[0], v[1])
-
-
-def _h_mm(v):
-    _none(v[2], "out= argument")
-    a, b = v[0], v[1]
-    _chk(a, b)
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dim() == 2 and b.dim() == 2):
-        raise _Fallback("mm of operands that are not 2-D")
-    return F._matmul(a, b)
-
-
-def _h_bmm(v):
-    _none(v[2], "out= argument")
-    a, b = v[0], v[1]
-    _chk(a, b)
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dim() == 3 and b.dim() == 3
-            and a.shape[0] == b.shape[0]):
-        raise _Fallback("bmm of operands that are not 3-D with one batch size")
-    return F._matmul(a, b)
-
-
 def _h_linear(v):
     _chk(v[0], v[1], v[2])
     return F._linear(v[0], v[1], v[2])
@@ -247,22 +222,6 @@ def _h_relu_(v):
 
 def _h_unary_inplace(v):   # log_ / exp_: canna has no in-place form of them
     raise _Fallback("in-place form (canna runs the out-of-place op only)")
-
-
-def _h_softmax_of(fn):
-    """The handler of softmax / log_softmax: (input, dim, dtype) or F's (input, dim, _stacklevel, dtype)."""
-
-    def h(v):
-        if v[1] is None:
-            raise _Fallback("implicit dim (dim=None)")
-        _chk(v[0])
-        return fn(v[0], v[1], v[-1])
-
-    h.__name__ = h.__qualname__ = f"_h{fn.__name__}"
-    return h
-
-
-_h_softmax, _h_log_softmax = _h_softmax_of(F._softmax), _h_softmax_of(F._log_softmax)
 
 
 def _h_layer_norm(v):
@@ -361,21 +320,12 @@ def _build_table():
     m((_T.mul_, _T.multiply_), "mul_", S(("input", "other")), _h_mul_)
     m((_T.div_, _T.divide_, _T.true_divide_), "div_", S(("input", "other", "rounding_mode"), 2, rounding_mode=None),
       _h_div_)
-    m((torch.matmul, _T.matmul), "matmul", bin2, _h_matmul)
-    m((torch.mm, _T.mm), "matmul", bin2, _h_mm)
-    m((torch.bmm, _T.bmm), "matmul", bin2, _h_bmm)
     m((_nnf.linear,), "linear", S(("input", "weight", "bias"), bias=None), _h_linear)
     m((torch.relu, _T.relu), "relu", S(("input",)), _h_relu)
     m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
     m((torch.relu_, _T.relu_), "relu_", S(("input",)), _h_relu_)
     m((g(torch, "log_", None), _T.log_), "log", S(("input",)), _h_unary_inplace)
     m((g(torch, "exp_", None), _T.exp_), "exp", S(("input",)), _h_unary_inplace)
-    sm = S(("input", "dim", "dtype"), 2, dtype=None)
-    sm_f = S(("input", "dim", "_stacklevel", "dtype"), 3, dim=None, _stacklevel=3, dtype=None)
-    m((torch.softmax, _T.softmax), "softmax", sm, _h_softmax)
-    m((_nnf.softmax,), "softmax", sm_f, _h_softmax)
-    m((torch.log_softmax, _T.log_softmax), "log_softmax", sm, _h_log_softmax)
-    m((_nnf.log_softmax,), "log_softmax", sm_f, _h_log_softmax)
     m((_nnf.layer_norm,), "layer_norm", S(("input", "normalized_shape", "weight", "bias", "eps"), weight=None,
                                             bias=None, eps=1e-5), _h_layer_norm)
     m((torch.layer_norm,), "layer_norm", S(("input", "normalized_shape", "weight", "bias", "eps", "cudnn_enable"),

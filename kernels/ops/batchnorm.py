@@ -71,11 +71,10 @@ define("native_batch_norm",
        forward=Aclnn("BatchNorm", _bn_params,
                      order=("input", "weight", "bias", "running_mean", "running_var", "...")),
        backward=_bn_backward, save=("input", "weight", "save_mean", "save_invstd"),
-       torch=(("torch.nn.functional.batch_norm", {}, None, 0),
-              ("torch.native_batch_norm", {},
-               ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")),
+       torch=(("torch.nn.functional.batch_norm", 0),
+              ("torch.native_batch_norm", "input, weight, bias, running_mean, running_var, training, momentum, eps"),
               ("torch.batch_norm", {"cudnn_enabled": True},
-               ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"), 0)),
+               "input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled", 0)),
        doc="Batch normalization over dim 1 of ``input`` ``[N, C, *]`` (2 to 8 dims; ``torch.native_batch_norm``; "
            "``aclnnBatchNorm``): ``(out, save_mean, save_invstd)``. ``training=True`` normalizes with the batch "
            "statistics and updates ``running_mean`` / ``running_var`` (``[C]``, in place) as PyTorch does "

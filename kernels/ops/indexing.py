@@ -117,8 +117,8 @@ define("gather", inputs=(Tensor("input", ARITH), Tensor("index", INTS, diff=Fals
        shape=gather_shape, forward=Aclnn("Gather", lambda lib, keep, dim, sparse_grad: (dim,),
                                          order=("input", "...", "index")),
        backward=_gather_backward, save=("input", "index"),
-       torch=(("torch.gather", {}, ("input", "dim", "index", "sparse_grad")),
-              ("torch.Tensor.gather", {}, ("input", "dim", "index", "sparse_grad"))),
+       torch=(("torch.gather", "input, dim, index, sparse_grad=False"),
+              ("torch.Tensor.gather", "input, dim, index, sparse_grad=False")),
        doc="``out[i][j][k] = input[i][index[i][j][k]][k]`` for ``dim=1`` (``torch.gather``; ``aclnnGather``): "
            "``out`` has ``index``'s shape; ``index`` (int64 / int32, in ``[0, input.shape[dim])``) has "
            "``input``'s number of dims and is no larger in any other dim. Dtypes: floats, int32, int64.\n\n"
@@ -145,8 +145,7 @@ define("scatter_add", inputs=(Tensor("input", ARITH), Tensor("index", INTS, diff
        shape=scatter_add_shape, forward=Aclnn("ScatterAdd", lambda lib, keep, dim: (dim,),
                                               order=("input", "...", "index", "src")),
        backward=_scatter_add_backward, save=("index",),
-       torch=(("torch.scatter_add", {}, ("input", "dim", "index", "src")),
-              ("torch.Tensor.scatter_add", {}, ("input", "dim", "index", "src"))),
+       torch=(("torch.scatter_add", "input, dim, index, src"), ("torch.Tensor.scatter_add", "input, dim, index, src")),
        doc="``input`` with ``src`` added at ``index`` along ``dim`` (``torch.scatter_add``; ``aclnnScatterAdd``): "
            "``out[i][index[i][j][k]][k] += src[i][j][k]`` for ``dim=1``, the additions in index order (so the "
            "result is deterministic). ``index`` (int64 / int32, in ``[0, input.shape[dim])``) is no larger than "

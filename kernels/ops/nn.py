@@ -12,7 +12,7 @@ from .. import _core as C
 from .. import _composite as CO
 from .. import _nn as N
 from .. import _reduce as RD
-from .._registry import Attr, Impl, Spec, Tensor, define
+from .._registry import DTYPE, Attr, Impl, Spec, Tensor, define
 
 F, ARITH = C.FLOATS, C.ARITH
 
@@ -92,13 +92,57 @@ def _loss_shape(input, target, weight=None, ignore_index=-100, reduction="mean",
 
 
 _o = object
-define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, forward=Impl(N.matmul), generate=False)
+def _two_d(a, b):
+    if not (a.dim() == 2 and b.dim() == 2):
+        return "mm of operands that are not 2-D"
+
+
+def _three_d(a, b):
+    if not (a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]):
+        return "bmm of operands that are not 3-D with one batch size"
+
+
+_MM = "input, other:b, out=None"
+define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, forward=Impl(N.matmul),
+       backward=lambda ops, g, a, b, needs: ops.matmul_backward(g, a, b, needs), save=("a", "b"),
+       torch=(("torch.matmul", _MM, {"out": None}), ("torch.Tensor.matmul", _MM, {"out": None}),
+              ("torch.mm", "input, mat2:b, out=None", {"out": None}, _two_d),
+              ("torch.Tensor.mm", "input, mat2:b", _two_d),
+              ("torch.bmm", "input, mat2:b, out=None", {"out": None}, _three_d),
+              ("torch.Tensor.bmm", "input, mat2:b", _three_d)),
+       doc=N.matmul.__doc__)
 define("linear", inputs=(Tensor("x", F), Tensor("weight", F), Tensor("bias", F, optional=True)), shape=linear_shape,
        forward=Impl(N.linear), generate=False)
-define("softmax", inputs=(Tensor("x", F),), attrs=(Attr("dim", _o, -1),), shape=_same, forward=Impl(N.softmax),
-       generate=False)
-define("log_softmax", inputs=(Tensor("x", F),), attrs=(Attr("dim", _o, -1),), shape=_same,
-       forward=Impl(N.log_softmax), generate=False)
+
+
+def _softmax_shape(x, dim=-1, dtype=None):
+    """Same shape; ``dtype`` (PyTorch's ``dtype=``: the input is cast first) or the input's."""
+    C.wrap_dim("shape rule", dim, len(x.shape))
+    return Spec(x.shape, x.dtype if dtype is None else dtype)
+
+
+def _softmax_bw_shape(g, y, dim=-1):
+    if tuple(g.shape) != tuple(y.shape):
+        raise ValueError(f"shape rule: grad_out has shape {tuple(g.shape)} but y has shape {tuple(y.shape)}")
+    C.wrap_dim("shape rule", dim, len(y.shape))
+    return Spec(y.shape, C.promote_types(g.dtype, y.dtype))
+
+
+_SM_TORCH = "input, dim=None, _stacklevel=3, dtype=None"   # torch.nn.functional's (dim=None: falls back)
+_softmax_attrs = (Attr("dim", int, -1), Attr("dtype", DTYPE, None))
+# the gradient from the output (PyTorch's derivatives.yaml: _softmax_backward_data(grad, result, dim));
+# the torch shim casts it back to the input's dtype when dtype= converted it
+define("softmax", inputs=(Tensor("x", F),), attrs=_softmax_attrs, shape=_softmax_shape, forward=Impl(N.softmax),
+       backward=lambda ops, g, y, dim, dtype: ops.softmax_backward(g, y, dim), save=("out",),
+       torch=("torch.softmax", "torch.Tensor.softmax", ("torch.nn.functional.softmax", _SM_TORCH)),
+       tf=("softmax", {"x": "logits", "dim": "axis"}), jax=("softmax", {"dim": "axis"}),
+       doc=N.softmax.__doc__)
+define("log_softmax", inputs=(Tensor("x", F),), attrs=_softmax_attrs, shape=_softmax_shape,
+       forward=Impl(N.log_softmax), backward=lambda ops, g, y, dim, dtype: ops.log_softmax_backward(g, y, dim),
+       save=("out",), torch=("torch.log_softmax", "torch.Tensor.log_softmax",
+                             ("torch.nn.functional.log_softmax", _SM_TORCH)),
+       tf=("log_softmax", {"x": "logits", "dim": "axis"}), jax=("log_softmax", {"dim": "axis"}),
+       doc=N.log_softmax.__doc__)
 define("layer_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True), Tensor("bias", F, optional=True)),
        attrs=(Attr("normalized_shape", _o), Attr("eps", _o, 1e-5)), shape=_ln_shape, forward=Impl(N.layer_norm),
        generate=False)
@@ -156,14 +200,40 @@ define("sum_to_size", inputs=(Tensor("x", ARITH),), attrs=(Attr("shape", _o),),
        shape=lambda x, shape: Spec(tuple(shape), x.dtype), forward=Impl(RD.sum_to_size), generate=False)
 
 # backward kernels written by hand (kernels.backward.*)
-define("softmax_backward", inputs=(Tensor("grad_out", F), Tensor("y", F)), attrs=(Attr("dim", _o, -1),),
-       shape=_same, forward=Impl(N.softmax_backward), generate=False, api="kernels.backward.softmax")
-define("log_softmax_backward", inputs=(Tensor("grad_out", F), Tensor("y", F)), attrs=(Attr("dim", _o, -1),),
-       shape=_same, forward=Impl(N.log_softmax_backward), generate=False, api="kernels.backward.log_softmax")
+define("softmax_backward", inputs=(Tensor("grad_out", F), Tensor("y", F, diff=False)), attrs=(Attr("dim", int, -1),),
+       shape=_softmax_bw_shape, forward=Impl(N.softmax_backward), api="kernels.backward.softmax",
+       doc=N.softmax_backward.__doc__)
+define("log_softmax_backward", inputs=(Tensor("grad_out", F), Tensor("y", F, diff=False)),
+       attrs=(Attr("dim", int, -1),), shape=_softmax_bw_shape, forward=Impl(N.log_softmax_backward),
+       api="kernels.backward.log_softmax", doc=N.log_softmax_backward.__doc__)
+def _matmul_bw_shape(g, a, b, output_mask=(True, True)):
+    shape = N.matmul_shape("kernels.backward.matmul", tuple(a.shape), tuple(b.shape))
+    if tuple(g.shape) != shape:
+        raise ValueError(f"kernels.backward.matmul: grad_out has shape {tuple(g.shape)}, expected the product's "
+                         f"shape {shape}")
+    return (Spec(a.shape if output_mask[0] else (0,), a.dtype), Spec(b.shape if output_mask[1] else (0,), b.dtype))
+
+
+def _matmul_bw_bw(ops, gga, ggb, g, a, b, output_mask, needs):
+    """matmul's double backward, from ``grad_a = g @ b^T`` and ``grad_b = a^T @ g`` (each bilinear):
+    d/dg = gga @ b + a @ ggb, d/da = g @ ggb^T, d/db = gga^T @ g (matmul_backward itself, with its
+    operands swapped, sums broadcast batch dims and handles 1-D operands)."""
+    m0, m1 = output_mask
+    dg = da = db = None
+    if needs[0]:
+        parts = ([ops.matmul(gga, b)] if m0 else []) + ([ops.matmul(a, ggb)] if m1 else [])
+        dg = parts[0] if len(parts) == 1 else ops.add(parts[0], parts[1]) if parts else None
+    if needs[1] and m1:
+        da = ops.matmul_backward(g, a, ggb, (True, False))[0]
+    if needs[2] and m0:
+        db = ops.matmul_backward(g, gga, b, (False, True))[1]
+    return dg, da, db
+
+
 define("matmul_backward", inputs=(Tensor("grad_out", F), Tensor("a", F), Tensor("b", F)),
-       attrs=(Attr("output_mask", _o, (True, True)),), outputs=("grad_a", "grad_b"),
-       shape=lambda g, a, b, **k: (Spec(a.shape, a.dtype), Spec(b.shape, b.dtype)),
-       forward=Impl(CO.matmul_backward), generate=False, api="kernels.backward.matmul")
+       attrs=(Attr("output_mask", list[bool], (True, True)),), outputs=("grad_a", "grad_b"),
+       shape=_matmul_bw_shape, forward=Impl(CO.matmul_backward), backward=_matmul_bw_bw,
+       save=("grad_out", "a", "b"), api="kernels.backward.matmul", doc=CO.matmul_backward.__doc__)
 define("linear_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("weight", F)),
        attrs=(Attr("output_mask", _o, (True, True, True)),), outputs=("grad_x", "grad_weight", "grad_bias"),
        shape=lambda g, x, w, **k: (Spec(x.shape, x.dtype), Spec(w.shape, w.dtype), Spec((w.shape[0],), w.dtype)),
