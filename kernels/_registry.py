@@ -296,12 +296,27 @@ class Aclnn:
 
     ``params(lib, keep, **attrs)`` returns the extra arguments between the inputs and outputs
     (aclScalars, ints, strings), appending objects to keep alive to ``keep``; ``key(**attrs)`` the
-    attributes' part of the executor cache key (default: the attribute values)."""
+    attributes' part of the executor cache key (default: the attribute values). ``order``: the
+    aclnn parameter order when it differs from the entry's (whose order is the framework
+    function's): the input names, with ``"..."`` where the params go (default: after the
+    inputs), e.g. ``("self", "...", "index")`` for ``aclnnGather(self, dim, index, out)`` or
+    ``("weight", "input")`` for ``aclnnEmbedding(weight, indices, out)``; None passes a NULL
+    (absent optional) tensor the entry does not have."""
 
-    __slots__ = ("name", "params", "key")
+    __slots__ = ("name", "params", "key", "order")
 
-    def __init__(self, name, params=None, key=None):
+    def __init__(self, name, params=None, key=None, order=None):
         self.name, self.params, self.key = name, params, key
+        self.order = None if order is None else tuple(order)
+
+    def arrange(self, op, ins):
+        """(inputs in the aclnn parameter order, how many come before the params)."""
+        if self.order is None:
+            return ins, len(ins)
+        by = dict(zip((t.name for t in op.inputs), ins))
+        names = [n for n in self.order if n != "..."]
+        cut = self.order.index("...") if "..." in self.order else len(names)
+        return [None if n is None else by[n] for n in names], cut
 
 
 class Impl:
@@ -781,6 +796,8 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
         if i == 0 and out is not None:
             outs.append(C.given_out(api, out, sp.shape, sp.dtype, named, allow_same=op.elementwise))
         else:
+            if kind is None:   # out= names the first output; the others are of the inputs' kind
+                kind = C.result_kind(*arrays)
             outs.append(C.new_out(kind, sp.shape, sp.dtype, s))
     fin = outs + muts if muts else outs
     if all(o.arr.size == 0 for o in fin):
@@ -834,9 +851,12 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
     is an ``aclTensorList`` of its arrays' descriptors (their addresses are swapped one by one, in
     order, as the executor numbers its input tensors)."""
     lay = None
-    if op is not None and op.lists:
+    if op is not None and op.lists:   # (an Aclnn order= is for ops without list inputs)
         lay = layout(op, ins)
         ins = _flat(op, ins)
+        nin = len(ins)
+    else:
+        ins, nin = f.arrange(op, ins)
     ins = [None if a is None else C.prepare_input(a) for a in ins]
     C.order_inputs(s, ins)
     rs = [o.arr for o in outs]
@@ -846,7 +866,6 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
         key += (lay,)
     plan = C.get_plan(key)
     if plan is None:
-        nin = len(ins)
         params = f.params
 
         def make_args(lib, t, keep):

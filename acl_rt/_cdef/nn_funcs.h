@@ -1,6 +1,6 @@
 /* canna: the aclnn operator API: the meta API (libnnopbase) and the two-phase op calls (libopapi*).
  *
- * @cann-headers: acl/acl.h aclnn/acl_meta.h aclnn/aclnn_base.h aclnnop/aclnn_add.h aclnnop/aclnn_apply_adam_w_v2.h aclnnop/aclnn_addmm.h aclnnop/aclnn_amax.h aclnnop/aclnn_batch_matmul.h aclnnop/aclnn_cast.h aclnnop/aclnn_convolution.h aclnnop/aclnn_convolution_backward.h aclnnop/aclnn_copy.h aclnnop/aclnn_cross_entropy_loss.h aclnnop/aclnn_cross_entropy_loss_grad.h aclnnop/aclnn_div.h aclnnop/aclnn_exp.h aclnnop/aclnn_fused_sgd.h aclnnop/aclnn_gelu.h aclnnop/aclnn_gelu_backward.h aclnnop/aclnn_gelu_backward_v2.h aclnnop/aclnn_gelu_v2.h aclnnop/aclnn_layer_norm.h aclnnop/aclnn_layer_norm_backward.h aclnnop/aclnn_log.h aclnnop/aclnn_logsoftmax.h aclnnop/aclnn_logsoftmax_backward.h aclnnop/aclnn_matmul.h aclnnop/aclnn_max_pool2d_with_indices.h aclnnop/aclnn_max_pool2d_with_indices_backward.h aclnnop/aclnn_mean.h aclnnop/aclnn_mm.h aclnnop/aclnn_mul.h aclnnop/aclnn_neg.h aclnnop/aclnn_nll_loss.h aclnnop/aclnn_nll_loss2d.h aclnnop/aclnn_nll_loss2d_backward.h aclnnop/aclnn_nll_loss_backward.h aclnnop/aclnn_pow.h aclnnop/aclnn_reduce_sum.h aclnnop/aclnn_relu.h aclnnop/aclnn_rms_norm.h aclnnop/aclnn_rms_norm_grad.h aclnnop/aclnn_sigmoid.h aclnnop/aclnn_sigmoid_backward.h aclnnop/aclnn_silu.h aclnnop/aclnn_silu_backward.h aclnnop/aclnn_softmax.h aclnnop/aclnn_softmax_backward.h aclnnop/aclnn_sqrt.h aclnnop/aclnn_sub.h aclnnop/aclnn_tanh.h aclnnop/aclnn_tanh_backward.h aclnnop/aclnn_threshold_backward.h
+ * @cann-headers: acl/acl.h aclnn/acl_meta.h aclnn/aclnn_base.h aclnnop/aclnn_adaptive_avg_pool2d.h aclnnop/aclnn_adaptive_avg_pool2d_backward.h aclnnop/aclnn_add.h aclnnop/aclnn_addmm.h aclnnop/aclnn_amax.h aclnnop/aclnn_apply_adam_w_v2.h aclnnop/aclnn_batch_matmul.h aclnnop/aclnn_batch_norm.h aclnnop/aclnn_batch_norm_backward.h aclnnop/aclnn_batch_norm_stats.h aclnnop/aclnn_cast.h aclnnop/aclnn_cat.h aclnnop/aclnn_constant_pad_nd.h aclnnop/aclnn_convolution.h aclnnop/aclnn_convolution_backward.h aclnnop/aclnn_copy.h aclnnop/aclnn_cross_entropy_loss.h aclnnop/aclnn_cross_entropy_loss_grad.h aclnnop/aclnn_div.h aclnnop/aclnn_embedding.h aclnnop/aclnn_embedding_dense_backward.h aclnnop/aclnn_exp.h aclnnop/aclnn_fused_sgd.h aclnnop/aclnn_gather.h aclnnop/aclnn_gelu.h aclnnop/aclnn_gelu_backward.h aclnnop/aclnn_gelu_backward_v2.h aclnnop/aclnn_gelu_v2.h aclnnop/aclnn_layer_norm.h aclnnop/aclnn_layer_norm_backward.h aclnnop/aclnn_log.h aclnnop/aclnn_logsoftmax.h aclnnop/aclnn_logsoftmax_backward.h aclnnop/aclnn_matmul.h aclnnop/aclnn_max_pool2d_with_indices.h aclnnop/aclnn_max_pool2d_with_indices_backward.h aclnnop/aclnn_mean.h aclnnop/aclnn_mm.h aclnnop/aclnn_mul.h aclnnop/aclnn_neg.h aclnnop/aclnn_nll_loss.h aclnnop/aclnn_nll_loss2d.h aclnnop/aclnn_nll_loss2d_backward.h aclnnop/aclnn_nll_loss_backward.h aclnnop/aclnn_pow.h aclnnop/aclnn_reduce_sum.h aclnnop/aclnn_relu.h aclnnop/aclnn_rms_norm.h aclnnop/aclnn_rms_norm_grad.h aclnnop/aclnn_scatter_add.h aclnnop/aclnn_sigmoid.h aclnnop/aclnn_sigmoid_backward.h aclnnop/aclnn_silu.h aclnnop/aclnn_silu_backward.h aclnnop/aclnn_softmax.h aclnnop/aclnn_softmax_backward.h aclnnop/aclnn_sqrt.h aclnnop/aclnn_sub.h aclnnop/aclnn_tanh.h aclnnop/aclnn_tanh_backward.h aclnnop/aclnn_threshold_backward.h
  *
  * Exact prototypes of CANN's aclnn API, written for canna (the parameter lists are facts of the
  * ABI; no header text is copied). Where each one comes from:
@@ -393,4 +393,71 @@ aclnnStatus aclnnFusedSgdGetWorkspaceSize(const aclTensorList *paramsRef, const 
     float momentum, float lr, float dampening, bool nesterov, bool maximize, bool isFirstStep,
     uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnFusedSgd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+
+/* ---- issue 14, model ops (batch norm, adaptive pooling, embedding, cat, pad, gather): prototypes from
+ * hicann/ops-nn e5c3fa93 (norm/batch_norm_v3, norm/batch_norm_grad_v3, pooling/adaptive_avg_pool2d,
+ * pooling/adaptive_avg_pool2d_grad, index/embedding, index/embedding_dense_grad_v2,
+ * index/gather_elements_v2, index/scatter_elements_v2: op_api/aclnn_<op>.h) and hicann/ops-math c4193324
+ * (conversion/concat_d, conversion/pad_v3: op_api/aclnn_<op>.h). Simulated in kernels/_sim/op_batchnorm.c,
+ * op_adaptive_pool.c, op_index.c, op_concat_pad.c. ---- */
+/* aclnnop/aclnn_batch_norm.h (libopapi_nn) */
+aclnnStatus aclnnBatchNormGetWorkspaceSize(const aclTensor *input, const aclTensor *weight,
+    const aclTensor *bias, aclTensor *runningMean, aclTensor *runningVar, bool training, double momentum,
+    double eps, aclTensor *output, aclTensor *saveMean, aclTensor *saveInvstd, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnBatchNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_batch_norm_backward.h (libopapi_nn) */
+aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *gradOut, const aclTensor *input,
+    const aclTensor *weight, const aclTensor *runningMean, const aclTensor *runningVar,
+    const aclTensor *saveMean, const aclTensor *saveInvstd, bool training, double eps,
+    const aclBoolArray *outputMask, aclTensor *gradInput, aclTensor *gradWeight, aclTensor *gradBias,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnBatchNormBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_batch_norm_stats.h (libopapi_math; hicann/ops-math math/reduce_std_with_mean) */
+aclnnStatus aclnnBatchNormStatsGetWorkspaceSize(const aclTensor *input, double eps, aclTensor *mean,
+    aclTensor *invstd, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnBatchNormStats(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_adaptive_avg_pool2d.h (libopapi_nn) */
+aclnnStatus aclnnAdaptiveAvgPool2dGetWorkspaceSize(const aclTensor *self, const aclIntArray *outputSize,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnAdaptiveAvgPool2d(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_adaptive_avg_pool2d_backward.h (libopapi_nn) */
+aclnnStatus aclnnAdaptiveAvgPool2dBackwardGetWorkspaceSize(const aclTensor *gradOutput,
+    const aclTensor *self, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnAdaptiveAvgPool2dBackward(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, const aclrtStream stream);
+/* aclnnop/aclnn_embedding.h (libopapi_nn) */
+aclnnStatus aclnnEmbeddingGetWorkspaceSize(const aclTensor *weight, const aclTensor *indices,
+    const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnEmbedding(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_embedding_dense_backward.h (libopapi_nn) */
+aclnnStatus aclnnEmbeddingDenseBackwardGetWorkspaceSize(const aclTensor *grad, const aclTensor *indices,
+    uint64_t numWeights, uint64_t paddingIdx, bool scaleGradByFreq, const aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnEmbeddingDenseBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_gather.h (libopapi_nn) */
+aclnnStatus aclnnGatherGetWorkspaceSize(const aclTensor *self, const int64_t dim, const aclTensor *index,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGather(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_scatter_add.h (libopapi_nn) */
+aclnnStatus aclnnScatterAddGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index,
+    const aclTensor *src, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnScatterAdd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_cat.h (libopapi_math) */
+aclnnStatus aclnnCatGetWorkspaceSize(const aclTensorList *tensors, int64_t dim, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnCat(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+/* aclnnop/aclnn_constant_pad_nd.h (libopapi_math) */
+aclnnStatus aclnnConstantPadNdGetWorkspaceSize(const aclTensor *self, const aclIntArray *pad,
+    const aclScalar *value, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnConstantPadNd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
     aclrtStream stream);

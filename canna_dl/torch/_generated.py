@@ -502,6 +502,8 @@ def offload_entries(op):
 
     - ``{arg: value}``: extra torch arguments accepted only at those values (e.g. ``inplace=False``;
       another value falls back to PyTorch);
+    - an int: the output the torch function returns when the op has several (``F.batch_norm``
+      returns ``native_batch_norm``'s first);
     - a signature string, the torch function's own parameters in order with their defaults
       (``"input, dim=None, _stacklevel=3, dtype=None"``): the entry's arguments bind by these names
       (the first input is ``input``; ``other:b`` is torch's ``other`` for the entry's ``b``),
@@ -516,7 +518,7 @@ def offload_entries(op):
     fn = function(op)
     entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
     for spec in op.torch:
-        extras, sig, guard = {}, None, None
+        extras, sig, guard, pick = {}, None, None, None
         if isinstance(spec, tuple):
             spec, rest = spec[0], spec[1:]
             for r in rest:
@@ -524,6 +526,8 @@ def offload_entries(op):
                     extras = r
                 elif isinstance(r, str):
                     sig = r
+                elif isinstance(r, int):
+                    pick = r
                 else:
                     guard = r
         if isinstance(spec, str):
@@ -549,8 +553,15 @@ def offload_entries(op):
             missing = [nm for nm in entry if aliases.get(nm, nm) not in names]
             if missing:
                 raise R.RegistrationError(f"{op.qualname}: the torch signature {sig!r} lacks {missing}")
-        out.append((f, names, defaults, extras, _handler(op, fn, names, extras, guard, aliases)))
+        h = _handler(op, fn, names, extras, guard, aliases)
+        out.append((f, names, defaults, extras, h if pick is None else _picked(h, pick)))
     return out
+
+
+def _picked(h, i):
+    def p(v):
+        return h(v)[i]
+    return p
 
 
 def _parse_sig(op, sig):

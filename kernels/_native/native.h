@@ -6,7 +6,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define PLAN_MAX_TENSORS 16
+#define PLAN_MAX_TENSORS 64
 
 typedef struct PlanObject PlanObject;
 extern PyTypeObject Plan_Type;

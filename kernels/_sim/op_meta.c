@@ -853,7 +853,12 @@ int nn_exec_add(nn_exec_t *ex, const nn_tensor_t *t, const char *name, bool outp
 {
     if (!t || ex->nview >= NN_MAX_OPERANDS)
         return -1;
-    nn_view_t *v = &ex->v[ex->nview];
+    nn_view_init(&ex->v[ex->nview], t, name, output);
+    return ex->nview++;
+}
+
+void nn_view_init(nn_view_t *v, const nn_tensor_t *t, const char *name, bool output)
+{
     memset(v, 0, sizeof *v);
     v->dtype = t->dtype;
     v->ndim = t->ndim;
@@ -867,7 +872,6 @@ int nn_exec_add(nn_exec_t *ex, const nn_tensor_t *t, const char *name, bool outp
     v->handle = t;
     v->name = name;
     v->output = output;
-    return ex->nview++;
 }
 
 aclnnStatus nn_exec_finish(nn_exec_t *ex, uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -921,6 +925,16 @@ static aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t ind
         return NN_PARAM("%s: the executor is not repeatable (call aclSetAclOpExecutorRepeatable after phase 1)", api);
     }
     size_t k = 0;
+    for (int32_t i = 0; which != 1 && i < ex->nxv; i++) {   /* list inputs first (parameter order) */
+        nn_view_t *v = (nn_view_t *)(void *)(ex->params + ex->xv_off) + i;
+        if (k++ != index)
+            continue;
+        v->data = addr ? (char *)addr + v->offset_bytes : NULL;
+        if (obj_kind_locked(tensor) == NN_KIND_TENSOR)
+            ((nn_tensor_t *)tensor)->data = addr;
+        pthread_mutex_unlock(&g_obj_lock);
+        return ACLNN_SUCCESS;
+    }
     for (int32_t i = 0; i < ex->nview; i++) {
         nn_view_t *v = &ex->v[i];
         if ((which == 0 && v->output) || (which == 1 && !v->output))

@@ -59,7 +59,7 @@ typedef int32_t aclnnStatus;
 #define NN_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 #define NN_MAX_DIMS 8          /* aclnn ops accept at most 8 dimensions */
-#define NN_MAX_OPERANDS 8      /* tensors (inputs + outputs) one executor references */
+#define NN_MAX_OPERANDS 12     /* tensors (inputs + outputs) one executor references */
 #define NN_MAX_ARRAY 64        /* longest aclIntArray an op parameter may hold */
 #define NN_MSG_MAX 512
 
@@ -283,6 +283,10 @@ typedef struct nn_exec {        /* aclOpExecutor */
     bool repeatable;
     int32_t nview;
     nn_view_t v[NN_MAX_OPERANDS];
+    /* input tensors kept in the params (an aclTensorList's: nxv views at byte offset xv_off of
+     * params), numbered before the views of v by aclSetInputTensorAddr / aclSetTensorAddr */
+    int32_t nxv;
+    uint32_t xv_off;
     /* set at launch */
     char *ws;
     int32_t device;
@@ -295,6 +299,9 @@ typedef struct nn_exec {        /* aclOpExecutor */
 nn_exec_t *nn_exec_new(const char *api, nn_run_fn run, int32_t engine, size_t psize);
 /* append a view of t (t may be NULL for an absent optional operand: nothing added, returns -1) */
 int nn_exec_add(nn_exec_t *ex, const nn_tensor_t *t, const char *name, bool output);
+/* fill *v as a view of t (what nn_exec_add appends; for operands kept outside ex->v, e.g. the
+ * tensors of an aclTensorList) */
+void nn_view_init(nn_view_t *v, const nn_tensor_t *t, const char *name, bool output);
 /* finish phase 1: check out-pointers, register the executor, hand it out */
 aclnnStatus nn_exec_finish(nn_exec_t *ex, uint64_t *workspaceSize, aclOpExecutor **executor);
 /* phase 2 shared by every op */

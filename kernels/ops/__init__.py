@@ -1,3 +1,4 @@
 """canna's own ops, one registry entry each (kernels/_registry.py; docs/DESIGN.md §11), grouped by
 family. Importing this package registers them."""
 from . import elementwise, nn, optim  # noqa: F401
+from . import adaptive_pool, batchnorm, concat_pad, indexing  # noqa: F401  (issue 14: model ops)

@@ -1,0 +1,491 @@
+/* canna simulator op library: batch normalization, aclnnBatchNorm and aclnnBatchNormBackward
+ * (prototypes: hicann/ops-nn norm/batch_norm_v3 and norm/batch_norm_grad_v3, op_api/aclnn_*.h).
+ *
+ * input is [N, C, *] (2 to 8 dims, channel dim 1). Training normalizes each channel with its batch
+ * mean and biased variance and, when runningMean / runningVar are given, updates them as PyTorch
+ * does: running = (1 - momentum) * running + momentum * stat, with the unbiased variance
+ * (M / (M - 1), M values per channel) for runningVar. Eval normalizes with the running statistics.
+ * saveMean / saveInvstd (optional, [C]) get the mean and 1 / sqrt(var + eps) used (the batch's in
+ * training, the running ones in eval); the backward takes them in training, and in eval when
+ * runningMean / runningVar are NULL (a simulator convenience: CANN's eval backward reads the running
+ * statistics). aclnnBatchNormStats (hicann/ops-math math/reduce_std_with_mean) computes only the
+ * batch mean and invstd. Sums accumulate in double; channels are spread over the AI-core blocks. */
+#include "opsim.h"
+
+#pragma GCC optimize("O3")
+
+/* one channel's slice of a [N, C, *] view: every dim but the channel dim, walked as rows along its
+ * last dim */
+typedef struct bn_slice {
+    int32_t k;                              /* dims of the slice */
+    int64_t shape[NN_MAX_DIMS], stride[NN_MAX_DIMS];
+    int64_t cstride;                        /* the channel dim's stride */
+    int64_t rows, len;                      /* rows of the slice, elements per row */
+} bn_slice_t;
+
+static void bn_slice_of(bn_slice_t *s, const nn_view_t *v)
+{
+    memset(s, 0, sizeof *s);
+    s->cstride = v->stride[1];
+    for (int32_t d = 0; d < v->ndim; d++) {
+        if (d == 1)
+            continue;
+        s->shape[s->k] = v->shape[d];
+        s->stride[s->k] = v->stride[d];
+        s->k++;
+    }
+    s->len = s->shape[s->k - 1];
+    s->rows = 1;
+    for (int32_t d = 0; d < s->k - 1; d++)
+        s->rows *= s->shape[d];
+}
+
+static char *bn_row(const bn_slice_t *s, const nn_view_t *v, int64_t c, int64_t r)
+{
+    int64_t off = c * s->cstride;
+    for (int32_t d = s->k - 2; d >= 0; d--) {
+        off += (r % s->shape[d]) * s->stride[d];
+        r /= s->shape[d];
+    }
+    return v->data + off * (int64_t)nn_dtype_size(v->dtype);
+}
+
+static void bn_load(const bn_slice_t *s, const nn_view_t *v, int64_t c, int64_t r, double *buf)
+{
+    nn_load(CT_F64, buf, bn_row(s, v, c, r), s->stride[s->k - 1], v->dtype, s->len);
+}
+
+static void bn_store(const bn_slice_t *s, const nn_view_t *v, int64_t c, int64_t r, const double *buf)
+{
+    nn_store(CT_F64, bn_row(s, v, c, r), s->stride[s->k - 1], v->dtype, buf, s->len);
+}
+
+/* element c of a 1-D [C] view */
+static double bn_get(const nn_exec_t *ex, int32_t vi, int64_t c, double dflt)
+{
+    if (vi < 0)
+        return dflt;
+    const nn_view_t *v = &ex->v[vi];
+    return nn_get_f64(v->data + c * v->stride[0] * (int64_t)nn_dtype_size(v->dtype), v->dtype);
+}
+
+static void bn_put(const nn_exec_t *ex, int32_t vi, int64_t c, double val)
+{
+    if (vi < 0)
+        return;
+    const nn_view_t *v = &ex->v[vi];
+    nn_store(CT_F64, v->data + c * v->stride[0] * (int64_t)nn_dtype_size(v->dtype), 1, v->dtype, &val, 1);
+}
+
+typedef struct bn_params {
+    bool backward, training, stats_only;
+    bool mask[3];
+    double momentum, eps;
+    int64_t C, M;                           /* channels, values per channel */
+    /* view indices (-1: absent) */
+    int32_t vx, vg, vw, vb, vrm, vrv, vsm, vsi, vout, vgw, vgb;
+    bn_slice_t sx, sg, so;                  /* slices of input, gradOut, output / gradInput */
+} bn_params_t;
+
+typedef struct bn_job {
+    nn_exec_t *ex;
+    bn_params_t *p;
+    int64_t per;
+} bn_job_t;
+
+static aclError bn_block(uint32_t bi, uint32_t nb, void *arg)
+{
+    (void)nb;
+    bn_job_t *j = arg;
+    nn_exec_t *ex = j->ex;
+    bn_params_t *p = j->p;
+    int64_t c0 = (int64_t)bi * j->per, c1 = c0 + j->per;
+    if (c1 > p->C)
+        c1 = p->C;
+    if (c0 >= c1)
+        return ACL_SUCCESS;
+    int64_t len = p->sx.len;
+    double *xb = malloc((size_t)(len ? len : 1) * 2 * sizeof(double));
+    if (!xb)
+        return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
+    double *gb = xb + len;
+    const nn_view_t *vx = &ex->v[p->vx];
+    const double M = (double)p->M;
+    for (int64_t c = c0; c < c1; c++) {
+        double mean, invstd;
+        double w = bn_get(ex, p->vw, c, 1.0);
+        if (p->training && !p->backward) {
+            double s = 0, ss = 0;
+            for (int64_t r = 0; r < p->sx.rows; r++) {
+                bn_load(&p->sx, vx, c, r, xb);
+                for (int64_t k = 0; k < len; k++)
+                    s += xb[k];
+            }
+            mean = p->M ? s / M : 0.0;
+            for (int64_t r = 0; r < p->sx.rows; r++) {   /* two passes: the variance keeps its precision */
+                bn_load(&p->sx, vx, c, r, xb);
+                for (int64_t k = 0; k < len; k++) {
+                    double d = xb[k] - mean;
+                    ss += d * d;
+                }
+            }
+            double var = p->M ? ss / M : 0.0;
+            invstd = 1.0 / sqrt(var + p->eps);
+            if (p->vrm >= 0 && p->M) {
+                double m = p->momentum;
+                bn_put(ex, p->vrm, c, (1.0 - m) * bn_get(ex, p->vrm, c, 0) + m * mean);
+                bn_put(ex, p->vrv, c, (1.0 - m) * bn_get(ex, p->vrv, c, 0) + m * (ss / (M - 1.0)));
+            }
+        } else if (p->training || p->vrm < 0) {   /* backward: the statistics the forward saved */
+            mean = bn_get(ex, p->vsm, c, 0);
+            invstd = bn_get(ex, p->vsi, c, 0);
+        } else {
+            mean = bn_get(ex, p->vrm, c, 0);
+            invstd = 1.0 / sqrt(bn_get(ex, p->vrv, c, 0) + p->eps);
+        }
+        if (p->stats_only) {
+            bn_put(ex, p->vsm, c, mean);
+            bn_put(ex, p->vsi, c, invstd);
+            continue;
+        }
+        if (!p->backward) {
+            double b = bn_get(ex, p->vb, c, 0.0);
+            double scale = invstd * w, shift = b - mean * scale;
+            const nn_view_t *vo = &ex->v[p->vout];
+            for (int64_t r = 0; r < p->sx.rows; r++) {
+                bn_load(&p->sx, vx, c, r, xb);
+                for (int64_t k = 0; k < len; k++)
+                    xb[k] = xb[k] * scale + shift;
+                bn_store(&p->so, vo, c, r, xb);
+            }
+            bn_put(ex, p->vsm, c, mean);
+            bn_put(ex, p->vsi, c, invstd);
+            continue;
+        }
+        /* backward: xhat = (x - mean) invstd; dW = sum(dy xhat), dB = sum(dy);
+         * training: dx = w invstd (dy - dB / M - xhat dW / M); eval: dx = w invstd dy */
+        const nn_view_t *vg = &ex->v[p->vg];
+        double sdy = 0, sdyx = 0;
+        for (int64_t r = 0; r < p->sx.rows; r++) {
+            bn_load(&p->sx, vx, c, r, xb);
+            bn_load(&p->sg, vg, c, r, gb);
+            for (int64_t k = 0; k < len; k++) {
+                sdy += gb[k];
+                sdyx += gb[k] * (xb[k] - mean) * invstd;
+            }
+        }
+        if (p->mask[1])
+            bn_put(ex, p->vgw, c, sdyx);
+        if (p->mask[2])
+            bn_put(ex, p->vgb, c, sdy);
+        if (!p->mask[0])
+            continue;
+        const nn_view_t *vo = &ex->v[p->vout];
+        double a = w * invstd;
+        double mdy = p->training && p->M ? sdy / M : 0.0, mdyx = p->training && p->M ? sdyx / M : 0.0;
+        for (int64_t r = 0; r < p->sx.rows; r++) {
+            bn_load(&p->sx, vx, c, r, xb);
+            bn_load(&p->sg, vg, c, r, gb);
+            for (int64_t k = 0; k < len; k++)
+                xb[k] = a * (gb[k] - mdy - (xb[k] - mean) * invstd * mdyx);
+            bn_store(&p->so, vo, c, r, xb);
+        }
+    }
+    free(xb);
+    return ACL_SUCCESS;
+}
+
+static aclError bn_run(nn_exec_t *ex)
+{
+    bn_params_t *p = (bn_params_t *)ex->params;
+    if (!p->C)
+        return ACL_SUCCESS;
+    bn_job_t j = {ex, p, 0};
+    uint32_t nb = nn_blocks(ex, ex->v[p->vx].numel, NN_BLOCK_GRAIN);
+    if ((int64_t)nb > p->C)
+        nb = (uint32_t)p->C;
+    j.per = (p->C + nb - 1) / nb;
+    nb = (uint32_t)((p->C + j.per - 1) / j.per);
+    return nn_parallel(ex, nb, bn_block, &j);
+}
+
+/* ------------------------------------------------------------------ argument checks */
+
+static aclnnStatus bn_float(const char *api, const char *name, const nn_tensor_t *t)
+{
+    if (t && !nn_is_float(t->dtype))
+        return NN_PARAM("%s: %s has dtype %s (expected float32, float16, bfloat16 or float64)", api, name,
+                        nn_dtype_name(t->dtype));
+    return ACLNN_SUCCESS;
+}
+
+/* a per-channel tensor: [C] */
+static aclnnStatus bn_chan(const char *api, const char *name, const nn_tensor_t *t, int64_t C)
+{
+    if (!t)
+        return ACLNN_SUCCESS;
+    if (t->ndim != 1 || t->shape[0] != C) {
+        char s[160];
+        return NN_PARAM("%s: %s has shape %s, expected [%lld] (one value per channel of input)", api, name,
+                        nn_shape_str(s, sizeof s, t->shape, t->ndim), (long long)C);
+    }
+    return bn_float(api, name, t);
+}
+
+static aclnnStatus bn_input(const char *api, const char *name, const nn_tensor_t *x)
+{
+    aclnnStatus rc = bn_float(api, name, x);
+    if (rc)
+        return rc;
+    if (x->ndim < 2)
+        return NN_PARAM("%s: %s must have 2 to 8 dims [N, C, *], got %d", api, name, x->ndim);
+    return ACLNN_SUCCESS;
+}
+
+static aclnnStatus bn_same(const char *api, const char *an, const nn_tensor_t *a, const char *bn,
+                           const nn_tensor_t *b)
+{
+    if (nn_same_shape(a, b->shape, b->ndim))
+        return ACLNN_SUCCESS;
+    char s1[160], s2[160];
+    return NN_PARAM("%s: %s has shape %s but %s has shape %s (they must match)", api, an,
+                    nn_shape_str(s1, sizeof s1, a->shape, a->ndim), bn, nn_shape_str(s2, sizeof s2, b->shape, b->ndim));
+}
+
+/* written views (outputs and the running statistics) must not overlap any other view */
+static aclnnStatus bn_overlaps(const char *api, nn_exec_t *ex, const int32_t *written, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int32_t w = written[i];
+        if (w < 0)
+            continue;
+        const nn_view_t *o = &ex->v[w];
+        for (int32_t d = 0; d < o->ndim; d++)
+            if (o->shape[d] > 1 && o->stride[d] == 0)
+                return NN_PARAM("%s: %s has stride 0 in dim %d: more than one element of the written-to tensor "
+                                "refers to a single memory location", api, o->name, d);
+        for (int32_t k = 0; k < ex->nview; k++)
+            if (k != w && nn_views_overlap(o, &ex->v[k]))
+                return NN_PARAM("%s: %s overlaps %s in memory (the tensors an op writes must not share memory with "
+                                "its other tensors)", api, o->name, ex->v[k].name);
+    }
+    return ACLNN_SUCCESS;
+}
+
+static nn_exec_t *bn_new(const char *api)
+{
+    nn_exec_t *ex = nn_exec_new(api, bn_run, ACLSIM_ENGINE_VECTOR, sizeof(bn_params_t));
+    if (!ex)
+        return NULL;
+    bn_params_t *p = (bn_params_t *)ex->params;
+    p->vx = p->vg = p->vw = p->vb = p->vrm = p->vrv = p->vsm = p->vsi = p->vout = p->vgw = p->vgb = -1;
+    return ex;
+}
+
+static aclnnStatus bn_finish(const char *api, nn_exec_t *ex, const int32_t *written, int n, uint64_t *workspaceSize,
+                             aclOpExecutor **executor)
+{
+    bn_params_t *p = (bn_params_t *)ex->params;
+    aclnnStatus rc = bn_overlaps(api, ex, written, n);
+    if (rc) {
+        free(ex);
+        return rc;
+    }
+    bn_slice_of(&p->sx, &ex->v[p->vx]);
+    if (p->vg >= 0)
+        bn_slice_of(&p->sg, &ex->v[p->vg]);
+    if (p->vout >= 0)
+        bn_slice_of(&p->so, &ex->v[p->vout]);
+    int64_t numel = ex->v[p->vx].numel;
+    ex->cost_ns = (uint64_t)(numel * (p->backward ? 6 : 4));
+    ex->cores = (uint32_t)(numel / NN_BLOCK_GRAIN + 1);
+    return nn_exec_finish(ex, workspaceSize, executor);
+}
+
+static int64_t bn_per_channel(const nn_tensor_t *x)
+{
+    return x->shape[1] ? x->numel / x->shape[1] : 0;
+}
+
+NN_API aclnnStatus aclnnBatchNormGetWorkspaceSize(const aclTensor *input, const aclTensor *weight, const aclTensor *bias,
+                                                  aclTensor *runningMean, aclTensor *runningVar, bool training,
+                                                  double momentum, double eps, aclTensor *output, aclTensor *saveMean,
+                                                  aclTensor *saveInvstd, uint64_t *workspaceSize,
+                                                  aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnBatchNorm";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *x, *w, *b, *rm, *rv, *o, *sm, *si;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "input", input, false, &x)) || (rc = bn_input(api, "input", x)) ||
+        (rc = nn_tensor_arg(api, "weight", weight, true, &w)) ||
+        (rc = nn_tensor_arg(api, "bias", bias, true, &b)) ||
+        (rc = nn_tensor_arg(api, "runningMean", runningMean, true, &rm)) ||
+        (rc = nn_tensor_arg(api, "runningVar", runningVar, true, &rv)) ||
+        (rc = nn_tensor_arg(api, "output", output, false, &o)) || (rc = bn_float(api, "output", o)) ||
+        (rc = nn_tensor_arg(api, "saveMean", saveMean, true, &sm)) ||
+        (rc = nn_tensor_arg(api, "saveInvstd", saveInvstd, true, &si)))
+        return rc;
+    int64_t C = x->shape[1], M = bn_per_channel(x);
+    if ((rc = bn_chan(api, "weight", w, C)) || (rc = bn_chan(api, "bias", b, C)) ||
+        (rc = bn_chan(api, "runningMean", rm, C)) || (rc = bn_chan(api, "runningVar", rv, C)) ||
+        (rc = bn_chan(api, "saveMean", sm, C)) || (rc = bn_chan(api, "saveInvstd", si, C)) ||
+        (rc = bn_same(api, "output", o, "input", x)))
+        return rc;
+    if (!rm != !rv)
+        return NN_PARAM("%s: runningMean and runningVar must be given together (one of them is NULL)", api);
+    if (!training && !rm)
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: runningMean and runningVar are required when training is false "
+                      "(eval normalizes with them)", api);
+    if (training && M == 1) {
+        char s[160];
+        return NN_PARAM("%s: expected more than 1 value per channel when training, got input of shape %s", api,
+                        nn_shape_str(s, sizeof s, x->shape, x->ndim));
+    }
+    if (!(eps >= 0))
+        return NN_PARAM("%s: eps must be >= 0, got %g", api, eps);
+    if (!(momentum == momentum))
+        return NN_PARAM("%s: momentum is NaN", api);
+    nn_exec_t *ex = bn_new(api);
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    bn_params_t *p = (bn_params_t *)ex->params;
+    p->training = training;
+    p->momentum = momentum;
+    p->eps = eps;
+    p->C = C;
+    p->M = M;
+    p->vx = nn_exec_add(ex, x, "input", false);   /* parameter order */
+    p->vw = nn_exec_add(ex, w, "weight", false);
+    p->vb = nn_exec_add(ex, b, "bias", false);
+    p->vrm = nn_exec_add(ex, rm, "runningMean", false);
+    p->vrv = nn_exec_add(ex, rv, "runningVar", false);
+    p->vout = nn_exec_add(ex, o, "output", true);
+    p->vsm = nn_exec_add(ex, sm, "saveMean", true);
+    p->vsi = nn_exec_add(ex, si, "saveInvstd", true);
+    int32_t written[5] = {p->vout, p->vsm, p->vsi, training ? p->vrm : -1, training ? p->vrv : -1};
+    return bn_finish(api, ex, written, 5, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnBatchNorm(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return nn_launch("aclnnBatchNorm", workspace, workspaceSize, executor, stream);
+}
+
+NN_API aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *gradOut, const aclTensor *input,
+                                                          const aclTensor *weight, const aclTensor *runningMean,
+                                                          const aclTensor *runningVar, const aclTensor *saveMean,
+                                                          const aclTensor *saveInvstd, bool training, double eps,
+                                                          const aclBoolArray *outputMask, aclTensor *gradInput,
+                                                          aclTensor *gradWeight, aclTensor *gradBias,
+                                                          uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnBatchNormBackward";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *g, *x, *w, *rm, *rv, *sm, *si, *gi, *gw, *gb;
+    const nn_boolarray_t *mk;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "gradOut", gradOut, false, &g)) || (rc = bn_input(api, "gradOut", g)) ||
+        (rc = nn_tensor_arg(api, "input", input, false, &x)) || (rc = bn_input(api, "input", x)) ||
+        (rc = nn_tensor_arg(api, "weight", weight, true, &w)) ||
+        (rc = nn_tensor_arg(api, "runningMean", runningMean, true, &rm)) ||
+        (rc = nn_tensor_arg(api, "runningVar", runningVar, true, &rv)) ||
+        (rc = nn_tensor_arg(api, "saveMean", saveMean, true, &sm)) ||
+        (rc = nn_tensor_arg(api, "saveInvstd", saveInvstd, true, &si)) ||
+        (rc = nn_boolarray_arg(api, "outputMask", outputMask, false, &mk)) ||
+        (rc = nn_tensor_arg(api, "gradInput", gradInput, true, &gi)) ||
+        (rc = nn_tensor_arg(api, "gradWeight", gradWeight, true, &gw)) ||
+        (rc = nn_tensor_arg(api, "gradBias", gradBias, true, &gb)))
+        return rc;
+    if (mk->n != 3)
+        return NN_PARAM("%s: outputMask must have 3 values (gradInput, gradWeight, gradBias), got %llu", api,
+                        (unsigned long long)mk->n);
+    const nn_tensor_t *outs[3] = {gi, gw, gb};
+    static const char *const onames[3] = {"gradInput", "gradWeight", "gradBias"};
+    for (int i = 0; i < 3; i++)
+        if (mk->v[i] && !outs[i])
+            return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: outputMask[%d] is true but %s is NULL", api, i, onames[i]);
+    int64_t C = x->shape[1];
+    if ((rc = bn_same(api, "gradOut", g, "input", x)) || (rc = bn_chan(api, "weight", w, C)) ||
+        (rc = bn_chan(api, "runningMean", rm, C)) || (rc = bn_chan(api, "runningVar", rv, C)) ||
+        (rc = bn_chan(api, "saveMean", sm, C)) || (rc = bn_chan(api, "saveInvstd", si, C)) ||
+        (mk->v[0] && ((rc = bn_same(api, "gradInput", gi, "input", x)) || (rc = bn_float(api, "gradInput", gi)))) ||
+        (mk->v[1] && (rc = bn_chan(api, "gradWeight", gw, C))) || (mk->v[2] && (rc = bn_chan(api, "gradBias", gb, C))))
+        return rc;
+    if (training && (!sm || !si))
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: saveMean and saveInvstd (from aclnnBatchNorm) are required when "
+                      "training is true", api);
+    if (!training && (!rm || !rv) && (!sm || !si))
+        return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: runningMean and runningVar (or the saveMean and saveInvstd "
+                      "aclnnBatchNorm gave in eval) are required when training is false", api);
+    if (!rm != !rv)
+        return NN_PARAM("%s: runningMean and runningVar must be given together (one of them is NULL)", api);
+    if (!(eps >= 0))
+        return NN_PARAM("%s: eps must be >= 0, got %g", api, eps);
+    nn_exec_t *ex = bn_new(api);
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    bn_params_t *p = (bn_params_t *)ex->params;
+    p->backward = true;
+    p->training = training;
+    p->eps = eps;
+    p->C = C;
+    p->M = bn_per_channel(x);
+    for (int i = 0; i < 3; i++)
+        p->mask[i] = mk->v[i];
+    p->vg = nn_exec_add(ex, g, "gradOut", false);   /* parameter order */
+    p->vx = nn_exec_add(ex, x, "input", false);
+    p->vw = nn_exec_add(ex, w, "weight", false);
+    p->vrm = nn_exec_add(ex, rm, "runningMean", false);
+    p->vrv = nn_exec_add(ex, rv, "runningVar", false);
+    p->vsm = nn_exec_add(ex, sm, "saveMean", false);
+    p->vsi = nn_exec_add(ex, si, "saveInvstd", false);
+    p->vout = mk->v[0] ? nn_exec_add(ex, gi, onames[0], true) : -1;
+    p->vgw = mk->v[1] ? nn_exec_add(ex, gw, onames[1], true) : -1;
+    p->vgb = mk->v[2] ? nn_exec_add(ex, gb, onames[2], true) : -1;
+    int32_t written[3] = {p->vout, p->vgw, p->vgb};
+    return bn_finish(api, ex, written, 3, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnBatchNormBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                          aclrtStream stream)
+{
+    return nn_launch("aclnnBatchNormBackward", workspace, workspaceSize, executor, stream);
+}
+
+NN_API aclnnStatus aclnnBatchNormStatsGetWorkspaceSize(const aclTensor *input, double eps, aclTensor *mean,
+                                                       aclTensor *invstd, uint64_t *workspaceSize,
+                                                       aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnBatchNormStats";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *x, *sm, *si;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "input", input, false, &x)) || (rc = bn_input(api, "input", x)) ||
+        (rc = nn_tensor_arg(api, "mean", mean, false, &sm)) || (rc = nn_tensor_arg(api, "invstd", invstd, false, &si)))
+        return rc;
+    int64_t C = x->shape[1];
+    if ((rc = bn_chan(api, "mean", sm, C)) || (rc = bn_chan(api, "invstd", si, C)))
+        return rc;
+    if (!(eps >= 0))
+        return NN_PARAM("%s: eps must be >= 0, got %g", api, eps);
+    nn_exec_t *ex = bn_new(api);
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    bn_params_t *p = (bn_params_t *)ex->params;
+    p->training = p->stats_only = true;
+    p->eps = eps;
+    p->C = C;
+    p->M = bn_per_channel(x);
+    p->vx = nn_exec_add(ex, x, "input", false);
+    p->vsm = nn_exec_add(ex, sm, "mean", true);
+    p->vsi = nn_exec_add(ex, si, "invstd", true);
+    int32_t written[2] = {p->vsm, p->vsi};
+    return bn_finish(api, ex, written, 2, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnBatchNormStats(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                       aclrtStream stream)
+{
+    return nn_launch("aclnnBatchNormStats", workspace, workspaceSize, executor, stream);
+}
