@@ -17,7 +17,7 @@ from kernels import _registry as R
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: stand-ins for the required attributes of the hand-written ops (to reach their input checks)
-_ATTR_STANDINS = {"kernel_size": 2, "normalized_shape": (2,), "shape": (2, 2), "exponent": 2}
+_ATTR_STANDINS = {"kernel_size": 2, "normalized_shape": (2,), "shape": (2, 2), "exponent": 2, "p": 0.5}
 
 
 def _required_inputs():
@@ -88,9 +88,11 @@ def _domain(op, x):
     return np.abs(x) if op.name in ("log", "sqrt", "rsqrt") else x
 
 
-#: the generated ops of one array input and one output (the others have their family's tests)
+#: the generated ops of one differentiable array input, one output and no required attribute (the
+#: others have their family's tests: tests/test_dropout.py, tests/test_loss.py, ...)
 _GEN = [op for op in R.registered_ops("canna") if op.generate and not op.name.endswith("_backward")
-        and len(op.inputs) == 1 and len(op.outputs) == 1]
+        and len(op.inputs) == 1 and op.inputs[0].diff and len(op.outputs) == 1
+        and not any(a.required for a in op.attrs)]
 _GEN_IDS = [op.name for op in _GEN]
 
 

@@ -121,7 +121,7 @@ def _make(op):
             x = _array(api, t.name, a)
             xs.append(x)
             present.append(i)
-        dts = {x.dtype for x in xs}
+        dts = {x.dtype for x, i in zip(xs, present) if inputs[i].diff}   # masks, indices: their own dtypes
         if len(dts) > 1:
             raise TypeError(f"{api}: operands have dtypes {sorted(d.name for d in dts)}; canna does not promote dtypes "
                             "(cast with .astype)")

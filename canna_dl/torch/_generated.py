@@ -370,28 +370,39 @@ def function(op):
         return f
 
 
+def _resolve(spec):
+    """A torch function named by a dotted name (a module or class attribute), or None."""
+    import importlib
+    if not isinstance(spec, str):
+        return spec
+    mod, _, attr = spec.rpartition(".")
+    try:
+        obj = importlib.import_module(mod)
+    except ImportError:
+        m2, _, cls = mod.rpartition(".")
+        obj = getattr(importlib.import_module(m2), cls, None)
+    return getattr(obj, attr, None) if obj is not None else None
+
+
 def offload_entries(op):
     """``[(torch function, names, defaults, required extras, handler)]`` for ``offload()``: the
     torch functions the entry names (dotted names or callables; a ``(function, {arg: value})``
-    pair accepts extra torch arguments only at those values, e.g. ``inplace=False``)."""
-    import importlib
+    pair accepts extra torch arguments only at those values, e.g. ``inplace=False``; a
+    :class:`kernels.TorchFn` says more: the torch function's own parameters, an identity case,
+    which output it returns)."""
     out = []
     fn = function(op)
     n = len(op.inputs)
     for spec in op.torch:
+        if isinstance(spec, R.TorchFn):
+            f = _resolve(spec.fn)
+            if f is not None:
+                out.append(_torchfn_entry(op, fn, f, spec))
+            continue
         extras = {}
         if isinstance(spec, tuple):
             spec, extras = spec
-        if isinstance(spec, str):
-            mod, _, attr = spec.rpartition(".")
-            try:
-                obj = importlib.import_module(mod)
-            except ImportError:
-                m2, _, cls = mod.rpartition(".")
-                obj = getattr(importlib.import_module(m2), cls, None)
-            f = getattr(obj, attr, None) if obj is not None else None
-        else:
-            f = spec
+        f = _resolve(spec)
         if f is None:
             continue
         names = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs] + list(extras)
@@ -400,6 +411,39 @@ def offload_entries(op):
         defaults.update(extras)
         out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras)))
     return out
+
+
+def _torchfn_entry(op, fn, f, spec):
+    """The offload() entry of a :class:`kernels.TorchFn` mapping."""
+    from ._offload import _Fallback, _chk
+    args = spec.args
+    if args is None:
+        args = [("input", _REQ_ARG)] + [(t.name, None if t.optional else _REQ_ARG) for t in op.inputs[1:]] + \
+            [(a.name, _REQ_ARG if a.required else a.default) for a in op.attrs]
+    names = [a[0] for a in args]
+    defaults = {a[0]: a[1] for a in args if len(a) > 1 and a[1] is not _REQ_ARG and a[1] is not R._REQ}
+    pos = {nm: i for i, nm in enumerate(names)}
+    # where each op argument comes from: a bound parameter's index, or the op's default
+    src = [0] + [pos.get(t.name) for t in op.inputs[1:]] + [pos.get(a.name) for a in op.attrs]
+    dflt = [None] + [None for _t in op.inputs[1:]] + [a.default for a in op.attrs]
+    tensors = [0] + [pos[t.name] for t in op.inputs[1:] if t.name in pos]
+    fixed = [(pos[k], k, v) for k, v in spec.fixed.items()]
+    identity, output = spec.identity, spec.output
+
+    def h(v):
+        if identity is not None and identity(**dict(zip(names, v))):
+            _chk(v[0])
+            return v[0]
+        for i, k, want in fixed:
+            if v[i] != want:
+                raise _Fallback(f"{k}={v[i]!r}")
+        _chk(*[v[i] for i in tensors])
+        r = fn(*[v[i] if i is not None else d for i, d in zip(src, dflt)])
+        return r if output is None else r[output]
+    return (f, names, defaults, spec.fixed, h)
+
+
+_REQ_ARG = object()
 
 
 def _handler(fn, n, nattrs, extras):
