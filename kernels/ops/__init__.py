@@ -1,4 +1,4 @@
 """canna's own ops, one registry entry each (kernels/_registry.py; docs/DESIGN.md §11), grouped by
 family. Importing this package registers them."""
 from . import elementwise, nn  # noqa: F401
-from . import activation, dropout, linalg  # noqa: F401  (issue 14)
+from . import activation, dropout, linalg, loss  # noqa: F401  (issue 14)
