@@ -435,8 +435,9 @@ def _torchfn_entry(op, fn, f, spec):
             _chk(v[0])
             return v[0]
         for i, k, want in fixed:
-            if v[i] != want:
-                raise _Fallback(f"{k}={v[i]!r}")
+            got = v[i]   # compared by identity or as values of want's type (a tensor is not compared with ==)
+            if got is not want and not (type(got) is type(want) and got == want):
+                raise _Fallback(f"{k}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
         _chk(*[v[i] for i in tensors])
         r = fn(*[v[i] if i is not None else d for i, d in zip(src, dflt)])
         return r if output is None else r[output]
