@@ -56,7 +56,8 @@ from ._signature import KernelParam, KernelSignature
 from ._core import AxisError, broadcast_shapes as _broadcast_shapes, result_kind, result_type
 from ._elementwise import astype, cast, contiguous, copy_
 # the op registry (docs/DESIGN.md §11) and canna's own entries (kernels/ops/*.py)
-from ._registry import (Aclnn, Attr, Launch, OpDef, RegistrationError, Spec, Tensor, TensorList, get_op, op_id,
+from ._registry import (Aclnn, Attr, Launch, OpDef, RegistrationError, Spec, Tensor, TensorList, TorchFn, get_op,
+                        op_id,
                         register_op, registered_ops)
 from . import ops as _ops
 from . import backward
@@ -107,7 +108,7 @@ __all__ = [
     "CompileError", "kernel_cache_info", "MAX_BLOCKS",
     # the op registry
     "register_op", "get_op", "registered_ops", "OpDef", "op_id", "Tensor", "TensorList", "Attr", "Spec", "Launch",
-    "Aclnn", "RegistrationError",
+    "Aclnn", "RegistrationError", "TorchFn",
 ]
 
 # every other entry of canna's own (kernels/ops/*.py) is exported under its name too

@@ -44,8 +44,8 @@ import canna_dl
 from . import _core as C
 from . import _native
 
-__all__ = ["Tensor", "TensorList", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "register_op", "get_op",
-           "registered_ops", "OpId", "op_id", "RegistrationError"]
+__all__ = ["Tensor", "TensorList", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "TorchFn", "register_op",
+           "get_op", "registered_ops", "OpId", "op_id", "RegistrationError", "draw_seed"]
 
 _REQ = object()     # a required attribute
 
@@ -292,22 +292,29 @@ def grad_like(g, t, *rest, **attrs):
 # forwards
 
 class Aclnn:
-    """A forward that is one aclnn call ``aclnn<name>(inputs..., params..., outputs...)``.
+    """A forward that is one aclnn call ``aclnn<name>(inputs..., params..., outputs..., tail...)``.
 
     ``params(lib, keep, **attrs)`` returns the extra arguments between the inputs and outputs
-    (aclScalars, ints, strings), appending objects to keep alive to ``keep``; ``key(**attrs)`` the
-    attributes' part of the executor cache key (default: the attribute values). ``order``: the
+    (aclScalars, ints, strings), appending objects to keep alive to ``keep``; ``tail`` (same
+    signature) those after the outputs (e.g. ``aclnnAddmm``'s ``cubeMathType``); ``key(**attrs)``
+    the attributes' part of the executor cache key (default: the attribute values). ``order``: the
     aclnn parameter order when it differs from the entry's (whose order is the framework
     function's): the input names, with ``"..."`` where the params go (default: after the
     inputs), e.g. ``("self", "...", "index")`` for ``aclnnGather(self, dim, index, out)`` or
     ``("weight", "input")`` for ``aclnnEmbedding(weight, indices, out)``; None passes a NULL
-    (absent optional) tensor the entry does not have."""
+    (absent optional) tensor the entry does not have. ``shape_of`` names inputs the call takes as
+    their shape, an ``aclIntArray`` in the input's place, instead of a tensor
+    (``aclnnDropoutGenMaskV2``'s ``shape``): such an input gives the op only its shape and device
+    (not combined with ``order``)."""
 
-    __slots__ = ("name", "params", "key", "order")
+    __slots__ = ("name", "params", "key", "order", "tail", "shape_of")
 
-    def __init__(self, name, params=None, key=None, order=None):
-        self.name, self.params, self.key = name, params, key
+    def __init__(self, name, params=None, key=None, order=None, *, tail=None, shape_of=()):
+        self.name, self.params, self.key, self.tail = name, params, key, tail
         self.order = None if order is None else tuple(order)
+        self.shape_of = tuple(shape_of)
+        if self.order is not None and self.shape_of:
+            raise RegistrationError(f"Aclnn({name!r}): order= and shape_of= cannot be combined")
 
     def arrange(self, op, ins):
         """(inputs in the aclnn parameter order, how many come before the params)."""
@@ -347,6 +354,61 @@ class Launch:
             raise RegistrationError("Launch: rule must be a function (inputs, outputs, attrs) -> (num_blocks, "
                                     "scalars)")
         self.kernel, self.rule = kernel, rule
+
+
+class TorchFn:
+    """How one torch function maps to an op in ``offload()`` (an item of an entry's ``torch=``),
+    where a dotted name or a ``(name, {arg: value})`` pair does not say enough.
+
+    Args:
+        fn: the torch function: a dotted name or the callable.
+        args: its parameters in positional order, names or ``(name, default)`` pairs: the first
+            binds the op's first input, the others the op's inputs and attributes of the same
+            name, or are parameters only ``fixed`` / ``identity`` look at (default: the op's
+            inputs and attributes).
+        fixed: ``{param: value}``: the call runs on canna only at that value (``inplace=False``),
+            other values fall back to PyTorch.
+        identity: ``identity(**params) -> bool``: True when the torch function returns its first
+            argument unchanged (dropout in eval mode or with ``p=0``): offload() returns it, no
+            kernel runs, as in PyTorch.
+        output: the index of the op's output the torch function returns (None: all of them).
+    """
+
+    __slots__ = ("fn", "args", "fixed", "identity", "output")
+
+    def __init__(self, fn, args=None, *, fixed=None, identity=None, output=None):
+        if not (isinstance(fn, str) or callable(fn)):
+            raise RegistrationError(f"TorchFn: fn must be a dotted name or a callable, not {fn!r}")
+        self.fn = fn
+        self.args = None if args is None else tuple((a, _REQ) if isinstance(a, str) else tuple(a) for a in args)
+        self.fixed = dict(fixed or {})
+        if identity is not None and not callable(identity):
+            raise RegistrationError("TorchFn: identity must be a function of the bound parameters")
+        self.identity = identity
+        self.output = output
+
+    def __repr__(self):
+        return f"TorchFn({self.fn!r})"
+
+
+def draw_seed(arrays) -> int:
+    """A seed in ``[0, 2**63)`` for a random op called with ``seed=None``, drawn from the random
+    generator of the framework its arrays come from, so that the framework's own seeding makes a
+    run reproducible: PyTorch's default generator for torch tensors (``torch.manual_seed``),
+    TensorFlow's global generator for TensorFlow tensors (``tf.random.set_seed``; a stateful
+    ``tf.random.uniform``), NumPy's global generator otherwise (``numpy.random.seed``; JAX
+    programs should pass their own seed)."""
+    import sys
+    first = next((a for a in arrays if a is not None), None)
+    mod = type(first).__module__.split(".")[0] if first is not None else ""
+    if mod == "torch" and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        return int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64))
+    if mod == "tensorflow" and "tensorflow" in sys.modules:
+        tf = sys.modules["tensorflow"]
+        return int(tf.random.uniform((), 0, 2 ** 63 - 1, dtype=tf.int64))
+    import numpy as np
+    return int(np.random.randint(0, 2 ** 63 - 1, dtype=np.int64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,8 +505,11 @@ class OpDef:
 
     def __init__(self, name, *, inputs, attrs=(), outputs=("out",), shape, forward, backward=None, save=(),
                  namespace="canna", torch=(), tf=None, jax=None, doc=None, fast=False, elementwise=False,
-                 api=None, diff_outputs=None, generate=True, inplace_out=False, check_none=True):
+                 api=None, diff_outputs=None, generate=True, inplace_out=False, check_none=True, seed=None):
         self.name = name
+        #: the attribute holding the op's random seed (an optional int): None at call time draws
+        #: one from the framework of the inputs (:func:`draw_seed`)
+        self.seed = seed
         self.namespace = namespace
         self.qualname = f"{namespace}::{name}"
         self.inputs = tuple(inputs)
@@ -774,6 +839,8 @@ def _named(op, ins):
 
 def _call(op, arrays, attrs, out, stream, fkey=None):
     api = op.api
+    if op.seed is not None and attrs[op.seed] is None:
+        attrs[op.seed] = draw_seed(arrays)
     if not isinstance(op.forward, (Aclnn, Launch)):   # a composition of registered ops
         if out is not None or stream is not None:
             raise TypeError(f"{api}: out= and stream= are not supported by an op composed of other ops")
@@ -859,21 +926,31 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
         ins, nin = f.arrange(op, ins)
     ins = [None if a is None else C.prepare_input(a) for a in ins]
     C.order_inputs(s, ins)
+    shapes = ()
+    if f.shape_of:   # inputs passed as their shape (an aclIntArray), not as tensors
+        pos = [i for i, t in enumerate(op.inputs) if t.name in f.shape_of]
+        shapes = tuple((i, tuple(ins[i].shape)) for i in pos)
+        ins = [a for i, a in enumerate(ins) if i not in pos]
+        nin -= len(pos)
     rs = [o.arr for o in outs]
     extra = f.key(**attrs) if f.key is not None else tuple(_scalar_key(v) for v in attrs.values())
-    key = (f.name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra)
+    key = (f.name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra) + shapes
     if lay is not None:
         key += (lay,)
     plan = C.get_plan(key)
     if plan is None:
-        params = f.params
+        params, tail = f.params, f.tail
 
         def make_args(lib, t, keep):
             mid = tuple(params(lib, keep, **attrs)) if params is not None else ()
-            present = list(t)
-            # absent optional inputs are NULL descriptors in t already
-            first = present[:nin] if lay is None else _tensor_lists(lib, present[:nin], lay, keep)
-            return tuple(first) + mid + tuple(present[nin:])
+            end = tuple(tail(lib, keep, **attrs)) if tail is not None else ()
+            present = list(t)   # absent optional inputs are NULL descriptors in t already
+            head = list(present[:nin] if lay is None else _tensor_lists(lib, present[:nin], lay, keep))
+            for i, shape in shapes:
+                h = C.Param.ints(lib, shape)
+                keep.append(h)
+                head.insert(i, h)
+            return tuple(head) + mid + tuple(present[nin:]) + end
         plan = C.build_plan(f.name, ins, rs, make_args)
         C.put_plan(key, plan)
     addrs = [a.ptr for a in ins if a is not None] + [r.ptr for r in rs]
@@ -1075,7 +1152,7 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
             raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool, str "
                                     "or list[int]) for the framework schemas")
     for f in torch:
-        if not (callable(f) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
+        if not (callable(f) or isinstance(f, TorchFn) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
             raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
     q = f"{namespace}::{name}"
     if q in _REGISTRY:

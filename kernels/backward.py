@@ -36,11 +36,12 @@ from ._composite import sum_backward as sum  # noqa: A004
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d",
            "max_pool2d", "nll_loss", "cross_entropy", "matmul", "linear", "sum", "mean"]
 
-# every other backward entry of canna's own (``api="kernels.backward.<name>"``) is exported too
+# every other backward entry of canna's own (api "kernels.backward.<forward>") is exported under its forward's name
 from ._registry import registered_ops as _registered  # noqa: E402
+
 for _op in _registered("canna"):
     _n = _op.api.rpartition(".")[2]
-    if _op.api.startswith("kernels.backward.") and _n not in globals():
+    if _op.api == f"kernels.backward.{_n}" and _n not in globals():
         globals()[_n] = _op.kernel
         __all__.append(_n)
-del _op, _n
+del _op, _n, _registered

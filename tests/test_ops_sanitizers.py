@@ -21,7 +21,13 @@ OP_SOURCES = sorted(glob.glob(os.path.join(ROOT, "kernels", "_sim", "*.c")))
 FLAGS = ["-O1", "-g", "-fPIC", "-pthread", "-std=gnu11", "-fvisibility=hidden", "-fno-omit-frame-pointer",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-shared"]
 SUITE = ["tests/test_ops_meta.py", "tests/test_ops_numeric.py", "tests/test_kernels_fastpaths.py",
-         "tests/test_conv_shapes.py"]
+         "tests/test_conv_shapes.py",
+         # issue 14's kernels (the pointwise engine, dropout, MSE loss, addmm); their TensorFlow, JAX and
+         # torch.compile tests are left out here (the frameworks' own native code under ASan)
+         "tests/test_activation.py", "tests/test_dropout.py", "tests/test_loss.py", "tests/test_linalg.py"]
+#: tests of SUITE not run under the sanitizers
+DESELECT = "not backend_info_reports and not without_op_library and not tensorflow and not jax and not compile " \
+           "and not philox"
 
 
 def _libasan():
@@ -49,7 +55,7 @@ def test_op_library_is_clean_under_asan_and_ubsan(tmp_path):
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     env.pop("ASCEND_TOOLKIT_HOME", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-rs", "-p", "no:cacheprovider", *SUITE,
-                           "-k", "not backend_info_reports and not without_op_library"],
+                           "-k", DESELECT],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert "AddressSanitizer" not in out and "runtime error:" not in out, out[-6000:]

@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: stand-ins for the required attributes of the hand-written ops (to reach their input checks)
 _ATTR_STANDINS = {"kernel_size": 2, "normalized_shape": (2,), "shape": (2, 2), "exponent": 2, "output_size": (1, 1),
-                  "pad": (1, 1), "dim": 0, "num_weights": 2}
+                  "pad": (1, 1), "dim": 0, "num_weights": 2, "p": 0.5}
 
 
 def _required_inputs():
@@ -86,15 +86,16 @@ def _x(n=5, dtype=np.float64):
 
 
 def _domain(op, x):
-    return np.abs(x) if op.name in ("log", "sqrt") else x
+    return np.abs(x) if op.name in ("log", "sqrt", "rsqrt") else x
 
 
-#: the generated ops of one array input (the products, norms, ... are tested against PyTorch / TF / JAX in
-#: tests/test_torch_autograd.py, test_tf_autograd.py, test_jax_autograd.py, test_torch_offload.py)
-#: (the model ops with required shape attributes or no backward — pad, adaptive_avg_pool2d,
-#: batch_norm_stats — are tested in tests/test_concat_pad.py, test_adaptive_pool.py, test_batchnorm.py)
+#: the generated ops of one differentiable array input, one output and no required attribute (the
+#: products, norms, ... are tested against PyTorch / TF / JAX in tests/test_torch_autograd.py,
+#: test_tf_autograd.py, test_jax_autograd.py, test_torch_offload.py; the others have their family's
+#: tests: tests/test_concat_pad.py, test_adaptive_pool.py, test_batchnorm.py, test_dropout.py, test_loss.py, ...)
 _GEN = [op for op in R.registered_ops("canna") if op.generate and not op.name.endswith("_backward")
-        and len(op.inputs) == 1 and op.backward is not None and not any(a.required for a in op.attrs)]
+        and len(op.inputs) == 1 and op.inputs[0].diff and len(op.outputs) == 1 and op.backward is not None
+        and not any(a.required for a in op.attrs)]
 _GEN_IDS = [op.name for op in _GEN]
 
 

@@ -496,6 +496,20 @@ def function(op):
         return f
 
 
+def _resolve(spec):
+    """A torch function named by a dotted name (a module or class attribute), or None."""
+    import importlib
+    if not isinstance(spec, str):
+        return spec
+    mod, _, attr = spec.rpartition(".")
+    try:
+        obj = importlib.import_module(mod)
+    except ImportError:
+        m2, _, cls = mod.rpartition(".")
+        obj = getattr(importlib.import_module(m2), cls, None)
+    return getattr(obj, attr, None) if obj is not None else None
+
+
 def offload_entries(op):
     """``[(torch function, names, defaults, required extras, handler)]`` for ``offload()``: the
     torch functions the entry names. Each is a dotted name or a callable, or a tuple of one and:
@@ -512,12 +526,20 @@ def offload_entries(op):
       PyTorch's legacy default, e.g. ``F.softmax``'s);
     - a function ``guard(*entry arguments)`` returning None or the reason the call falls back (the
       cases a torch function refuses that the op would take: ``torch.mm`` of operands not 2-D).
+
+    A :class:`kernels.TorchFn` instead of the tuple says the same with names (the torch function's
+    own parameters, fixed values, an identity case, which output it returns).
     """
     import importlib
     out = []
     fn = function(op)
     entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
     for spec in op.torch:
+        if isinstance(spec, R.TorchFn):
+            f = _resolve(spec.fn)
+            if f is not None:
+                out.append(_torchfn_entry(op, fn, f, spec))
+            continue
         extras, sig, guard, pick = {}, None, None, None
         if isinstance(spec, tuple):
             spec, rest = spec[0], spec[1:]
@@ -530,16 +552,7 @@ def offload_entries(op):
                     pick = r
                 else:
                     guard = r
-        if isinstance(spec, str):
-            mod, _, attr = spec.rpartition(".")
-            try:
-                obj = importlib.import_module(mod)
-            except ImportError:
-                m2, _, cls = mod.rpartition(".")
-                obj = getattr(importlib.import_module(m2), cls, None)
-            f = getattr(obj, attr, None) if obj is not None else None
-        else:
-            f = spec
+        f = _resolve(spec)
         if f is None:
             continue
         defaults = {t.name: None for t in op.inputs[1:] if t.optional}
@@ -556,6 +569,40 @@ def offload_entries(op):
         h = _handler(op, fn, names, extras, guard, aliases)
         out.append((f, names, defaults, extras, h if pick is None else _picked(h, pick)))
     return out
+
+
+def _torchfn_entry(op, fn, f, spec):
+    """The offload() entry of a :class:`kernels.TorchFn` mapping."""
+    from ._offload import _Fallback, _chk
+    args = spec.args
+    if args is None:
+        args = [("input", _REQ_ARG)] + [(t.name, None if t.optional else _REQ_ARG) for t in op.inputs[1:]] + \
+            [(a.name, _REQ_ARG if a.required else a.default) for a in op.attrs]
+    names = [a[0] for a in args]
+    defaults = {a[0]: a[1] for a in args if len(a) > 1 and a[1] is not _REQ_ARG and a[1] is not R._REQ}
+    pos = {nm: i for i, nm in enumerate(names)}
+    # where each op argument comes from: a bound parameter's index, or the op's default
+    src = [0] + [pos.get(t.name) for t in op.inputs[1:]] + [pos.get(a.name) for a in op.attrs]
+    dflt = [None] + [None for _t in op.inputs[1:]] + [a.default for a in op.attrs]
+    tensors = [0] + [pos[t.name] for t in op.inputs[1:] if t.name in pos]
+    fixed = [(pos[k], k, v) for k, v in spec.fixed.items()]
+    identity, output = spec.identity, spec.output
+
+    def h(v):
+        if identity is not None and identity(**dict(zip(names, v))):
+            _chk(v[0])
+            return v[0]
+        for i, k, want in fixed:
+            got = v[i]   # compared by identity or as values of want's type (a tensor is not compared with ==)
+            if got is not want and not (type(got) is type(want) and got == want):
+                raise _Fallback(f"{k}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
+        _chk(*[v[i] for i in tensors])
+        r = fn(*[v[i] if i is not None else d for i, d in zip(src, dflt)])
+        return r if output is None else r[output]
+    return (f, names, defaults, spec.fixed, h)
+
+
+_REQ_ARG = object()
 
 
 def _picked(h, i):

@@ -101,6 +101,10 @@ static void fill_self_rows(const mm_job_t *j, int64_t bi_off_c, int64_t m0, int6
     for (int64_t m = m0; m < m1; m++) {
         char *crow = j->C + (bi_off_c + m * ldc) * (int64_t)csz;
         const char *srow = s->data + (m * p->s_sm) * (int64_t)nn_dtype_size(s->dtype);
+        if (p->beta == 0) {   /* self is ignored (its NaN / inf too), as PyTorch's addmm does */
+            memset(crow, 0, (size_t)n * csz);
+            continue;
+        }
         nn_load(p->ct, crow, srow, p->s_sn, s->dtype, n);
         if (p->beta != 1) {
             if (p->ct == CT_F32) {

@@ -386,4 +386,34 @@ aclError nn_unpack(nn_exec_t *ex, int ct, const nn_view_t *v, const void *src);
 /* a view with its dims permuted / reshaped in place of another (helpers for ops) */
 static inline size_t nn_align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* ------------------------------------------------------------------ pointwise engine (op_pointwise.c) */
+
+/* out = f(in[0], ..., in[nin-1]) element by element over out's shape, for the ops of the activation,
+ * dropout and loss families: every input broadcasts to out's shape (right-aligned), any strides and
+ * float dtypes; the kernel sees n contiguous elements of each input converted to the compute type
+ * (float for float32 / float16 / bfloat16, double for float64), `flat` (the row-major index in out's
+ * shape of the first one) and the op's parameters, and writes n results in the compute type. */
+#define NN_PW_MAX_IN 4
+#define NN_PW_PARAMS 64        /* bytes of op parameters an executor of nn_pw_make keeps */
+typedef void (*nn_pw_fn)(int64_t n, int64_t flat, void *out, const void *const *in, const void *params);
+typedef struct nn_pw_kernel {
+    nn_pw_fn f32, f64;
+    int32_t weight;            /* relative cost of one element (1: a few flops; 8: transcendental) */
+} nn_pw_kernel_t;
+/* the compute type of a float dtype (CT_F64 for float64, else CT_F32) */
+static inline int nn_pw_ct(aclDataType d) { return d == ACL_DOUBLE ? CT_F64 : CT_F32; }
+/* phase 2 (inside an op's run function): run the kernel over the views (in parallel over blocks) */
+aclError nn_pw_apply(nn_exec_t *ex, const nn_pw_kernel_t *k, int ct, int nin, const nn_view_t *const *in,
+                     const nn_view_t *out, const void *params);
+/* phase 1 of a plain pointwise op: float dtypes; each input broadcasts to out's shape; out may be
+ * exactly an input (in place), no other overlap; `params` (psize <= NN_PW_PARAMS bytes) are kept */
+aclnnStatus nn_pw_make(const char *api, const nn_pw_kernel_t *k, int ct, int nin, const nn_tensor_t *const *in,
+                       const char *const *names, const nn_tensor_t *out, const char *oname, const void *params,
+                       size_t psize, uint64_t *workspaceSize, aclOpExecutor **executor);
+/* a float input or output of a pointwise op (ACLNN_ERR_PARAM_INVALID naming it otherwise) */
+aclnnStatus nn_pw_check_float(const char *api, const char *name, const nn_tensor_t *t);
+/* t's shape broadcasts to shape (right-aligned); message naming both otherwise */
+aclnnStatus nn_pw_check_broadcast(const char *api, const char *name, const nn_tensor_t *t, const int64_t *shape,
+                                  int32_t ndim);
+
 #endif /* CANNA_OPSIM_H */
