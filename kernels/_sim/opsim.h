@@ -59,7 +59,7 @@ typedef int32_t aclnnStatus;
 #define NN_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 #define NN_MAX_DIMS 8          /* aclnn ops accept at most 8 dimensions */
-#define NN_MAX_OPERANDS 8      /* tensors (inputs + outputs) one executor references */
+#define NN_MAX_OPERANDS 16     /* tensors (inputs + outputs) one executor references (FlashAttentionScoreGrad: 16) */
 #define NN_MAX_ARRAY 64        /* longest aclIntArray an op parameter may hold */
 #define NN_MSG_MAX 512
 
