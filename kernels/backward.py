@@ -35,3 +35,10 @@ from ._composite import sum_backward as sum  # noqa: A004
 
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d",
            "max_pool2d", "nll_loss", "cross_entropy", "matmul", "linear", "sum", "mean"]
+
+# every other registry entry whose api is kernels.backward.<name> (kernels/ops/*.py)
+for _op in __import__("kernels._registry", fromlist=["registered_ops"]).registered_ops("canna"):
+    _n = _op.api.rpartition(".")[2]
+    if _op.api.startswith("kernels.backward.") and _n not in globals():
+        globals()[_n] = _op.kernel
+        __all__.append(_n)
