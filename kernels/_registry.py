@@ -314,6 +314,13 @@ class OpDef:
         self.check_none = check_none
 
     @property
+    def through_parts(self):
+        """A forward composed of registered ops with no backward of its own: each framework
+        differentiates it through those ops (their backward), running the composition with its
+        own differentiable ops namespace."""
+        return self.backward is None and not isinstance(self.forward, (Aclnn, Launch, Impl))
+
+    @property
     def arg_names(self):
         return tuple(t.name for t in self.inputs) + tuple(a.name for a in self.attrs)
 

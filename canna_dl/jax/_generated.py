@@ -25,6 +25,36 @@ _fns: dict = {}
 _lock = threading.Lock()
 
 
+def _jax_ns_fn(op):
+    """The differentiable JAX form of a registered op (canna's hand-written ones by name)."""
+    if op.namespace == "canna" and not op.generate:
+        import canna_dl.jax as cj
+        f = getattr(cj, op.jax, None)
+        if f is None:
+            raise AttributeError(f"ops.{op.name}: canna_dl.jax has no differentiable form of {op.qualname}")
+        return f
+    return function(op)
+
+
+#: the ops a composed forward runs with in JAX (differentiable)
+JOPS = _abstract.Namespace(_jax_ns_fn, "canna_dl.jax functions")
+
+
+def _input(api, t, a):
+    """A JAX array for input ``t``: floating inputs through the shims' check; others (masks,
+    indices) of one of ``t``'s dtypes."""
+    if all(d.kind == "f" for d in t.dtypes):
+        return _array(api, t.name, a)
+    try:
+        x = jnp.asarray(a)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{api}: {t.name} ({type(a).__name__}) cannot be converted to a JAX array: {e}") from None
+    if canna_dl.dtype(x.dtype.name) not in t.dtypes:
+        raise TypeError(f"{api}: {t.name} has dtype {x.dtype.name}, which this op does not support "
+                        f"({', '.join(d.name for d in t.dtypes)})")
+    return x
+
+
 def function(op):
     """The JAX function of the entry (made once)."""
     f = _fns.get(op.qualname)
@@ -78,12 +108,16 @@ def _make(op):
             gs = (g,) if nout == 1 else tuple(g)
             diff_idx = [j for j, i in enumerate(present) if inputs[i].diff]
             if op.backward is None or not diff_idx:
-                return tuple(jnp.zeros_like(x) for x in xs)
+                return tuple(_zero_ct(x) for x in xs)
             structs = [_sds(xs[j].shape, xs[j].dtype) for j in diff_idx]
             ng = len(gs)
+            held = [k for k, t in enumerate(saved) if t is not None]   # absent optional inputs: None
 
             def body(*a):
-                r = op.backward(_abstract.KOPS, *a[:ng], *a[ng:], **attrs)
+                sv = [None] * len(saved)
+                for k, t in zip(held, a[ng:]):
+                    sv[k] = t
+                r = op.backward(_abstract.KOPS, *a[:ng], *sv, **attrs)
                 r = r if isinstance(r, (tuple, list)) else (r,)
                 by = dict(zip(op.diff, r))
                 out = []
@@ -91,8 +125,8 @@ def _make(op):
                     gr = by.get(inputs[present[j]].name)
                     out.append(jnp.zeros(xs[j].shape, xs[j].dtype) if gr is None else gr)
                 return out
-            r = _call(body, (*gs, *saved), structs)
-            res_g = [jnp.zeros_like(x) for x in xs]
+            r = _call(body, (*gs, *[saved[k] for k in held]), structs)
+            res_g = [_zero_ct(x) for x in xs]
             for j, gr in zip(diff_idx, r):
                 res_g[j] = gr
             return tuple(res_g)
@@ -100,18 +134,23 @@ def _make(op):
         vjps[key] = f
         return f
 
+    through = op.through_parts
+
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs)
+        if through:   # differentiated through the registered ops it is made of
+            return op.forward(JOPS, *[None if a is None else _input(api, t, a) for t, a in zip(inputs, arrays)],
+                              **attrs)
         xs, present = [], []
         for i, (t, a) in enumerate(zip(inputs, arrays)):
             if a is None:
                 if not t.optional:
                     _array(api, t.name, a)   # TypeError: "... must be a JAX array, not NoneType"
                 continue
-            x = _array(api, t.name, a)
+            x = _input(api, t, a)
             xs.append(x)
             present.append(i)
-        dts = {x.dtype for x in xs}
+        dts = {x.dtype for x, i in zip(xs, present) if inputs[i].diff}
         if len(dts) > 1:
             raise TypeError(f"{api}: operands have dtypes {sorted(d.name for d in dts)}; canna does not promote dtypes "
                             "(cast with .astype)")
@@ -124,6 +163,14 @@ def _make(op):
     fn.__doc__ = f"JAX form of :func:`kernels.{op.name}` (jax.grad, jax.jit).\n\n{op.doc}"
     fn.opdef = op
     return fn
+
+
+def _zero_ct(x):
+    """A zero cotangent for ``x`` (``float0`` for a bool / integer primal, as custom_vjp requires)."""
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.zeros_like(x)
+    import numpy as np
+    return np.zeros(x.shape, dtype=jax.dtypes.float0)
 
 
 def _fill(xs, present, n):

@@ -280,6 +280,8 @@ def function(op):
         src = (f"def {op.name}({', '.join(params)}):\n{head}"
                f"    return _slow(({', '.join(tensors)},), {{{attr_dict}}})\n")
 
+        through = op.through_parts
+
         def slow(arrays, attrs):
             for a in op.attrs:
                 attrs[a.name] = a.check(api, attrs[a.name])
@@ -287,6 +289,9 @@ def function(op):
             _check(op, api, arrays)
             if r == EAGER:
                 return op.kernel(*[plain(a) for a in arrays], **attrs)
+            if through:   # differentiated through the registered ops it is made of (their Functions / custom ops)
+                with NoTorchFunction():
+                    return op.forward(TOPS, *arrays, **attrs)
             if r == AUTOGRAD:
                 return cls.apply(*arrays, *attrs.values())
             return custom_op(op)(*arrays, **attrs)
@@ -296,7 +301,8 @@ def function(op):
         f.__doc__ = f"PyTorch form of :func:`kernels.{op.name}` (autograd, torch.compile).\n\n{op.doc}"
         f.__module__ = "canna_dl.torch"
         f.opdef = op
-        custom_op(op)   # torch.ops.<ns>.<name> exists as soon as the function does
+        if not through:
+            custom_op(op)   # torch.ops.<ns>.<name> exists as soon as the function does
         _fns[op.qualname] = f
         return f
 
