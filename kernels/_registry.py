@@ -65,30 +65,62 @@ def _dtypes(v, default):
 class Tensor:
     """An array input of an op: ``name``; ``dtypes`` (canna/NumPy/torch dtypes or names, or
     ``"float"`` — the default: float32, float64, float16, bfloat16 — or ``"arith"``); ``optional``
-    (None allowed); ``diff`` (gets a gradient; default True for floating inputs)."""
+    (None allowed); ``diff`` (gets a gradient; default True, False for a mutated input);
+    ``mutated`` (the op updates this input in place, e.g. batch norm's running statistics or an
+    optimizer's parameter and moments: torch schema ``Tensor(a!)``, ``mutates_args``; the caller's
+    array is written — in TensorFlow a ``tf.Variable`` is assigned the new value, in JAX, which
+    is functional, the new value is returned after the outputs)."""
 
-    __slots__ = ("name", "dtypes", "optional", "diff")
+    __slots__ = ("name", "dtypes", "optional", "diff", "mutated")
 
-    def __init__(self, name, dtypes=None, *, optional=False, diff=True):
+    list = False   # a TensorList
+
+    def __init__(self, name, dtypes=None, *, optional=False, diff=None, mutated=False):
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"input name {name!r} is not a Python identifier")
         self.name = name
         self.dtypes = _dtypes(dtypes, C.FLOATS)
         self.optional = builtins.bool(optional)
-        self.diff = builtins.bool(diff)
+        self.mutated = builtins.bool(mutated)
+        if self.mutated and diff:
+            raise RegistrationError(f"input {name}: a mutated input (updated in place) cannot be differentiable "
+                                    "(diff=True)")
+        self.diff = (not self.mutated) if diff is None else builtins.bool(diff)
 
     def __repr__(self):
-        return f"Tensor({self.name!r}{', optional' if self.optional else ''})"
+        return f"Tensor({self.name!r}{', optional' if self.optional else ''}{', mutated' if self.mutated else ''})"
 
+
+#: an int-list attribute's type (``Attr(name, list[int], default)``; torch schema ``int[]``)
+INT_LIST = list[int]
 
 #: attribute types: Python type -> torch schema type
-_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", object: None}
+_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]", object: None}
+
+
+def _ints(api, name, v):
+    """An int-list attribute's value as a tuple of ints (a single int is a 1-tuple: an op that
+    expands it, like a convolution's ``stride=2``, does so in its own rule)."""
+    if isinstance(v, int) and not isinstance(v, builtins.bool):
+        return (v,)
+    if isinstance(v, (list, tuple)):   # torch.Size is a tuple
+        if all(isinstance(i, int) and not isinstance(i, builtins.bool) for i in v):
+            return tuple(v) if type(v) is tuple else tuple(int(i) for i in v)
+        if all(hasattr(i, "__index__") and not isinstance(i, builtins.bool) for i in v):
+            return tuple(operator.index(i) for i in v)
+    elif hasattr(v, "__index__") and not isinstance(v, builtins.bool):
+        return (operator.index(v),)
+    what = f"{type(v).__name__} {v!r}" if isinstance(v, (list, tuple)) else type(v).__name__
+    raise TypeError(f"{api}: {name} must be an int or a list/tuple of ints, not {what}")
 
 
 class Attr:
-    """A non-array argument: ``name``, ``type`` (int, float, bool or str), ``default`` (omit for
-    a required one), ``choices`` (allowed values; for a str attribute also what the C fast path
-    keys on)."""
+    """A non-array argument: ``name``; ``type``: int, float, bool, str or ``list[int]`` (torch
+    schema ``int[]``: a list or tuple of ints, given to the op as a tuple; a single int is the
+    1-tuple, which an op expands in its own rule where it says so, e.g. ``stride=2``);
+    ``default`` (omit for a required one; ``None`` makes the attribute optional: schema
+    ``float?`` / ``int?`` / ``int[]?``, and None is then a value the op receives); ``choices``
+    (allowed values; for a str attribute also what the C fast path keys on)."""
 
     __slots__ = ("name", "type", "default", "choices")
 
@@ -96,25 +128,44 @@ class Attr:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
         if type not in _ATTR_TYPES:
-            raise RegistrationError(f"attribute {name}: type must be int, float, bool or str, not {type!r}")
+            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str or list[int], not "
+                                    f"{type!r}")
+        if type == INT_LIST:
+            type = INT_LIST     # one object (list[int] makes a new alias each time)  # noqa: A001
         self.name, self.type, self.default = name, type, default
         self.choices = tuple(choices) if choices is not None else None
+        if type is not object and default is not _REQ and default is not None:
+            try:
+                self.default = self.check(f"Attr({name!r})", default)
+            except (TypeError, ValueError) as e:
+                raise RegistrationError(f"attribute {name}: the default {default!r} is not a valid value ({e})") \
+                    from None
 
     @property
     def required(self):
         return self.default is _REQ
 
+    @property
+    def optional(self):
+        """None is a value of this attribute (its default is None)."""
+        return self.default is None
+
     def check(self, api, v):
         t = self.type
         if t is object:   # a hand-written op's argument (checked by its function)
             return v
-        if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
-            v = float(v)
-        if t is int and hasattr(v, "__index__") and not isinstance(v, builtins.bool):
-            v = operator.index(v)
-        if type(v) is not t:
-            raise TypeError(f"{api}: {self.name} must be a{'n' if t is int else ''} {t.__name__}, not "
-                            f"{type(v).__name__}")
+        if v is None and self.default is None:
+            return None
+        if t is INT_LIST:
+            v = _ints(api, self.name, v)
+        else:
+            if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
+                v = float(v)
+            if t is int and hasattr(v, "__index__") and not isinstance(v, builtins.bool):
+                v = operator.index(v)
+            if type(v) is not t:
+                raise TypeError(f"{api}: {self.name} must be a{'n' if t is int else ''} {t.__name__}"
+                                f"{' or None' if self.default is None else ''}, not {type(v).__name__}")
         if self.choices is not None and v not in self.choices:
             raise ValueError(f"{api}: {self.name} must be one of {', '.join(map(repr, self.choices))}, not {v!r}")
         return v
@@ -216,6 +267,7 @@ class Launch:
 
 _REGISTRY: dict = {}         # qualified name "ns::name" -> OpDef
 _lock = threading.Lock()
+_checking = threading.local()    # .op: the op whose registration is being checked
 _next_id = [1]
 
 
@@ -312,6 +364,8 @@ class OpDef:
         self.kernel = None                  # the kernel-level function (set by _make_kernel)
         self.inplace_out = inplace_out
         self.check_none = check_none
+        #: indices of the inputs the op updates in place (Tensor(..., mutated=True))
+        self.mutated = tuple(i for i, t in enumerate(self.inputs) if t.mutated)
 
     @property
     def through_parts(self):
@@ -380,6 +434,24 @@ class OpDef:
             else:
                 attrs[a.name] = a.default
         return arrays, attrs
+
+    def functional(self, arrays, attrs):
+        """The op for a framework whose arrays are immutable (TensorFlow, JAX): the kernel runs on
+        copies of the mutated inputs. Returns a list: the outputs, then the new values of the
+        mutated inputs that are present (DeviceArrays when the inputs' kinds then differ)."""
+        arrays = list(arrays)
+        news = []
+        for i in self.mutated:
+            if arrays[i] is None:
+                continue
+            a = C.as_array(self.api, self.inputs[i].name, arrays[i])
+            b = canna_dl.empty(a.shape, a.dtype, device=a.device)
+            C.dl_copy.copy_into(b, a)
+            arrays[i] = b
+            news.append(b)
+        r = self.kernel(*arrays, **attrs)
+        outs = [] if r is None else list(r) if isinstance(r, tuple) else [r]
+        return outs + news
 
     def specs(self, ins, attrs):
         """The output specs (a tuple) for these inputs (anything with shape / dtype)."""
@@ -456,7 +528,7 @@ def _make_kernel(op: OpDef):
     fast = ""
     tensors = [t.name for t in op.inputs]
     if op.fast and len(tensors) in (1, 2) and len(op.outputs) == 1 and len(op.attrs) <= 1 \
-            and not any(t.optional for t in op.inputs):
+            and not any(t.optional or t.mutated or t.list for t in op.inputs):
         g["_ID"] = int(op.fast_id)
         if op.attrs:
             a = op.attrs[0]
@@ -570,6 +642,7 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     ins = check_inputs(op, arrays)
     specs = op.specs(ins, attrs)
     s = C.device_and_stream(api, ins, stream)
+    muts = _mutated(op, api, arrays, ins, isinstance(op.forward, Launch)) if op.mutated else []
     named = tuple((t.name, a) for t, a in zip(op.inputs, ins))
     outs = []
     for i, sp in enumerate(specs):
@@ -577,22 +650,46 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
             outs.append(C.given_out(api, out, sp.shape, sp.dtype, named, allow_same=op.elementwise))
         else:
             outs.append(C.new_out(kind, sp.shape, sp.dtype, s))
-    if all(o.arr.size == 0 for o in outs):
-        C.finish_empty(outs)
+    fin = outs + muts if muts else outs
+    if all(o.arr.size == 0 for o in fin):
+        C.finish_empty(fin)
     else:
         f = op.forward
         if isinstance(f, Aclnn):
-            plan = _run_aclnn(f, s, ins, outs, attrs)
+            plan = _run_aclnn(f, s, ins, outs, attrs, fin)
             if fkey is not None and kind == C.TORCH and plan is not None:
                 C.fast_register(fkey, plan, ins[0], outs[0].arr, outs[0].obj)
         elif isinstance(f, Launch):
-            _run_launch(op, f, s, ins, outs, attrs)
+            _run_launch(op, f, s, ins, outs, attrs, fin)
     if len(outs) == 1:
         return outs[0].obj
+    if not outs:
+        return None
     return tuple(o.obj for o in outs)
 
 
-def _run_aclnn(f, s, ins, outs, attrs):
+def _mutated(op, api, arrays, ins, contiguous):
+    """The mutated inputs as outputs the kernel writes in place (``ins`` is updated with the arrays
+    the kernel gets): the caller's memory, or — in the discrete memory model, for a layout aclnn
+    cannot describe, or a non-contiguous one for a RawKernel — a temporary holding the current
+    value, copied back into the caller's array after the launch."""
+    muts = []
+    for i in op.mutated:
+        a = ins[i]
+        if a is None:
+            continue
+        others = tuple((u.name, b) for j, (u, b) in enumerate(zip(op.inputs, ins)) if j != i and b is not None)
+        m = C.given_out(api, arrays[i], a.shape, a.dtype, others, name=op.inputs[i].name, exact_dtype=True)
+        if m.stage is None and contiguous and not m.arr.is_contiguous():
+            m = C.Out(canna_dl.empty(a.shape, a.dtype, device=a.device), m.obj, sync=True, stage=m.arr)
+        if m.stage is not None:
+            C.dl_copy.copy_into(m.arr, a)   # the current value, into the temporary the kernel updates
+        ins[i] = m.arr
+        muts.append(m)
+    return muts
+
+
+def _run_aclnn(f, s, ins, outs, attrs, fin=None):
     """One aclnn call through the plan cache; returns the plan (for the fast path)."""
     ins = [None if a is None else C.prepare_input(a) for a in ins]
     C.order_inputs(s, ins)
@@ -612,11 +709,11 @@ def _run_aclnn(f, s, ins, outs, attrs):
         plan = C.build_plan(f.name, ins, rs, make_args)
         C.put_plan(key, plan)
     addrs = [a.ptr for a in ins if a is not None] + [r.ptr for r in rs]
-    C.launch(plan, s, addrs, outs, (ins, rs))
+    C.launch(plan, s, addrs, outs if fin is None else fin, (ins, rs))
     return plan
 
 
-def _run_launch(op, f, s, ins, outs, attrs):
+def _run_launch(op, f, s, ins, outs, attrs, fin=None):
     """A RawKernel launch: the launch rule on the shapes, then the kernel on contiguous operands."""
     from ._elementwise import contiguous
     ins = [None if a is None else (a if a.is_contiguous() else contiguous(a, stream=s)) for a in ins]
@@ -629,12 +726,13 @@ def _run_launch(op, f, s, ins, outs, attrs):
     except (TypeError, ValueError):
         raise TypeError(f"{op.api}: the launch rule must return (num_blocks, scalars), not {r!r}") from None
     f.kernel.launch(nb, *ins, *rs, *scalars, stream=s)
-    if any(o.sync for o in outs):
+    fin = outs if fin is None else fin
+    if any(o.sync for o in fin):
         s.synchronize()
-        for o in outs:
+        for o in fin:
             C.finish_out(o, s)
     else:
-        for o in outs:
+        for o in fin:
             o.arr.storage.stream = s
 
 
@@ -745,6 +843,12 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
     ins = tuple(t if isinstance(t, Tensor) else Tensor(t) for t in inputs)
     if not ins:
         raise RegistrationError(f"register_op({name!r}): an op needs at least one array input")
+    if not tuple(outputs) and not any(t.mutated for t in ins):
+        raise RegistrationError(f"register_op({name!r}): an op needs an output or an input it updates in place "
+                                "(Tensor(..., mutated=True))")
+    if not tuple(outputs) and backward is not None:
+        raise RegistrationError(f"register_op({name!r}): an op without outputs has nothing to differentiate; "
+                                "remove the backward")
     names = [t.name for t in ins] + [a.name for a in attrs]
     dup = {n for n in names if names.count(n) > 1} | (set(outputs) & set(t.name for t in ins))
     if dup:
@@ -760,8 +864,8 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
         if not isinstance(a, Attr):
             raise RegistrationError(f"register_op({name!r}): attrs must be kernels.Attr objects, not {a!r}")
         if a.type is object:
-            raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool or "
-                                    "str) for the framework schemas")
+            raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool, str "
+                                    "or list[int]) for the framework schemas")
     for f in torch:
         if not (callable(f) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
             raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
@@ -771,7 +875,11 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
                                 "namespace")
     op = OpDef(name, inputs=ins, attrs=tuple(attrs), outputs=tuple(outputs), shape=shape, forward=forward,
                backward=backward, save=save, namespace=namespace, torch=torch, doc=doc, fast=fast)
-    _check_registration(op, example_shapes)
+    _checking.op = op
+    try:
+        _check_registration(op, example_shapes)
+    finally:
+        _checking.op = None
     _add(op)
     _notify(op)
     return op

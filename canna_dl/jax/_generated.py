@@ -12,6 +12,7 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import canna_dl
 from kernels import _abstract
@@ -86,26 +87,35 @@ def _make(op):
                 v[i] = x
             return v
 
+        # a mutated input's new value is returned after the outputs (JAX is functional)
+        muts = [i for i in op.mutated if i in present]
+        ntot = nout + len(muts)
+
         def run(*xs):
             v = full(xs)
             specs = op.specs([None if a is None else R.Spec(a.shape, canna_dl.dtype(a.dtype.name)) for a in v],
                              attrs)
             structs = [_sds(s.shape, jnp.dtype(s.dtype.name)) for s in specs]
-            return _call(lambda *a: _tuple(op.kernel(*full(a), **attrs)), xs, structs)
+            if not muts:
+                return _call(lambda *a: _tuple(op.kernel(*full(a), **attrs)), xs, structs)
+            structs += [_sds(v[i].shape, v[i].dtype) for i in muts]
+            return _call(lambda *a: [_jax_like(r, a) for r in op.functional(full(a), attrs)], xs, structs)
+
+        def pack(outs):
+            return outs[0] if ntot == 1 else tuple(outs)
 
         @jax.custom_vjp
         def f(*xs):
-            outs = run(*xs)
-            return outs[0] if nout == 1 else tuple(outs)
+            return pack(run(*xs))
 
         def f_fwd(*xs):
             outs = run(*xs)
-            saved = tuple(op.saved(full(xs), outs))
-            return (outs[0] if nout == 1 else tuple(outs)), (xs, saved)
+            saved = tuple(op.saved(full(xs), outs[:nout]))
+            return pack(outs), (xs, saved)
 
         def f_bwd(res, g):
             xs, saved = res
-            gs = (g,) if nout == 1 else tuple(g)
+            gs = ((g,) if ntot == 1 else tuple(g))[:nout]
             diff_idx = [j for j, i in enumerate(present) if inputs[i].diff]
             if op.backward is None or not diff_idx:
                 return tuple(_zero_ct(x) for x in xs)
@@ -178,6 +188,14 @@ def _fill(xs, present, n):
     for i, x in zip(present, xs):
         v[i] = x
     return v
+
+
+def _jax_like(r, args):
+    """A kernel result of mixed-kind inputs (a DeviceArray) as the callers' kind: a JAX array, or
+    under ``pure_callback`` (NumPy arguments) a NumPy array."""
+    if isinstance(r, canna_dl.DeviceArray):
+        return canna_dl.to_numpy(r) if any(isinstance(a, np.ndarray) for a in args) else canna_dl.to_jax(r)
+    return r
 
 
 def _tuple(r):

@@ -89,12 +89,18 @@ def _make(op):
             return op.forward(TFOPS, *[None if a is None else tensor(api, t.name, a) for t, a in zip(inputs, arrays)],
                               **attrs)
         ts = []
-        for t, a in zip(inputs, arrays):
+        variables = []    # (input index, tf.Variable) of the mutated inputs given
+        for i, (t, a) in enumerate(zip(inputs, arrays)):
             if a is None:
                 if not t.optional:
                     raise TypeError(f"{api}: {t.name} must be a tensor, not None")
                 ts.append(None)
                 continue
+            if t.mutated:
+                if not isinstance(a, tf.Variable):
+                    raise TypeError(f"{api}: {t.name} is updated in place, and TensorFlow tensors are immutable: pass "
+                                    f"a tf.Variable (it is assigned the new value), not {type(a).__name__}")
+                variables.append((i, a))
             x = tensor(api, t.name, a)
             if all(d.kind == "f" for d in t.dtypes) or t.diff:
                 floating(api, t.name, x)
@@ -107,6 +113,9 @@ def _make(op):
         xs = [ts[i] for i in present]
         diff = tuple(inputs[i].diff and op.backward is not None for i in present)
         out_specs = _static(op, api, ts, attrs)   # raises for static shapes the op refuses
+        # the new values of the mutated inputs are extra outputs of the node, assigned afterwards
+        mut_specs = [(ts[i].dtype, ts[i].shape) for i, _ in variables]
+        ntot = nout + len(variables)
 
         def full(vals):
             v = [None] * len(inputs)
@@ -115,18 +124,21 @@ def _make(op):
             return v
 
         def fwd(save, *vals):
-            r = op.kernel(*full(vals), **attrs)
-            outs = list(r) if isinstance(r, tuple) else [r]
+            if op.mutated:
+                outs = op.functional(full(vals), attrs)
+            else:
+                r = op.kernel(*full(vals), **attrs)
+                outs = list(r) if isinstance(r, tuple) else [r]
             return outs + ([outs[out_index[n]] for n in saved_outs] if save else [])
 
         def specs():
-            return out_specs + [out_specs[out_index[n]] for n in saved_outs]
+            return out_specs + mut_specs + [out_specs[out_index[n]] for n in saved_outs]
 
         def bwd(dys, vals, saved):
             v = full(vals)
             so = dict(zip(saved_outs, saved))
             sv = [so[n] if n in so else v[in_index[n]] for n in op.save]
-            gs = op.backward(_abstract.KOPS, *dys, *sv, **attrs)
+            gs = op.backward(_abstract.KOPS, *dys[:nout], *sv, **attrs)
             gs = gs if isinstance(gs, (tuple, list)) else (gs,)
             by = dict(zip(op.diff, gs))
             res = []
@@ -135,7 +147,13 @@ def _make(op):
                     g = by.get(inputs[i].name)
                     res.append(tf.zeros_like(v[i]) if g is None else g)
             return res
-        return apply(api, xs, diff, fwd, nout, specs, bwd)
+        r = apply(api, xs, diff, fwd, ntot, specs, bwd)
+        if not variables:
+            return r
+        r = (r,) if ntot == 1 else tuple(r)
+        for (_, var), new in zip(variables, r[nout:]):
+            var.assign(new)
+        return None if nout == 0 else r[0] if nout == 1 else r[:nout]
 
     fn.__name__ = op.tf
     fn.__qualname__ = op.tf

@@ -26,7 +26,7 @@ from kernels import _abstract
 from kernels import _registry as R
 
 from . import _common as C
-from ._common import AUTOGRAD, EAGER, NoTorchFunction, Tensor, grad_enabled, plain, route
+from ._common import CUSTOM, EAGER, NoTorchFunction, Tensor, grad_enabled, plain, route
 
 __all__ = ["function", "custom_op", "offload_entries", "FUNCTIONS"]
 
@@ -57,6 +57,18 @@ def _torch_ns_fn(op):
 
 #: backward ops when a graph is recorded (differentiable; custom ops under torch.compile)
 TOPS = _abstract.Namespace(_torch_ns_fn, "canna_dl.torch routing functions")
+
+
+class _Lookup(_abstract.Namespace):
+    """TOPS without its cache: what a backward traced by Dynamo inside an autograd.Function uses
+    (a higher-order op may not mutate state from outside it; every registered op's function exists
+    once ``canna_dl.torch`` is imported or the op is registered)."""
+
+    def __getitem__(self, name):
+        return self._make(_abstract._resolve(name))
+
+
+TOPS_TRACED = _Lookup(_torch_ns_fn, "canna_dl.torch routing functions (uncached)")
 
 
 def _plain_fn(op):
@@ -102,14 +114,20 @@ def _run_backward(op, ops, grads, saved, attrs, metas, needs):
     return out
 
 
-def _function_class(op):
+def _function_class(op, traced=False):
+    """The eager ``autograd.Function``; ``traced``: the one whose forward calls the custom op (a
+    mutating op's gradient under ``torch.compile``: PyTorch's ``register_autograd`` refuses ops that
+    mutate their inputs, and Dynamo traces an autograd.Function around the op instead)."""
     n = len(op.inputs)
     names = [a.name for a in op.attrs]
     nd_names = [o for o in op.outputs if o not in op.diff_outputs]
 
     def forward(ctx, *args):
         arrays, attrs = args[:n], dict(zip(names, args[n:]))
-        outs = op.kernel(*[plain(a) for a in arrays], **attrs)
+        if traced:
+            outs = custom_op(op)(*arrays, **attrs)
+        else:
+            outs = op.kernel(*[plain(a) for a in arrays], **attrs)
         ot = _as_tuple(outs)
         ctx.attrs = attrs
         ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
@@ -123,38 +141,55 @@ def _function_class(op):
     else:
         def backward(ctx, *grads):
             with NoTorchFunction():
-                ops = TOPS if grad_enabled() else PKOPS
+                ops = TOPS_TRACED if traced else TOPS if grad_enabled() else PKOPS
                 gx = _run_backward(op, ops, grads, ctx.saved_tensors, ctx.attrs, ctx.metas,
                                    ctx.needs_input_grad[:n])
                 return (*gx, *([None] * len(names)))
 
-    cls = type(f"_{op.namespace}_{op.name}", (torch.autograd.Function,),
+    cls = type(f"_{op.namespace}_{op.name}{'_traced' if traced else ''}", (torch.autograd.Function,),
                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
-    FUNCTIONS.append(cls)
+    if not traced:
+        FUNCTIONS.append(cls)
     return cls
 
 
-_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
+_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]"}
 
 
 def _default(v):
-    if isinstance(v, str):
-        return repr(v)
     if v is None:
         return "None"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(map(repr, v)) + "]"
     return repr(v)
 
 
 def schema(op) -> str:
     """The custom op's schema, from the entry's inputs, attributes and outputs."""
-    parts = [f"Tensor{'?' if t.optional else ''} {t.name}{'=None' if t.optional else ''}" for t in op.inputs]
+    parts = []
+    alias = iter("abcdefghijklmnopqrstuvwxyz")
+    for t in op.inputs:
+        ty = "Tensor[]" if t.list else "Tensor"
+        if t.mutated:
+            ty += f"({next(alias)}!)"
+        parts.append(f"{ty}{'?' if t.optional else ''} {t.name}{'=None' if t.optional else ''}")
     for a in op.attrs:
         ty = _SCHEMA_TYPES.get(a.type)
         if ty is None:
             raise R.RegistrationError(f"{op.qualname}: attribute {a.name} has no torch schema type")
+        if a.optional:
+            ty += "?"
         parts.append(f"{ty} {a.name}" + ("" if a.required else f"={_default(a.default)}"))
     outs = ", ".join("Tensor" for _ in op.outputs)
     return f"({', '.join(parts)}) -> " + (outs if len(op.outputs) == 1 else f"({outs})")
+
+
+def _bump(op, arrays):
+    """Tell autograd that the mutated inputs changed (their version counter: a saved tensor updated
+    since it was saved then fails clearly, as after PyTorch's own in-place ops)."""
+    for i in op.mutated:
+        if arrays[i] is not None:
+            torch.autograd.graph.increment_version(arrays[i])
 
 
 def _spec(t):
@@ -177,24 +212,28 @@ def custom_op(op):
         n = len(op.inputs)
         names = [a.name for a in op.attrs]
 
-        def impl(*args):
+        def impl(*args, **kwargs):
             with NoTorchFunction():
-                r = op.kernel(*[plain(a) for a in args[:n]], **dict(zip(names, args[n:])))
+                arrays, attrs = _args(op, args, kwargs)
+                r = op.kernel(*[plain(a) for a in arrays], **attrs)
+                if r is None:   # no outputs: the mutated inputs were updated
+                    return None
                 # a custom op must not return one of its inputs
                 return tuple(_fresh(o, args[:n]) for o in r) if isinstance(r, tuple) else _fresh(r, args[:n])
         impl.__name__ = op.name
-        c = torch.library.custom_op(op.qualname, impl, mutates_args=(), schema=schema(op))
+        mutates = tuple(op.inputs[i].name for i in op.mutated)
+        c = torch.library.custom_op(op.qualname, impl, mutates_args=mutates, schema=schema(op))
 
-        def fake(*args):
-            arrays, attrs = args[:n], dict(zip(names, args[n:]))
+        def fake(*args, **kwargs):
+            arrays, attrs = _args(op, args, kwargs)
             like = next(a for a in arrays if a is not None)
             specs = op.specs([_spec(a) for a in arrays], attrs)
             outs = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) for s in specs)
-            return outs[0] if len(outs) == 1 else outs
+            return outs[0] if len(outs) == 1 else (outs or None)
         c.register_fake(fake)
-        if op.backward is not None:
+        if op.backward is not None and not op.mutated:
             def setup(ctx, inputs, output):
-                arrays, attrs = inputs[:n], dict(zip(names, inputs[n:]))
+                arrays, attrs = _args(op, inputs, {})
                 ot = _as_tuple(output)
                 ctx.attrs = attrs
                 ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
@@ -210,6 +249,25 @@ def custom_op(op):
             c.register_autograd(bw, setup_context=setup)
         _customs[op.qualname] = c
         return c
+
+
+def _args(op, args, kwargs):
+    """(arrays, attrs) of a call of the custom op as the entry's values: torch may leave out
+    arguments at their defaults or pass them by name, and passes an ``int[]`` as a list (the rules
+    get the tuple the kernel-level function gets)."""
+    n = len(op.inputs)
+    arrays = list(args[:n])
+    for t in op.inputs[len(arrays):]:
+        arrays.append(kwargs.get(t.name))
+    attrs = {}
+    for a, v in zip(op.attrs, args[n:]):
+        attrs[a.name] = v
+    for a in op.attrs:
+        if a.name not in attrs:
+            attrs[a.name] = kwargs.get(a.name, a.default)
+        if a.type is R.INT_LIST:
+            attrs[a.name] = a.check(op.api, attrs[a.name])
+    return arrays, attrs
 
 
 def _fresh(r, inputs):
@@ -229,6 +287,9 @@ def _check(op, api, arrays):
             raise TypeError(f"{api}: {t.name}: expected a torch.Tensor, got {type(a).__name__}; convert with "
                             "torch.as_tensor() or canna_dl.to_torch()")
         if True:
+            if t.mutated and a.requires_grad and grad_enabled():
+                raise RuntimeError(f"{api}: {t.name} is updated in place and requires grad; update it under "
+                                   "torch.no_grad() (as PyTorch's optimizers do), or detach it")
             C.check_grad_dtype(api, t.name, a)
             if op.shape is R.same_float and not a.dtype.is_floating_point:
                 # int in, float out: canna differentiates floating tensors only (cast first; offload falls back)
@@ -260,6 +321,7 @@ def function(op):
         api = f"canna_dl.torch.{op.name}" if op.namespace == "canna" else f"{op.namespace}.{op.name}"
         cls = _function_class(op)
         _classes[op.qualname] = cls
+        traced = _function_class(op, traced=True) if op.mutated and op.backward is not None else None
         tensors = [t.name for t in op.inputs]
         params = [f"{t.name}=None" if t.optional else t.name for t in op.inputs]
         g = {"_route": route, "_k": op.kernel, "_p": plain, "_slow": None, "_api": api}
@@ -268,7 +330,7 @@ def function(op):
             g[f"_D_{a.name}"] = a.default
         attrs = ", ".join(f"{a.name}={a.name}" for a in op.attrs)
         call = ", ".join([f"_p({t})" for t in tensors] + ([attrs] if attrs else []))
-        if len(tensors) <= 4:
+        if len(tensors) <= 4 and not op.mutated:
             cond = ""
             if op.shape is R.same_float:   # ints are refused (see _check)
                 cond = f" and getattr({tensors[0]}, 'dtype', None) in _FL"
@@ -287,14 +349,23 @@ def function(op):
                 attrs[a.name] = a.check(api, attrs[a.name])
             r = route(api, *arrays[:4])
             _check(op, api, arrays)
-            if r == EAGER:
-                return op.kernel(*[plain(a) for a in arrays], **attrs)
             if through:   # differentiated through the registered ops it is made of (their Functions / custom ops)
+                if r == EAGER:
+                    return op.kernel(*[plain(a) for a in arrays], **attrs)
                 with NoTorchFunction():
                     return op.forward(TOPS, *arrays, **attrs)
-            if r == AUTOGRAD:
-                return cls.apply(*arrays, *attrs.values())
-            return custom_op(op)(*arrays, **attrs)
+            if r == CUSTOM:
+                if traced is not None and grad_enabled() and any(
+                        isinstance(a, Tensor) and a.requires_grad for a in arrays):
+                    return traced.apply(*arrays, *attrs.values())
+                return custom_op(op)(*arrays, **attrs)
+            if r == EAGER or not op.outputs:
+                res = op.kernel(*[plain(a) for a in arrays], **attrs)
+            else:
+                res = cls.apply(*arrays, *attrs.values())
+            if op.mutated:
+                _bump(op, arrays)
+            return res
         g["_slow"] = slow
         exec(compile(src, f"<torch shim {op.qualname}>", "exec"), g)  # noqa: S102 (generated from the entry)
         f = g[op.name]
