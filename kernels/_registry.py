@@ -634,6 +634,8 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
         if out is not None or stream is not None:
             raise TypeError(f"{api}: out= and stream= are not supported by an op composed of other ops")
         from ._abstract import KOPS
+        if any(a is None and not t.optional for t, a in zip(op.inputs, arrays)):
+            _none_error(op, [a for t, a in zip(op.inputs, arrays) if not t.optional])
         return op.forward(KOPS, *arrays, **attrs)
     for a in op.attrs:
         if a.choices is not None or a.type is not type(attrs[a.name]):
