@@ -42,9 +42,9 @@ JOPS = _abstract.Namespace(_jax_ns_fn, "canna_dl.jax functions")
 
 
 def _input(api, t, a):
-    """A JAX array for input ``t``: floating inputs through the shims' check; others (masks,
-    indices) of one of ``t``'s dtypes."""
-    if all(d.kind == "f" for d in t.dtypes):
+    """A JAX array for input ``t``: differentiable (or floating-only) inputs through the shims'
+    floating check; the others (masks, indices) of one of ``t``'s dtypes."""
+    if t.diff or all(d.kind == "f" for d in t.dtypes):
         return _array(api, t.name, a)
     try:
         x = jnp.asarray(a)
