@@ -916,7 +916,8 @@ def op_table() -> str:
         fwd = f"`aclnn{f.name}`" if isinstance(f, Aclnn) else "RawKernel" if isinstance(f, Launch) else \
             "hand-written" if isinstance(f, Impl) else "composition"
         if op.backward is None:
-            saves = "—" if isinstance(f, Impl) or op.name.endswith("_backward") else "no backward"
+            saves = "—" if isinstance(f, Impl) or op.name.endswith("_backward") else \
+                "through its ops" if op.through_parts else "no backward"
         else:
             saves = ", ".join(op.save) or "nothing"
         fw = "torch, tf, jax (generated)" if op.generate else "hand-written shims"
