@@ -378,7 +378,7 @@ static void fa_store_rows(const nn_exec_t *ex, const fa_qkv_t *o, int ct, int64_
 static inline bool fa_drop_bit(const uint8_t *m, int64_t idx) { return (m[idx >> 3] >> (idx & 7)) & 1; }
 
 /* the kernel body, once per compute type */
-#define FA_KERNELS(T, SUF, GEMM, EXP)                                                                            \
+#define FA_KERNELS(T, SUF, GEMM, EXP, EXPROW)                                                                            \
     /* S tile rows [i0, i1) x keys [j0, j1): scaled scores with pse and masks applied (-inf when excluded) */ \
     static void fa_scores_##SUF(const nn_exec_t *ex, const fa_params_t *p, int64_t b, int64_t n,          \
                                 const T *q, int64_t ldq, const T *k, int64_t ldk, int64_t i0, int64_t i1,  \
@@ -455,10 +455,11 @@ static inline bool fa_drop_bit(const uint8_t *m, int64_t idx) { return (m[idx >>
                     if (m[r] == -(T)INFINITY)                                                               \
                         corr = 0;                                                                           \
                     T sum = 0;                                                                              \
-                    for (int64_t c = 0; c < bc; c++) {                                                      \
-                        T e = mx == -(T)INFINITY ? (T)0 : EXP(row[c] - mx);                    \
-                        sum += e;                                                                           \
-                        row[c] = e;                                                                         \
+                    if (mx == -(T)INFINITY) {                                                               \
+                        memset(row, 0, sizeof(T) * (size_t)bc);                                             \
+                    } else {                                                                                \
+                        sum = (T)EXPROW(row, rowbuf, bc, mx);                                               \
+                        memcpy(row, rowbuf, sizeof(T) * (size_t)bc);                                        \
                     }                                                                                       \
                     if (drop) {                                                                             \
                         int64_t idx = dbase + (i0 + r) * Skv + j0;                                          \
@@ -552,9 +553,13 @@ static inline bool fa_drop_bit(const uint8_t *m, int64_t idx) { return (m[idx >>
                     for (int64_t r = 0; r < br; r++) {                                                      \
                         T *row = s + r * FA_BC, m0 = mx[i0 + r], l0 = ls[i0 + r];                           \
                         T inv = l0 > 0 ? (T)1 / l0 : (T)0;                                                  \
-                        for (int64_t c = 0; c < bc; c++)                                                    \
-                            row[c] = (row[c] == -(T)INFINITY || inv == 0) ? (T)0                            \
-                                                                           : EXP(row[c] - m0) * inv; \
+                        if (inv == 0) {                                                                     \
+                            memset(row, 0, sizeof(T) * (size_t)bc);                                         \
+                        } else {                                                                            \
+                            (void)EXPROW(row, rowbuf, bc, m0);                                              \
+                            for (int64_t c = 0; c < bc; c++)                                                \
+                                row[c] = rowbuf[c] * inv;                                                   \
+                        }                                                                                   \
                         T *pd = dp + r * FA_BC;                                                             \
                         if (drop) {                                                                         \
                             int64_t idx = dbase + (i0 + r) * Skv + j0;                                      \
@@ -592,8 +597,17 @@ static inline bool fa_drop_bit(const uint8_t *m, int64_t idx) { return (m[idx >>
         return ACL_SUCCESS;                                                                                 \
     }
 
-FA_KERNELS(float, 0, nn_sgemm, expf)
-FA_KERNELS(double, 1, nn_dgemm, exp)
+/* o[c] = exp(x[c] - m) (exp(-inf) = 0), returning the sum; float through op_norm.c's vectorized exp */
+static double fa_exprow_d(const double *x, double *o, int64_t n, double m)
+{
+    double s = 0;
+    for (int64_t c = 0; c < n; c++)
+        s += (o[c] = exp(x[c] - m));
+    return s;
+}
+
+FA_KERNELS(float, 0, nn_sgemm, expf, nn_exp_sum_f32)
+FA_KERNELS(double, 1, nn_dgemm, exp, fa_exprow_d)
 
 static size_t fa_scratch(const fa_params_t *p)
 {

@@ -362,6 +362,10 @@ const char *nn_blas_name(void);
 /* false when an LP64 BLAS cannot take these sizes in one call */
 bool nn_blas_fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc);
 
+/* o[k] = exp(x[k] - m) for k < n (o may be NULL), returning the sum; vectorized, within 2 ulp of
+ * expf, exp(-inf) = 0 (op_norm.c) */
+double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m);
+
 /* ------------------------------------------------------------------ packing (op_common.c) */
 
 /* a view as rows: the last dim is a row, every other dim indexes rows (row-major order) */
