@@ -364,3 +364,34 @@ def test_jax_grad_and_jit():
         g = f(*args)
         for a, b in zip(g, gr):
             np.testing.assert_allclose(np.asarray(a), b.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa"])
+@pytest.mark.parametrize("padded", [False, True], ids=["causal", "causal+padding"])
+def test_huggingface_causal_lm_sdpa_step_under_offload(arch, padded):
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        model = T.GPT2LMHeadModel(T.GPT2Config(attn_implementation="sdpa", vocab_size=100, n_embd=64, n_layer=2,
+                                               n_head=4, n_positions=64, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0))
+    else:
+        model = T.LlamaForCausalLM(T.LlamaConfig(attn_implementation="sdpa", vocab_size=100, hidden_size=64,
+                                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                 intermediate_size=128, max_position_embeddings=64))
+    model2 = copy.deepcopy(model)
+    ids = torch.randint(0, 100, (2, 12))
+    am = None
+    if padded:
+        am = torch.ones(2, 12, dtype=torch.long)
+        am[1, 8:] = 0
+    loss = model(input_ids=ids, attention_mask=am, labels=ids).loss
+    loss.backward()
+    with ct.offload() as rep:
+        loss2 = model2(input_ids=ids, attention_mask=am, labels=ids).loss
+        loss2.backward()
+    st = rep.ops["scaled_dot_product_attention"]
+    assert st.canna == 2 and st.fallback == 0, rep
+    assert abs(float(loss2 - loss)) <= 1e-4 * abs(float(loss))
+    for (n, p), p2 in zip(model.named_parameters(), model2.parameters()):
+        if p.grad is not None and float(p.grad.norm()) > 1e-8:
+            assert torch.linalg.norm(p2.grad - p.grad) <= 1e-4 * torch.linalg.norm(p.grad), n
