@@ -395,3 +395,14 @@ def test_huggingface_causal_lm_sdpa_step_under_offload(arch, padded):
     for (n, p), p2 in zip(model.named_parameters(), model2.parameters()):
         if p.grad is not None and float(p.grad.norm()) > 1e-8:
             assert torch.linalg.norm(p2.grad - p.grad) <= 1e-4 * torch.linalg.norm(p.grad), n
+
+
+@pytest.mark.parametrize("lq,lk", [(0, 5), (4, 0)], ids=["no queries", "no keys"])
+def test_empty_lengths(lq, lk):
+    q, k, v = _qkv(lq=lq, lk=lk)
+    out = ct.scaled_dot_product_attention(q, k, v)
+    ref = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, ref)
+    g = torch.autograd.grad(out.sum(), (q, k, v), allow_unused=True)
+    for a in g:
+        assert a is None or (a == 0).all()
