@@ -545,6 +545,13 @@ class OpDef:
         self.backward_needs = _takes_needs(backward)
 
     @property
+    def through_parts(self):
+        """A forward composed of registered ops with no backward of its own: each framework
+        differentiates it through those ops (their backward), running the composition with its
+        own differentiable ops namespace."""
+        return self.backward is None and not isinstance(self.forward, (Aclnn, Launch, Impl))
+
+    @property
     def arg_names(self):
         return tuple(t.name for t in self.inputs) + tuple(a.name for a in self.attrs)
 
@@ -845,6 +852,8 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
         if out is not None or stream is not None:
             raise TypeError(f"{api}: out= and stream= are not supported by an op composed of other ops")
         from ._abstract import KOPS
+        if any(a is None and not t.optional for t, a in zip(op.inputs, arrays)):
+            _none_error(op, [a for t, a in zip(op.inputs, arrays) if not t.optional])
         return op.forward(KOPS, *arrays, **attrs)
     for a in op.attrs:
         if a.choices is not None or a.type is not type(attrs[a.name]):
@@ -1199,7 +1208,8 @@ def op_table() -> str:
         fwd = f"`aclnn{f.name}`" if isinstance(f, Aclnn) else "RawKernel" if isinstance(f, Launch) else \
             "hand-written" if isinstance(f, Impl) else "composition"
         if op.backward is None:
-            saves = "—" if isinstance(f, Impl) or op.name.endswith("_backward") else "no backward"
+            saves = "—" if isinstance(f, Impl) or op.name.endswith("_backward") else \
+                "through its ops" if op.through_parts else "no backward"
         else:
             saves = ", ".join(op.save) or "nothing"
         fw = "torch, tf, jax (generated)" if op.generate else "hand-written shims"

@@ -1,6 +1,6 @@
 /* canna: the aclnn operator API: the meta API (libnnopbase) and the two-phase op calls (libopapi*).
  *
- * @cann-headers: acl/acl.h aclnn/acl_meta.h aclnn/aclnn_base.h aclnnop/aclnn_adaptive_avg_pool2d.h aclnnop/aclnn_adaptive_avg_pool2d_backward.h aclnnop/aclnn_add.h aclnnop/aclnn_addmm.h aclnnop/aclnn_amax.h aclnnop/aclnn_apply_adam_w_v2.h aclnnop/aclnn_batch_matmul.h aclnnop/aclnn_batch_norm.h aclnnop/aclnn_batch_norm_backward.h aclnnop/aclnn_batch_norm_stats.h aclnnop/aclnn_cast.h aclnnop/aclnn_cat.h aclnnop/aclnn_constant_pad_nd.h aclnnop/aclnn_convolution.h aclnnop/aclnn_convolution_backward.h aclnnop/aclnn_copy.h aclnnop/aclnn_cos.h aclnnop/aclnn_cross_entropy_loss.h aclnnop/aclnn_cross_entropy_loss_grad.h aclnnop/aclnn_div.h aclnnop/aclnn_dropout_do_mask.h aclnnop/aclnn_dropout_gen_mask_v2.h aclnnop/aclnn_embedding.h aclnnop/aclnn_embedding_dense_backward.h aclnnop/aclnn_exp.h aclnnop/aclnn_fused_sgd.h aclnnop/aclnn_gather.h aclnnop/aclnn_gelu.h aclnnop/aclnn_gelu_backward.h aclnnop/aclnn_gelu_backward_v2.h aclnnop/aclnn_gelu_v2.h aclnnop/aclnn_hardsigmoid.h aclnnop/aclnn_hardsigmoid_backward.h aclnnop/aclnn_hardswish.h aclnnop/aclnn_hardswish_backward.h aclnnop/aclnn_layer_norm.h aclnnop/aclnn_layer_norm_backward.h aclnnop/aclnn_log.h aclnnop/aclnn_logsoftmax.h aclnnop/aclnn_logsoftmax_backward.h aclnnop/aclnn_matmul.h aclnnop/aclnn_max_pool2d_with_indices.h aclnnop/aclnn_max_pool2d_with_indices_backward.h aclnnop/aclnn_mean.h aclnnop/aclnn_mm.h aclnnop/aclnn_mse_loss.h aclnnop/aclnn_mse_loss_backward.h aclnnop/aclnn_mul.h aclnnop/aclnn_neg.h aclnnop/aclnn_nll_loss.h aclnnop/aclnn_nll_loss2d.h aclnnop/aclnn_nll_loss2d_backward.h aclnnop/aclnn_nll_loss_backward.h aclnnop/aclnn_pow.h aclnnop/aclnn_reduce_sum.h aclnnop/aclnn_relu.h aclnnop/aclnn_rms_norm.h aclnnop/aclnn_rms_norm_grad.h aclnnop/aclnn_rsqrt.h aclnnop/aclnn_scatter_add.h aclnnop/aclnn_sigmoid.h aclnnop/aclnn_sigmoid_backward.h aclnnop/aclnn_silu.h aclnnop/aclnn_silu_backward.h aclnnop/aclnn_sin.h aclnnop/aclnn_softmax.h aclnnop/aclnn_softmax_backward.h aclnnop/aclnn_sqrt.h aclnnop/aclnn_sub.h aclnnop/aclnn_tanh.h aclnnop/aclnn_tanh_backward.h aclnnop/aclnn_threshold_backward.h
+ * @cann-headers: acl/acl.h aclnn/acl_meta.h aclnn/aclnn_base.h aclnnop/aclnn_adaptive_avg_pool2d.h aclnnop/aclnn_adaptive_avg_pool2d_backward.h aclnnop/aclnn_add.h aclnnop/aclnn_addmm.h aclnnop/aclnn_amax.h aclnnop/aclnn_apply_adam_w_v2.h aclnnop/aclnn_batch_matmul.h aclnnop/aclnn_batch_norm.h aclnnop/aclnn_batch_norm_backward.h aclnnop/aclnn_batch_norm_stats.h aclnnop/aclnn_cast.h aclnnop/aclnn_cat.h aclnnop/aclnn_constant_pad_nd.h aclnnop/aclnn_convolution.h aclnnop/aclnn_convolution_backward.h aclnnop/aclnn_copy.h aclnnop/aclnn_cos.h aclnnop/aclnn_cross_entropy_loss.h aclnnop/aclnn_cross_entropy_loss_grad.h aclnnop/aclnn_div.h aclnnop/aclnn_dropout_do_mask.h aclnnop/aclnn_dropout_gen_mask_v2.h aclnnop/aclnn_embedding.h aclnnop/aclnn_embedding_dense_backward.h aclnnop/aclnn_exp.h aclnnop/aclnn_flash_attention_score.h aclnnop/aclnn_flash_attention_score_grad.h aclnnop/aclnn_fused_sgd.h aclnnop/aclnn_gather.h aclnnop/aclnn_gelu.h aclnnop/aclnn_gelu_backward.h aclnnop/aclnn_gelu_backward_v2.h aclnnop/aclnn_gelu_v2.h aclnnop/aclnn_hardsigmoid.h aclnnop/aclnn_hardsigmoid_backward.h aclnnop/aclnn_hardswish.h aclnnop/aclnn_hardswish_backward.h aclnnop/aclnn_layer_norm.h aclnnop/aclnn_layer_norm_backward.h aclnnop/aclnn_log.h aclnnop/aclnn_logical_not.h aclnnop/aclnn_logsoftmax.h aclnnop/aclnn_logsoftmax_backward.h aclnnop/aclnn_matmul.h aclnnop/aclnn_max_pool2d_with_indices.h aclnnop/aclnn_max_pool2d_with_indices_backward.h aclnnop/aclnn_mean.h aclnnop/aclnn_mm.h aclnnop/aclnn_mse_loss.h aclnnop/aclnn_mse_loss_backward.h aclnnop/aclnn_mul.h aclnnop/aclnn_neg.h aclnnop/aclnn_nll_loss.h aclnnop/aclnn_nll_loss2d.h aclnnop/aclnn_nll_loss2d_backward.h aclnnop/aclnn_nll_loss_backward.h aclnnop/aclnn_pow.h aclnnop/aclnn_reduce_sum.h aclnnop/aclnn_relu.h aclnnop/aclnn_rms_norm.h aclnnop/aclnn_rms_norm_grad.h aclnnop/aclnn_rsqrt.h aclnnop/aclnn_scatter_add.h aclnnop/aclnn_sigmoid.h aclnnop/aclnn_sigmoid_backward.h aclnnop/aclnn_silu.h aclnnop/aclnn_silu_backward.h aclnnop/aclnn_sin.h aclnnop/aclnn_softmax.h aclnnop/aclnn_softmax_backward.h aclnnop/aclnn_sqrt.h aclnnop/aclnn_sub.h aclnnop/aclnn_tanh.h aclnnop/aclnn_tanh_backward.h aclnnop/aclnn_threshold_backward.h
  *
  * Exact prototypes of CANN's aclnn API, written for canna (the parameter lists are facts of the
  * ABI; no header text is copied). Where each one comes from:
@@ -517,3 +517,29 @@ aclnnStatus aclnnMseLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, co
     aclOpExecutor **executor);
 aclnnStatus aclnnMseLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
     aclrtStream stream);
+/* attention family (kernels/_sim/op_attention.c). FlashAttentionScore / FlashAttentionScoreGrad:
+ * hiascend.com CANN 8.x aclnn API pages "aclnnFlashAttentionScore" and "aclnnFlashAttentionScoreGrad"
+ * (aclnnop/aclnn_flash_attention_score.h, aclnnop/aclnn_flash_attention_score_grad.h, libopapi);
+ * LogicalNot: hicann/ops-math math/logical_not/op_api/aclnn_logical_not.h (libopapi_math). */
+aclnnStatus aclnnFlashAttentionScoreGetWorkspaceSize(const aclTensor *query, const aclTensor *key,
+    const aclTensor *value, const aclTensor *realShiftOptional, const aclTensor *dropMaskOptional,
+    const aclTensor *paddingMaskOptional, const aclTensor *attenMaskOptional, const aclIntArray *prefixOptional,
+    double scaleValue, double keepProb, int64_t preTokens, int64_t nextTokens, int64_t headNum, char *inputLayout,
+    int64_t innerPrecise, int64_t sparseMode, const aclTensor *softmaxMaxOut, const aclTensor *softmaxSumOut,
+    const aclTensor *softmaxOutOut, const aclTensor *attentionOutOut, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnFlashAttentionScore(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+aclnnStatus aclnnFlashAttentionScoreGradGetWorkspaceSize(const aclTensor *query, const aclTensor *keyIn,
+    const aclTensor *value, const aclTensor *dy, const aclTensor *pseShiftOptional, const aclTensor *dropMaskOptional,
+    const aclTensor *paddingMaskOptional, const aclTensor *attenMaskOptional, const aclTensor *softmaxMaxOptional,
+    const aclTensor *softmaxSumOptional, const aclTensor *softmaxInOptional, const aclTensor *attentionInOptional,
+    const aclIntArray *prefixOptional, double scaleValue, double keepProb, int64_t preTokens, int64_t nextTokens,
+    int64_t headNum, char *inputLayout, int64_t innerPrecise, int64_t sparseMode, const aclTensor *dqOut,
+    const aclTensor *dkOut, const aclTensor *dvOut, const aclTensor *dpseOut, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnFlashAttentionScoreGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    const aclrtStream stream);
+aclnnStatus aclnnLogicalNotGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnLogicalNot(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);

@@ -26,6 +26,21 @@ _fns: dict = {}
 _lock = threading.Lock()
 
 
+def _jax_ns_fn(op):
+    """The differentiable JAX form of a registered op (canna's hand-written ones by name)."""
+    if op.namespace == "canna" and not op.generate:
+        import canna_dl.jax as cj
+        f = getattr(cj, op.jax, None)
+        if f is None:
+            raise AttributeError(f"ops.{op.name}: canna_dl.jax has no differentiable form of {op.qualname}")
+        return f
+    return function(op)
+
+
+#: the ops a composed forward runs with in JAX (differentiable)
+JOPS = _abstract.Namespace(_jax_ns_fn, "canna_dl.jax functions")
+
+
 def function(op):
     """The JAX function of the entry (made once)."""
     f = _fns.get(op.qualname)
@@ -92,10 +107,14 @@ def _make(op):
             ng = len(gs)
             slay = [len(v) if isinstance(v, (list, tuple)) else -1 for v in saved]
             sflat = [x for v in saved for x in (v if isinstance(v, (list, tuple)) else (v,))]
+            held = [k for k, x in enumerate(sflat) if x is not None]   # absent optional inputs: None
 
             def body(*a):
+                sv = [None] * len(sflat)
+                for k, x in zip(held, a[ng:]):
+                    sv[k] = x
                 kw = dict(attrs, needs=(True,) * len(op.diff)) if op.backward_needs else attrs
-                r = op.backward(_abstract.KOPS, *a[:ng], *R.unflatten(slay, a[ng:]), **kw)
+                r = op.backward(_abstract.KOPS, *a[:ng], *R.unflatten(slay, sv), **kw)
                 r = r if isinstance(r, (tuple, list)) else (r,)
                 by = dict(zip(op.diff, r))
                 out = []
@@ -106,7 +125,7 @@ def _make(op):
                         gr = gr[j]
                     out.append(jnp.zeros(xs[k].shape, xs[k].dtype) if gr is None else gr)
                 return out
-            r = _call(body, (*gs, *sflat), structs)
+            r = _call(body, (*gs, *[sflat[k] for k in held]), structs)
             for k, gr in zip(diff_idx, r):
                 res_g[k] = gr
             return tuple(res_g)
@@ -114,8 +133,13 @@ def _make(op):
         vjps[key] = f
         return f
 
+    through = op.through_parts
+
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs, op.jax_args)
+        if through:   # differentiated through the registered ops it is made of
+            return op.forward(JOPS, *[None if a is None else _operand(api, t, t.name, a) for t, a in zip(inputs, arrays)],
+                              **attrs)
         vals = []
         for t, a in zip(inputs, arrays):
             if a is None:

@@ -25,6 +25,19 @@ _fns: dict = {}
 _lock = threading.Lock()
 
 
+def _tf_ns_fn(op):
+    """The differentiable TensorFlow form of a registered op (canna's hand-written ones by name)."""
+    if op.namespace == "canna" and not op.generate:
+        import canna_dl.tf as ctf
+        f = getattr(ctf, op.tf, None)
+        if f is None:
+            raise AttributeError(f"ops.{op.name}: canna_dl.tf has no differentiable form of {op.qualname}")
+        return f
+    return function(op)
+
+
+#: the ops a composed forward runs with in TensorFlow (differentiable)
+TFOPS = _abstract.Namespace(_tf_ns_fn, "canna_dl.tf functions")
 def _static(op, api, ts, attrs):
     """[(tf dtype, TensorShape)] of the outputs from the shape rule on the static shapes. Unknown
     dims (None): the rule runs with them replaced by two different large primes — an output dim
@@ -114,8 +127,13 @@ def _make(op):
     saved_outs = [n for n in op.save if n in out_index and n not in in_index]
     nout = len(op.outputs)
 
+    through = op.through_parts
+
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs, op.tf_args)
+        if through:   # differentiated through the registered ops it is made of
+            return op.forward(TFOPS, *[None if a is None else tensor(api, t.name, a) for t, a in zip(inputs, arrays)],
+                              **attrs)
         ts = []
         variables = []    # the tf.Variables of the mutated inputs, in flat order
         for t, a in zip(inputs, arrays):

@@ -454,6 +454,8 @@ def function(op):
         src = (f"def {op.name}({', '.join(params)}):\n{head}"
                f"    return _slow(({', '.join(tensors)},), {{{attr_dict}}})\n")
 
+        through = op.through_parts
+
         def slow(arrays, attrs):
             for a in op.attrs:
                 attrs[a.name] = a.check(api, attrs[a.name])
@@ -473,6 +475,11 @@ def function(op):
                 r = route(api, *arrays[:4]) if len(arrays) <= 4 else _route_all(api, arrays)
                 pre = arrays
             _check(op, api, arrays)
+            if through:   # differentiated through the registered ops it is made of (their Functions / custom ops)
+                if r == EAGER:
+                    return op.kernel(*[plain(a) for a in arrays], **attrs)
+                with NoTorchFunction():
+                    return op.forward(TOPS, *arrays, **attrs)
             if r == CUSTOM:
                 if traced is not None and grad_enabled() and any(
                         isinstance(a, Tensor) and a.requires_grad for a in flat):
@@ -491,7 +498,8 @@ def function(op):
         f.__doc__ = f"PyTorch form of :func:`kernels.{op.name}` (autograd, torch.compile).\n\n{op.doc}"
         f.__module__ = "canna_dl.torch"
         f.opdef = op
-        custom_op(op)   # torch.ops.<ns>.<name> exists as soon as the function does
+        if not through:
+            custom_op(op)   # torch.ops.<ns>.<name> exists as soon as the function does
         _fns[op.qualname] = f
         return f
 

@@ -438,6 +438,13 @@ _CANNA_OPS = _canna_custom_ops()
 #: functions that run autograd's backward pass (run with the mode active: :meth:`Offload._backward`)
 _RUNS_BACKWARD = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
 
+#: PyTorch functions written in Python whose body is made of routable ops: their body runs with
+#: the mode active (:meth:`Offload._compose`), so its ops (``linear``, ``scaled_dot_product_attention``
+#: in ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer``) are mapped one by one; the
+#: function itself is not a compute call (PyTorch pops the mode while a handler runs, so without
+#: this the whole body ran on PyTorch)
+_COMPOSITES = frozenset({_nnf.multi_head_attention_forward})
+
 _BOOKKEEPING = frozenset({"torch._C._set_grad_enabled", "torch.Tensor.backward", "torch.autograd.grad",
                           "torch.autograd.backward", "torch.Tensor.__repr__", "torch.Tensor.__format__",
                           "torch.Tensor.__str__", "torch.device"})
@@ -794,6 +801,8 @@ class Offload(TorchFunctionMode):
                     st.backward += 1
                 else:
                     st.canna += 1
+            elif func in _COMPOSITES and _redispatch is not None:
+                return self._compose(func, types, args, kwargs)
             elif getattr(func, "__name__", None) not in ("__get__", "__set__") and not _is_view_call(func, args, kwargs):
                 if not self._in_backward or _graph_task_id() >= 0:   # not PyTorch's set-up of a backward
                     other = self.report._other
@@ -888,6 +897,14 @@ class Offload(TorchFunctionMode):
                 name = type(node).__name__
                 counts[name] = counts.get(name, 0) + 1
             stack.extend(n for n, _ in node.next_functions if n is not None and n not in seen)
+    def _compose(self, func, types, args, kwargs):
+        """A function of :data:`_COMPOSITES`: its body with this mode active (``redispatch_function``
+        skips the one dispatch of ``func`` itself to the mode, as in :meth:`_backward`)."""
+        _push_mode(self)
+        try:
+            return _redispatch(func, types, args, kwargs or {})
+        finally:
+            _pop_mode()
 
     def _traced(self, func, args, kwargs):
         """The same routing while Dynamo traces (``torch.compile``): the handlers reach the

@@ -170,7 +170,7 @@ static inline __attribute__((always_inline)) vf vexp(vf x)
 
 /* sum of exp(x[k] - m) into o (when o != NULL); lanes accumulate in float over chunks of 256
  * elements (16 terms per lane), the chunks in double */
-LN_CLONES static double exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
+LN_CLONES double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
 {
     double total = 0;
     for (int64_t c = 0; c < n; c += 256) {
@@ -324,10 +324,10 @@ static aclError ln_block(uint32_t bi, uint32_t nb, void *arg)
                 if (m == -INFINITY)
                     m = 0;
                 if (p->kind == LN_SOFTMAX) {
-                    double sum = exp_sum_f32(x, o, D, m);
+                    double sum = nn_exp_sum_f32(x, o, D, m);
                     scale_f32(o, D, (float)(1.0 / sum));
                 } else {
-                    double sum = exp_sum_f32(x, NULL, D, m);
+                    double sum = nn_exp_sum_f32(x, NULL, D, m);
                     sub_f32(o, x, D, m + (float)log(sum));
                 }
                 line_put(&p->L[p->vout], vo, i, ct, b1, op);

@@ -59,7 +59,7 @@ typedef int32_t aclnnStatus;
 #define NN_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 #define NN_MAX_DIMS 8          /* aclnn ops accept at most 8 dimensions */
-#define NN_MAX_OPERANDS 12     /* tensors (inputs + outputs) one executor references */
+#define NN_MAX_OPERANDS 16     /* tensors (inputs + outputs) one executor references (FlashAttentionScoreGrad: 16) */
 #define NN_MAX_ARRAY 64        /* longest aclIntArray an op parameter may hold */
 #define NN_MSG_MAX 512
 
@@ -368,6 +368,10 @@ void nn_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, c
 const char *nn_blas_name(void);
 /* false when an LP64 BLAS cannot take these sizes in one call */
 bool nn_blas_fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc);
+
+/* o[k] = exp(x[k] - m) for k < n (o may be NULL), returning the sum; vectorized, within 2 ulp of
+ * expf, exp(-inf) = 0 (op_norm.c) */
+double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m);
 
 /* ------------------------------------------------------------------ packing (op_common.c) */
 
