@@ -44,6 +44,8 @@
 #define SLOT_MAX (4u << 20)             /* bytes of one rank's collective slot */
 #define P2P_MAX (1u << 20)              /* bytes of one point-to-point channel */
 #define BUF_MIN (64u << 10)
+#define PART_MAX (256u << 10)          /* bytes of one rank's part of an all-reduce chunk (fits in L2) */
+#define YIELD_NS (1000ull * 1000)       /* a barrier yields the CPU this long before sleeping */
 #define POLL_NS (20ull * 1000 * 1000)   /* waits wake this often to look for dead peers */
 #define CONNECT_TIMEOUT_DEFAULT 120.0   /* seconds, HCCL_CONNECT_TIMEOUT default */
 #define EXEC_TIMEOUT_DEFAULT 1836.0     /* seconds, HCCL_EXEC_TIMEOUT default */
@@ -269,8 +271,12 @@ static HcclResult barrier(comm_t *c, double timeout, const char *what)
         return HCCL_SUCCESS;
     }
     uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)(timeout * 1e9);
+    /* Spin briefly, then yield the CPU for up to YIELD_NS (with a core each, ranks arrive within
+     * microseconds of each other, and a futex wake-up costs tens of them), then sleep. */
     for (int spin = 0; spin < 2000 && atomic_load(&s->gen) == g; ++spin)
         cpu_relax();
+    while (atomic_load(&s->gen) == g && now_ns() - t0 < YIELD_NS)
+        sched_yield();
     while (atomic_load(&s->gen) == g) {
         if ((rc = seg_broken(c)))
             break;
@@ -729,21 +735,31 @@ static uint16_t float_to_bf16(float v)
     return (uint16_t)(f >> 16);
 }
 
-#define RED_LOOP(T, ACC)                                                                        \
+/* One pass per further input: o = in[0] op in[1], then o = o op in[k] (the same rank order as one
+ * loop over k, so the same bits), each a loop of one op the compiler vectorizes. W is the type the
+ * arithmetic is done in (unsigned for types narrower than int, so products wrap instead of
+ * overflowing int). o may be in[0] itself but no other input. */
+#define RED_LOOP(T, W)                                                                          \
     do {                                                                                        \
         T *o = out;                                                                             \
-        for (uint64_t i = 0; i < n; ++i) {                                                      \
-            ACC a = (ACC)((const T *)in[0])[i];                                                 \
-            for (uint32_t k = 1; k < nin; ++k) {                                                \
-                ACC b = (ACC)((const T *)in[k])[i];                                             \
-                switch (op) {                                                                   \
-                case HCCL_REDUCE_SUM: a = a + b; break;                                         \
-                case HCCL_REDUCE_PROD: a = a * b; break;                                        \
-                case HCCL_REDUCE_MAX: a = b > a ? b : a; break;                                 \
-                default: a = b < a ? b : a; break;                                              \
-                }                                                                               \
+        if (nin == 1 && (const void *)o != in[0])                                               \
+            memmove(o, in[0], n * sizeof(T));                                                   \
+        for (uint32_t k = 1; k < nin; ++k) {                                                    \
+            const T *a = k == 1 ? (const T *)in[0] : o, *b = (const T *)in[k];                  \
+            switch (op) {                                                                       \
+            case HCCL_REDUCE_SUM:                                                               \
+                for (uint64_t i = 0; i < n; ++i) o[i] = (T)((W)a[i] + (W)b[i]);                 \
+                break;                                                                          \
+            case HCCL_REDUCE_PROD:                                                              \
+                for (uint64_t i = 0; i < n; ++i) o[i] = (T)((W)a[i] * (W)b[i]);                 \
+                break;                                                                          \
+            case HCCL_REDUCE_MAX:                                                               \
+                for (uint64_t i = 0; i < n; ++i) o[i] = b[i] > a[i] ? b[i] : a[i];              \
+                break;                                                                          \
+            default:                                                                            \
+                for (uint64_t i = 0; i < n; ++i) o[i] = b[i] < a[i] ? b[i] : a[i];              \
+                break;                                                                          \
             }                                                                                   \
-            o[i] = (T)a;                                                                        \
         }                                                                                       \
     } while (0)
 
@@ -766,15 +782,16 @@ static uint16_t float_to_bf16(float v)
     } while (0)
 
 /* out[i] = in[0][i] op in[1][i] op ... (in rank order, so every rank gets the same bits). Signed
- * integer sums and products wrap (computed unsigned); max/min compare signed values. */
-static void reduce_into(void *out, const void *const *in, uint32_t nin, uint64_t n, HcclDataType t, HcclReduceOp op)
+ * integer sums and products wrap (computed unsigned); max/min compare signed values. out may be
+ * in[0] but no other input. Built at -O3 so the loops are vectorized (the library's -O2 is not). */
+__attribute__((optimize("O3"))) static void reduce_into(void *out, const void *const *in, uint32_t nin, uint64_t n, HcclDataType t, HcclReduceOp op)
 {
     bool arith = op == HCCL_REDUCE_SUM || op == HCCL_REDUCE_PROD;
     switch (t) {
-    case HCCL_DATA_TYPE_INT8: if (arith) RED_LOOP(uint8_t, uint8_t); else RED_LOOP(int8_t, int8_t); break;
-    case HCCL_DATA_TYPE_UINT8: RED_LOOP(uint8_t, uint8_t); break;
-    case HCCL_DATA_TYPE_INT16: if (arith) RED_LOOP(uint16_t, uint16_t); else RED_LOOP(int16_t, int16_t); break;
-    case HCCL_DATA_TYPE_UINT16: RED_LOOP(uint16_t, uint16_t); break;
+    case HCCL_DATA_TYPE_INT8: if (arith) RED_LOOP(uint8_t, unsigned); else RED_LOOP(int8_t, int8_t); break;
+    case HCCL_DATA_TYPE_UINT8: RED_LOOP(uint8_t, unsigned); break;
+    case HCCL_DATA_TYPE_INT16: if (arith) RED_LOOP(uint16_t, unsigned); else RED_LOOP(int16_t, int16_t); break;
+    case HCCL_DATA_TYPE_UINT16: RED_LOOP(uint16_t, unsigned); break;
     case HCCL_DATA_TYPE_INT32: if (arith) RED_LOOP(uint32_t, uint32_t); else RED_LOOP(int32_t, int32_t); break;
     case HCCL_DATA_TYPE_UINT32: RED_LOOP(uint32_t, uint32_t); break;
     case HCCL_DATA_TYPE_INT64: if (arith) RED_LOOP(uint64_t, uint64_t); else RED_LOOP(int64_t, int64_t); break;
@@ -820,6 +837,65 @@ static const char *op_name(int kind)
     static const char *const n[] = {"HcclAllReduce", "HcclBroadcast", "HcclAllGather", "HcclReduceScatter",
                                     "HcclReduce", "HcclAlltoAll", "HcclBarrier", "HcclSend/HcclRecv"};
     return n[kind];
+}
+
+/* All-reduce as a reduce-scatter then an all-gather through the segment, pipelined in chunks. Each
+ * chunk is cut in nranks parts; rank p reduces part p (in rank order, so every rank gets the same
+ * bits) and the others copy its result: the ranks share the reduction instead of each reducing
+ * everything. Per chunk, rank r
+ *   1. copies the parts the others reduce (p != r) of its input into its slot,
+ *   2. (all met) reduces part r from its own input and the others' slots into its slot's part r,
+ *      and copies the result to its output,
+ *   3. (all met) copies each other part p from rank p's slot to its output.
+ * Each slot has two halves used by alternate chunks, so steps 3 of one chunk and 1 of the next need
+ * no meeting between them; a last meeting ends the operation (the next one may reuse the slots).
+ * Parts are small (PART_MAX) so what one rank writes is still in cache when the others read it. */
+static HcclResult run_allreduce(op_t *o)
+{
+    comm_t *c = o->c;
+    uint32_t n = c->nranks, me = c->rank;
+    size_t es = dtype_size(o->dt);
+    double to = c->exec_timeout;
+    const char *what = op_name(o->kind);
+    uint64_t half = c->seg->slot_bytes / 2;
+    uint64_t part = (half / n < PART_MAX ? half / n : PART_MAX) / 64 * 64 / es;   /* elements; 64-byte aligned */
+    uint64_t chunk = part * n, moved = 0;
+    HcclResult rc = HCCL_SUCCESS;
+    const void *ins[MAX_RANKS];
+    for (uint64_t off = 0, idx = 0; off < o->count && !rc; off += chunk, ++idx) {
+        uint64_t k = o->count - off < chunk ? o->count - off : chunk;
+        uint64_t q = (k + n - 1) / n;   /* elements per part of this chunk (the last parts may be short) */
+#define PART_LEN(p) ((uint64_t)(p) * q >= k ? 0 : k - (uint64_t)(p) * q < q ? k - (uint64_t)(p) * q : q)
+#define PART_BUF(r, p) (slot_of(c, r) + (idx & 1) * half + (uint64_t)(p) * part * es)
+        for (uint32_t p = 0; p < n; ++p)
+            if (p != me && PART_LEN(p)) {
+                memcpy(PART_BUF(me, p), o->src + (off + p * q) * es, PART_LEN(p) * es);
+                moved += PART_LEN(p) * es;
+            }
+        if ((rc = barrier(c, to, what)))
+            break;
+        uint64_t mine = PART_LEN(me);
+        if (mine) {
+            for (uint32_t r = 0; r < n; ++r)
+                ins[r] = r == me ? (const void *)(o->src + (off + me * q) * es) : PART_BUF(r, me);
+            reduce_into(PART_BUF(me, me), ins, n, mine, o->dt, o->op);
+            memcpy(o->dst + (off + me * q) * es, PART_BUF(me, me), mine * es);
+            moved += (n + 1) * mine * es;
+        }
+        if ((rc = barrier(c, to, what)))
+            break;
+        for (uint32_t p = 0; p < n; ++p)
+            if (p != me && PART_LEN(p)) {
+                memcpy(o->dst + (off + p * q) * es, PART_BUF(p, p), PART_LEN(p) * es);
+                moved += PART_LEN(p) * es;
+            }
+#undef PART_LEN
+#undef PART_BUF
+    }
+    if (!rc)
+        rc = barrier(c, to, what);
+    atomic_fetch_add(&c->bytes, moved);
+    return rc;
 }
 
 /* Collectives: per chunk, each rank writes its part into its slot, all meet, each reads what it
@@ -983,7 +1059,7 @@ static aclError op_task(void *arg)
 {
     op_t *o = arg;
     o->ran = true;
-    HcclResult rc = o->kind == OP_P2P ? run_p2p(o) : run_collective(o);
+    HcclResult rc = o->kind == OP_P2P ? run_p2p(o) : o->kind == OP_ALLREDUCE ? run_allreduce(o) : run_collective(o);
     if (rc == HCCL_SUCCESS) {
         atomic_fetch_add(&o->c->ops, 1);
         return ACL_SUCCESS;
