@@ -1,6 +1,9 @@
 """HCCL collectives on the simulator (acl_rt.Communicator, acl_rt/_sim_hccl): every collective across
 dtypes and reductions against NumPy (float64), from threads (HcclCommInitAll) and from processes
 (HcclCommInitRootInfo with the root info in a file); dead and missing peers give errors, not hangs."""
+import csv
+import io
+import json
 import os
 import subprocess
 import sys
@@ -143,11 +146,11 @@ RANK_MAIN = textwrap.dedent('''
 ''')
 
 
-def _spawn(code, rank, size, root_file, extra_env=None):
+def _spawn(code, rank, size, root_file, extra_env=None, stdin=None):
     env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES=str(size), RANK=str(rank),
                WORLD_SIZE=str(size), ROOT_FILE=str(root_file), PYTHONPATH=str(REPO))
     env.update(extra_env or {})
-    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdin=stdin, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -490,3 +493,55 @@ def test_all_reduce_chunk_boundaries_three_ranks_in_place(py):
     ''')
     r = py(code, env={"CANNA_SIM_DEVICES": "3"}, timeout=600)
     assert r.stdout.strip() == "ok 49", r.stdout
+
+
+
+def test_smi_shows_each_rank_process_on_its_device(tmp_path):
+    """2 rank processes hold a communicator (rank 0 allocated no device memory, so it has no pool
+    to publish): canna-smi, run while they live, lists each PID on its own device and each rank's
+    HCCL counters, in JSON, the table and CSV."""
+    code = RANK_MAIN + textwrap.dedent('''
+        import acl_rt.monitor
+        if rank == 1:
+            b = acl_rt.alloc(1 << 20)
+        comm.barrier().synchronize()
+        acl_rt.monitor.publish_pool_stats()
+        print(os.getpid(), flush=True)
+        sys.stdin.readline()          # hold the communicator until the test has looked
+        comm.destroy()
+    ''')
+    env = {"CANNA_STATS_DIR": str(tmp_path / "stats"), "HCCL_CONNECT_TIMEOUT": "120"}
+    procs = [_spawn(code, r, 2, tmp_path / "root", env, stdin=subprocess.PIPE) for r in range(2)]
+    try:
+        pids = [int(p.stdout.readline() or 0) for p in procs]
+        assert all(pids), [p.stderr.read()[-3000:] for p in procs if p.poll() is not None]
+        smi_env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", PYTHONPATH=str(REPO), **env)
+
+        def smi(*args):
+            r = subprocess.run([sys.executable, "-m", "acl_rt.smi", *args], cwd=REPO, env=smi_env,
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+        doc = json.loads(smi("--json"))
+        mine = [(p["device_id"], p["pid"]) for p in doc["processes"] if p["pid"] in pids]
+        assert sorted(mine) == [(0, pids[0]), (1, pids[1])], doc["processes"]
+        cols = {c["pid"]: c for c in doc["collectives"]}
+        assert [(cols[pid]["device_id"], cols[pid]["rank"], cols[pid]["size"]) for pid in pids] == [(0, 0, 2), (1, 1, 2)]
+        assert all(cols[pid]["ops"] >= 1 for pid in pids), cols
+        table = smi()
+        assert "HCCL communicators" in table and max(len(ln) for ln in table.splitlines()) <= 100
+        rows = [ln for ln in table.splitlines() if any(f" {pid} " in ln for pid in pids)]
+        assert len(rows) >= 4, table   # each PID in the process table and in the HCCL table
+        csv_rows = list(csv.DictReader(io.StringIO(smi("--csv", "--section", "collectives"))))
+        assert sorted((int(r["device_id"]), int(r["pid"]), int(r["rank"])) for r in csv_rows
+                      if int(r["pid"]) in pids) == [(0, pids[0], 0), (1, pids[1], 1)]
+    finally:
+        for p in procs:
+            try:
+                p.stdin.write("\n")
+                p.stdin.flush()
+            except OSError:
+                pass
+        outs = _finish(procs)
+    for rc, _out, err in outs:
+        assert rc == 0, err[-3000:]
