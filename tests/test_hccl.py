@@ -418,8 +418,12 @@ def test_collective_stats_in_monitor_and_prometheus(py, tmp_path):
     assert lines[1] == "2", r.stdout
 
 
-def test_torch_distributed_collectives(tmp_path):
-    """The "canna" backend's collectives through torch.distributed (2 processes under torchrun)."""
+@pytest.mark.parametrize("memory", ["unified", "discrete"])
+def test_torch_distributed_collectives(tmp_path, memory):
+    """The "canna" backend's collectives through torch.distributed (2 processes under torchrun), on
+    CPU tensors: their own memory in the unified model, staged through device copies in the
+    discrete one (where the results used to stay in the device copy: the tensors kept their old
+    values)."""
     pytest.importorskip("torch")
     script = tmp_path / "coll.py"
     script.write_text(textwrap.dedent('''
@@ -445,10 +449,19 @@ def test_torch_distributed_collectives(tmp_path):
         nc = torch.zeros(4, 2).t()               # not contiguous: through a contiguous copy
         nc += r + 1; dist.all_reduce(nc); assert (nc == 3).all()
         dist.barrier()
+        import canna_dl, canna_dl.distributed as cd
+        if canna_dl.memory_model() == "discrete":   # the array-level functions refuse host memory there
+            try:
+                cd.all_reduce(cd.torch_communicator(), torch.ones(3))
+            except canna_dl.CopyRequiredError as e:
+                assert "discrete" in str(e), e
+            else:
+                raise AssertionError("host memory accepted in the discrete model")
         dist.destroy_process_group()
         os.write(1, f"ok {r}\\n".encode())   # one write: both ranks share stdout
     '''))
-    env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", PYTHONPATH=str(REPO))
+    env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", CANNA_SIM_MEMORY=memory,
+               PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                         str(script)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
