@@ -144,6 +144,11 @@ typedef struct {
         _Atomic int32_t pid;
         _Atomic uint32_t state; /* 0 free, 1 joined, 2 left */
     } ranks[MAX_RANKS];
+    _Atomic uint32_t sleepers;  /* ranks asleep on a progress counter (wake them only then) */
+    struct {
+        _Atomic uint32_t step[3];   /* all-reduce steps each rank completed (futex words), see run_allreduce */
+        char pad[52];
+    } progress[MAX_RANKS];
 } seg_t;
 
 enum { RANK_FREE, RANK_JOINED, RANK_LEFT };
@@ -297,6 +302,59 @@ static HcclResult barrier(comm_t *c, double timeout, const char *what)
         rc = seg_broken(c);   /* the communicator's first failure, with its message */
     atomic_fetch_add(&c->wait_ns, now_ns() - t0);
     return rc;
+}
+
+/* Wait until rank r's progress counter `step` reaches `target` (wrapping compare), with the same
+ * spin / yield / sleep, dead-peer and timeout rules as barrier(). */
+static HcclResult wait_progress(comm_t *c, uint32_t r, int step, uint32_t target, const char *what)
+{
+    seg_t *s = c->seg;
+    _Atomic uint32_t *w = &s->progress[r].step[step];
+#define REACHED(v) ((int32_t)((v) - target) >= 0)
+    if (REACHED(atomic_load(w)))
+        return HCCL_SUCCESS;
+    HcclResult rc = HCCL_SUCCESS;
+    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)(c->exec_timeout * 1e9);
+    for (int spin = 0; spin < 2000 && !REACHED(atomic_load(w)); ++spin)
+        cpu_relax();
+    while (!REACHED(atomic_load(w)) && now_ns() - t0 < YIELD_NS)
+        sched_yield();
+    for (;;) {
+        uint32_t v = atomic_load(w);
+        if (REACHED(v))
+            break;
+        if ((rc = seg_broken(c)))
+            break;
+        uint64_t t = now_ns();
+        if (t >= deadline) {
+            rc = timed_out(c, what, c->exec_timeout);
+            break;
+        }
+        if ((rc = check_peers(c)))
+            break;
+        uint64_t left = deadline - t < POLL_NS ? deadline - t : POLL_NS;
+        struct timespec ts = {(time_t)(left / 1000000000ull), (long)(left % 1000000000ull)};
+        atomic_fetch_add(&s->sleepers, 1);
+        if (!REACHED(atomic_load(w)))
+            futex(w, FUTEX_WAIT, v, &ts);
+        atomic_fetch_sub(&s->sleepers, 1);
+    }
+    if (rc && REACHED(atomic_load(w)))   /* it got there after all */
+        rc = HCCL_SUCCESS;
+    if (rc && atomic_load(&s->abort) > 0)
+        rc = seg_broken(c);
+    atomic_fetch_add(&c->wait_ns, now_ns() - t0);
+    return rc;
+#undef REACHED
+}
+
+/* This rank completed one more `step`: publish it and wake sleepers. */
+static void post_progress(comm_t *c, int step)
+{
+    _Atomic uint32_t *w = &c->seg->progress[c->rank].step[step];
+    atomic_fetch_add(w, 1);
+    if (atomic_load(&c->seg->sleepers))
+        futex_wake_all(w);
 }
 
 /* ------------------------------------------------------------------ the handle registry */
@@ -842,14 +900,21 @@ static const char *op_name(int kind)
 /* All-reduce as a reduce-scatter then an all-gather through the segment, pipelined in chunks. Each
  * chunk is cut in nranks parts; rank p reduces part p (in rank order, so every rank gets the same
  * bits) and the others copy its result: the ranks share the reduction instead of each reducing
- * everything. Per chunk, rank r
- *   1. copies the parts the others reduce (p != r) of its input into its slot,
- *   2. (all met) reduces part r from its own input and the others' slots into its slot's part r,
- *      and copies the result to its output,
- *   3. (all met) copies each other part p from rank p's slot to its output.
- * Each slot has two halves used by alternate chunks, so steps 3 of one chunk and 1 of the next need
- * no meeting between them; a last meeting ends the operation (the next one may reuse the slots).
- * Parts are small (PART_MAX) so what one rank writes is still in cache when the others read it. */
+ * everything. For chunk k, rank r
+ *   step 0: copies the parts the others reduce (p != r) of its input into its buffer k % nbuf,
+ *   step 1: (every rank's step 0 of chunk k done) reduces part r from its own input and the
+ *           others' buffers into its buffer's part r, and copies the result to its output,
+ *   step 2: (rank p's step 1 of chunk k done) copies each other part p from rank p's buffer.
+ * Each rank counts its completed steps in the segment (progress[r].step[]) and waits only for the
+ * counters it needs, never for a whole meeting. Iteration t runs step 0 of chunk t, step 1 of
+ * chunk t - LAG and step 2 of chunk t - 2 LAG, so a rank may run LAG iterations ahead of the
+ * others: ranks sharing a CPU switch every few chunks, not at every step. A buffer is written again
+ * (step 0 of chunk k + nbuf, step 1 of chunk k + nbuf) only once every rank has read it (steps 1
+ * and 2 of chunk k): nbuf > 2 LAG makes those waits refer to earlier iterations, so no rank ever
+ * waits for a step the others have not reached first. A last meeting ends the operation (the next
+ * one may reuse the slots). Parts are small (PART_MAX) so that what one rank writes is still in
+ * cache when the others read it. */
+#define LAG 3
 static HcclResult run_allreduce(op_t *o)
 {
     comm_t *c = o->c;
@@ -857,46 +922,87 @@ static HcclResult run_allreduce(op_t *o)
     size_t es = dtype_size(o->dt);
     double to = c->exec_timeout;
     const char *what = op_name(o->kind);
-    uint64_t half = c->seg->slot_bytes / 2;
-    uint64_t part = (half / n < PART_MAX ? half / n : PART_MAX) / 64 * 64 / es;   /* elements; 64-byte aligned */
+    uint64_t slot = c->seg->slot_bytes;
+    uint64_t part = (slot / (2 * LAG + 1) / n < PART_MAX ? slot / (2 * LAG + 1) / n : PART_MAX) / 64 * 64 / es;
+    uint64_t buf_bytes = part * es * n, nbuf = slot / buf_bytes;   /* nbuf >= 2 LAG + 1 */
     uint64_t chunk = part * n, moved = 0;
+    uint64_t nchunks = (o->count + chunk - 1) / chunk;
+    uint32_t base[3];
+    for (int st = 0; st < 3; ++st)   /* every rank starts an all-reduce with the same counts */
+        base[st] = atomic_load(&c->seg->progress[me].step[st]);
     HcclResult rc = HCCL_SUCCESS;
     const void *ins[MAX_RANKS];
-    for (uint64_t off = 0, idx = 0; off < o->count && !rc; off += chunk, ++idx) {
-        uint64_t k = o->count - off < chunk ? o->count - off : chunk;
-        uint64_t q = (k + n - 1) / n;   /* elements per part of this chunk (the last parts may be short) */
-#define PART_LEN(p) ((uint64_t)(p) * q >= k ? 0 : k - (uint64_t)(p) * q < q ? k - (uint64_t)(p) * q : q)
-#define PART_BUF(r, p) (slot_of(c, r) + (idx & 1) * half + (uint64_t)(p) * part * es)
-        for (uint32_t p = 0; p < n; ++p)
-            if (p != me && PART_LEN(p)) {
-                memcpy(PART_BUF(me, p), o->src + (off + p * q) * es, PART_LEN(p) * es);
-                moved += PART_LEN(p) * es;
-            }
-        if ((rc = barrier(c, to, what)))
-            break;
-        uint64_t mine = PART_LEN(me);
-        if (mine) {
-            for (uint32_t r = 0; r < n; ++r)
-                ins[r] = r == me ? (const void *)(o->src + (off + me * q) * es) : PART_BUF(r, me);
-            reduce_into(PART_BUF(me, me), ins, n, mine, o->dt, o->op);
-            memcpy(o->dst + (off + me * q) * es, PART_BUF(me, me), mine * es);
-            moved += (n + 1) * mine * es;
+#define CH_LEN(k) (o->count - (k) * chunk < chunk ? o->count - (k) * chunk : chunk)
+#define CH_Q(k) ((CH_LEN(k) + n - 1) / n)   /* elements per part of chunk k (the last parts may be short) */
+#define PART_OFF(k, p) ((k) * chunk + (uint64_t)(p) * CH_Q(k))
+#define PART_LEN(k, p) ((uint64_t)(p) * CH_Q(k) >= CH_LEN(k) ? 0                                         \
+                        : CH_LEN(k) - (uint64_t)(p) * CH_Q(k) < CH_Q(k) ? CH_LEN(k) - (uint64_t)(p) * CH_Q(k) \
+                        : CH_Q(k))
+#define PART_BUF(r, k, p) (slot_of(c, r) + ((k) % nbuf) * buf_bytes + (uint64_t)(p) * part * es)
+    for (uint64_t t = 0; t < nchunks + 2 * LAG && !rc; ++t) {
+        if (t < nchunks) {   /* step 0 of chunk t */
+            uint64_t k = t;
+            for (uint32_t p = 0; p < n && !rc; ++p)   /* rank p read this buffer's part p (chunk k - nbuf) */
+                if (p != me && k >= nbuf)
+                    rc = wait_progress(c, p, 1, base[1] + (uint32_t)(k - nbuf + 1), what);
+            for (uint32_t p = 0; p < n && !rc; ++p)
+                if (p != me && PART_LEN(k, p)) {
+                    memcpy(PART_BUF(me, k, p), o->src + PART_OFF(k, p) * es, PART_LEN(k, p) * es);
+                    moved += PART_LEN(k, p) * es;
+                }
+            if (rc)
+                break;
+            post_progress(c, 0);
         }
-        if ((rc = barrier(c, to, what)))
-            break;
-        for (uint32_t p = 0; p < n; ++p)
-            if (p != me && PART_LEN(p)) {
-                memcpy(o->dst + (off + p * q) * es, PART_BUF(p, p), PART_LEN(p) * es);
-                moved += PART_LEN(p) * es;
+        if (t >= LAG && t - LAG < nchunks) {   /* step 1 of chunk t - LAG */
+            uint64_t k = t - LAG;
+            for (uint32_t p = 0; p < n && !rc; ++p) {
+                if (p == me)
+                    continue;
+                rc = wait_progress(c, p, 0, base[0] + (uint32_t)(k + 1), what);   /* its parts of chunk k */
+                if (!rc && k >= nbuf)   /* it read my result of chunk k - nbuf */
+                    rc = wait_progress(c, p, 2, base[2] + (uint32_t)(k - nbuf + 1), what);
             }
+            if (rc)
+                break;
+            uint64_t mine = PART_LEN(k, me);
+            if (mine) {
+                for (uint32_t r = 0; r < n; ++r)
+                    ins[r] = r == me ? (const void *)(o->src + PART_OFF(k, me) * es) : PART_BUF(r, k, me);
+                reduce_into(PART_BUF(me, k, me), ins, n, mine, o->dt, o->op);
+                memcpy(o->dst + PART_OFF(k, me) * es, PART_BUF(me, k, me), mine * es);
+                moved += (n + 1) * mine * es;
+            }
+            post_progress(c, 1);
+        }
+        if (t >= 2 * LAG && t - 2 * LAG < nchunks) {   /* step 2 of chunk t - 2 LAG */
+            uint64_t k = t - 2 * LAG;
+            for (uint32_t p = 0; p < n && !rc; ++p) {
+                if (p == me)
+                    continue;
+                if ((rc = wait_progress(c, p, 1, base[1] + (uint32_t)(k + 1), what)))
+                    break;
+                if (PART_LEN(k, p)) {
+                    memcpy(o->dst + PART_OFF(k, p) * es, PART_BUF(p, k, p), PART_LEN(k, p) * es);
+                    moved += PART_LEN(k, p) * es;
+                }
+            }
+            if (rc)
+                break;
+            post_progress(c, 2);
+        }
+    }
+#undef CH_LEN
+#undef CH_Q
+#undef PART_OFF
 #undef PART_LEN
 #undef PART_BUF
-    }
     if (!rc)
         rc = barrier(c, to, what);
     atomic_fetch_add(&c->bytes, moved);
     return rc;
 }
+#undef LAG
 
 /* Collectives: per chunk, each rank writes its part into its slot, all meet, each reads what it
  * needs, all meet again (then the slots may be overwritten). */
