@@ -226,6 +226,9 @@ class Communicator:
         _check(lib.HcclGetRankSize(handle, out), "HcclGetRankSize", lib)
         self._size = int(out[0])
         _live.add(self)
+        if lib.has("hcclsimGetCommStats"):   # canna-smi shows the rank's counters (also with no pool)
+            from . import _publish
+            _publish.ensure_started()
         return self
 
     @classmethod

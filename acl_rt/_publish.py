@@ -151,7 +151,7 @@ def publish(force: bool = False) -> str | None:
     global _last, _owner_pid
     with _lock:
         versions, rec = _record()
-        if not rec["devices"]:
+        if not rec["devices"] and not rec["collectives"]:
             return None
         if not force and versions == _last:
             return _path(rec["pid"])

@@ -384,7 +384,8 @@ def publish_pool_stats() -> str | None:
 
 def snapshot(ids=None) -> dict:
     """Everything ``canna-smi --json`` prints: ``time`` (Unix), ``backend``, ``source``,
-    ``devices`` (:class:`DeviceStatus` dicts), ``processes`` and ``pools`` (dicts)."""
+    ``devices`` (:class:`DeviceStatus` dicts), ``processes``, ``pools`` and ``collectives``
+    (:func:`collective_stats`) (dicts)."""
     b = backend()
     devs = devices(ids)
     wanted = {d.id for d in devs}

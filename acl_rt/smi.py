@@ -3,7 +3,7 @@ pools, as a table, JSON or CSV, once or every few seconds; and a Prometheus expo
 
     canna-smi                      # table: devices, canna pools, processes
     canna-smi --json               # one JSON document per sample (stable field names, bytes)
-    canna-smi --csv [--section devices|processes|pools]
+    canna-smi --csv [--section devices|processes|pools|collectives]
     canna-smi -i 2 -n 5 --id 0     # every 2 s, 5 samples, device 0 only
     canna-smi serve --port 9101 [--host 127.0.0.1]    # Prometheus metrics on /metrics
 
@@ -36,6 +36,9 @@ PROCESS_FIELDS = ("device_id", "pid", "name", "memory_bytes", "utilization_perce
 POOL_FIELDS = ("device_id", "pid", "name", "allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
                "inactive_split_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "allocations", "segments",
                "num_ooms", "num_alloc_retries", "limit_bytes", "updated")
+COLLECTIVE_FIELDS = ("device_id", "pid", "name", "rank", "size", "ops", "bytes_moved", "wait_ns", "updated")
+_CSV_FIELDS = {"devices": DEVICE_FIELDS, "processes": PROCESS_FIELDS, "pools": POOL_FIELDS,
+               "collectives": COLLECTIVE_FIELDS}
 
 
 TABLE_WIDTH = 100     # the widest line of the tables, as npu-smi's and nvidia-smi's fit 80-100 columns
@@ -126,9 +129,21 @@ def render_table(sample: dict, console=None) -> None:
                       _na(r["utilization_percent"]))
     console.print(q)
 
+    # the HCCL ranks of processes that publish their statistics (simulator: acl_rt.hccl_stats)
+    cols = sample.get("collectives") or []
+    if cols:
+        h = Table(title="HCCL communicators (one row per rank)", box=box.SQUARE, title_justify="left")
+        for col in ("NPU", "Process id", "Process name", "Rank", "Ops", "Moved(MB)", "Waited(s)"):
+            h.add_column(col, justify="left" if col == "Process name" else "right",
+                         max_width=15 if col == "Process name" else None, overflow="ellipsis")
+        for c in cols:
+            h.add_row(str(c["device_id"]), str(c["pid"]), _na(c["name"]), f"{c['rank']} / {c['size']}", str(c["ops"]),
+                      f"{c['bytes_moved'] / (1 << 20):.1f}", f"{c['wait_ns'] / 1e9:.3f}")
+        console.print(h)
+
 
 def _csv_rows(sample: dict, section: str):
-    fields = {"devices": DEVICE_FIELDS, "processes": PROCESS_FIELDS, "pools": POOL_FIELDS}[section]
+    fields = _CSV_FIELDS[section]
     for r in sample[section]:
         if "error" in r and section == "processes":
             continue
@@ -331,7 +346,7 @@ def _parser() -> argparse.ArgumentParser:
     fmt = ap.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="one JSON document per sample")
     fmt.add_argument("--csv", action="store_true", help="CSV rows (one per device per sample, see --section)")
-    ap.add_argument("--section", choices=("devices", "processes", "pools"), default="devices",
+    ap.add_argument("--section", choices=tuple(_CSV_FIELDS), default="devices",
                     help="what --csv prints (default: devices)")
     ap.add_argument("-i", "--interval", type=_interval, metavar="SECONDS", help="repeat every SECONDS")
     ap.add_argument("-n", "--count", type=_count, metavar="COUNT", help="stop after COUNT samples (with -i)")
@@ -407,7 +422,7 @@ def main(argv=None) -> int:
             elif args.csv:
                 if writer is None:
                     writer = csv.writer(sys.stdout)
-                    fields = {"devices": DEVICE_FIELDS, "processes": PROCESS_FIELDS, "pools": POOL_FIELDS}[args.section]
+                    fields = _CSV_FIELDS[args.section]
                     writer.writerow(("time",) + fields)
                 writer.writerows(_csv_rows(sample, args.section))
                 sys.stdout.flush()

@@ -14,9 +14,16 @@ Each rank uses device ``LOCAL_RANK % acl_rt.device_count()``; the root info is e
 the process group's store (``HcclGetRootInfo`` on rank 0, ``HcclCommInitRootInfo`` on every rank).
 The backend runs allreduce (sum, product, max, min, avg), broadcast, allgather (and into a tensor),
 reduce_scatter (and of a tensor), reduce, all_to_all_single (equal splits), send/recv and barrier
-on CPU tensors (contiguous ones in place, others through a contiguous copy; the simulator's
-unified memory model, where host memory is a valid operand), enough for ``DistributedDataParallel``. On a CANN install the same
-script runs with this backend or torch_npu's ``"hccl"``.
+on CPU tensors, enough for ``DistributedDataParallel``: contiguous ones in place, others through a
+contiguous copy. In the unified memory model (the simulator's default) a CPU tensor's memory is
+the HCCL operand itself; in the discrete model (``CANNA_SIM_MEMORY=discrete``, like a PCIe card)
+host memory is not an HCCL operand, so each tensor is staged through a device copy and the result
+copied back (counted by ``canna_dl.copy_stats()`` as ``to_device`` / ``to_host``). On a CANN
+install the same script runs with this backend or torch_npu's ``"hccl"``.
+
+The array-level functions below return before the collective runs, so they take device memory
+only: in the discrete model a host array raises :class:`canna_dl.CopyRequiredError` (import it
+with ``canna_dl.from_dlpack`` and copy the result back after the event).
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ import os
 
 import acl_rt
 
-from ._interop import from_dlpack
+from ._interop import CopyRequiredError, from_dlpack
 
 __all__ = ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "register_torch_backend",
            "torch_communicator"]
@@ -53,8 +60,17 @@ def _done(ev) -> bool:
 
 
 def _view(x):
-    """(DeviceArray, number of elements, dtype name) of anything DLPack imports (no copy)."""
-    a = from_dlpack(x)
+    """(DeviceArray, number of elements, dtype name) of anything DLPack imports (no copy).
+
+    Raises CopyRequiredError for host memory in the discrete memory model: a device copy would
+    receive the result and ``x`` would silently keep its old values."""
+    try:
+        a = from_dlpack(x, copy=False)
+    except CopyRequiredError:
+        raise CopyRequiredError(
+            f"canna_dl.distributed: a {type(x).__name__} in host memory is not an HCCL operand in the discrete "
+            "memory model; pass device memory (a = canna_dl.from_dlpack(x)) and copy the result back once the "
+            "collective's event completed") from None
     return a, a.size, str(a.dtype)
 
 
@@ -133,8 +149,37 @@ def _torch_backend_class():
             raise ValueError(f"canna backend: tensors must be on the CPU (simulator), got {t.device}")
         return t if t.is_contiguous() else t.contiguous()
 
-    def _ptr(t):
-        return from_dlpack(t.detach()).ptr if t.numel() else 0
+    class _Operand:
+        """A tensor as an HCCL operand: ``c`` its contiguous form, ``ptr`` the device memory HCCL
+        works on -- ``c``'s own in the unified memory model; in the discrete model a device copy
+        of ``c`` (host memory is not an operand there), which :meth:`done` copies back. ``done``
+        also copies ``c`` into the caller's tensor when ``c`` is a contiguous copy of it."""
+
+        __slots__ = ("t", "c", "a", "staged")
+
+        def __init__(self, t):
+            self.t, self.c, self.a, self.staged = t, _contig(t), None, False
+            if self.c.numel():
+                try:
+                    self.a = from_dlpack(self.c.detach(), copy=False)
+                except CopyRequiredError:
+                    self.a, self.staged = from_dlpack(self.c.detach()), True
+
+        @property
+        def ptr(self):
+            return self.a.ptr if self.a is not None else 0
+
+        def numel(self):
+            return self.c.numel()
+
+        def done(self):
+            """Bring the result back to the caller's tensor (after the collective completed)."""
+            if self.staged:
+                from ._frameworks._torch import to_torch
+                self.c.copy_(to_torch(self.a))
+            if self.c is not self.t:
+                self.t.copy_(self.c)
+            return self.t
 
     class ProcessGroupCanna(dist.ProcessGroup):
         """torch.distributed backend over canna's HCCL (see the module docstring)."""
@@ -168,14 +213,13 @@ def _torch_backend_class():
         def allreduce(self, tensors, opts=None):
             op, avg = _op_name(opts)
             for t in tensors:
-                c = _contig(t)
+                c = _Operand(t)
                 if c.numel():
-                    self._run(lambda: self._comm.all_reduce(_ptr(c), _ptr(c), c.numel(), self._dt(c), op,
+                    self._run(lambda: self._comm.all_reduce(c.ptr, c.ptr, c.numel(), self._dt(t), op,
                                                             stream=self._stream))
-                    if avg:
-                        c.div_(self.size())
-                if c is not t:
-                    t.copy_(c)
+                c.done()
+                if avg and t.numel():
+                    t.div_(self.size())
             return _Work(tensors)
 
         def allreduce_coalesced(self, tensors, opts=None):
@@ -184,82 +228,77 @@ def _torch_backend_class():
         def broadcast(self, tensors, opts=None):
             root = getattr(opts, "rootRank", 0)
             for t in tensors:
-                c = _contig(t)
+                c = _Operand(t)
                 if c.numel():
-                    self._run(lambda: self._comm.broadcast(_ptr(c), c.numel(), self._dt(c), root=root,
+                    self._run(lambda: self._comm.broadcast(c.ptr, c.numel(), self._dt(t), root=root,
                                                            stream=self._stream))
-                if c is not t:
-                    t.copy_(c)
+                c.done()
             return _Work(tensors)
 
         def reduce(self, tensors, opts=None):
             op, avg = _op_name(opts)
             root = getattr(opts, "rootRank", 0)
             for t in tensors:
-                c = _contig(t)
+                c = _Operand(t)
                 if c.numel():
-                    self._run(lambda: self._comm.reduce(_ptr(c), _ptr(c), c.numel(), self._dt(c), op, root=root,
+                    self._run(lambda: self._comm.reduce(c.ptr, c.ptr, c.numel(), self._dt(t), op, root=root,
                                                         stream=self._stream))
-                    if avg and self.rank() == root:
-                        c.div_(self.size())
-                if c is not t:
-                    t.copy_(c)
+                c.done()
+                if avg and t.numel() and self.rank() == root:
+                    t.div_(self.size())
             return _Work(tensors)
 
         def allgather(self, output_tensors, input_tensors, opts=None):
             for outs, t in zip(output_tensors, input_tensors):
-                c = _contig(t)
-                flat = torch.empty((self.size() * c.numel(),), dtype=c.dtype)
+                c = _Operand(t)
+                flat = _Operand(torch.empty((self.size() * c.numel(),), dtype=t.dtype))
                 if c.numel():
-                    self._run(lambda: self._comm.all_gather(_ptr(c), _ptr(flat), c.numel(), self._dt(c),
+                    self._run(lambda: self._comm.all_gather(c.ptr, flat.ptr, c.numel(), self._dt(t),
                                                             stream=self._stream))
+                flat = flat.done()
                 for r, o in enumerate(outs):
                     o.copy_(flat[r * c.numel():(r + 1) * c.numel()].view_as(o))
             return _Work(output_tensors)
 
         def _allgather_base(self, output, input, opts=None):
-            c, o = _contig(input), _contig(output)
+            c, o = _Operand(input), _Operand(output)
             if c.numel():
-                self._run(lambda: self._comm.all_gather(_ptr(c), _ptr(o), c.numel(), self._dt(c), stream=self._stream))
-            if o is not output:
-                output.copy_(o)
+                self._run(lambda: self._comm.all_gather(c.ptr, o.ptr, c.numel(), self._dt(input), stream=self._stream))
+            o.done()
             return _Work([output])
 
         def reduce_scatter(self, output_tensors, input_tensors, opts=None):
             op, avg = _op_name(opts)
             for out, ins in zip(output_tensors, input_tensors):
-                flat = torch.cat([i.reshape(-1) for i in ins])
-                o = _contig(out)
+                flat = _Operand(torch.cat([i.reshape(-1) for i in ins]))
+                o = _Operand(out)
                 if o.numel():
-                    self._run(lambda: self._comm.reduce_scatter(_ptr(flat), _ptr(o), o.numel(), self._dt(o), op,
+                    self._run(lambda: self._comm.reduce_scatter(flat.ptr, o.ptr, o.numel(), self._dt(out), op,
                                                                 stream=self._stream))
-                    if avg:
-                        o.div_(self.size())
-                if o is not out:
-                    out.copy_(o)
+                o.done()
+                if avg and out.numel():
+                    out.div_(self.size())
             return _Work(output_tensors)
 
         def _reduce_scatter_base(self, output, input, opts=None):
             op, avg = _op_name(opts)
-            c, o = _contig(input), _contig(output)
+            c, o = _Operand(input), _Operand(output)
             if o.numel():
-                self._run(lambda: self._comm.reduce_scatter(_ptr(c), _ptr(o), o.numel(), self._dt(o), op,
+                self._run(lambda: self._comm.reduce_scatter(c.ptr, o.ptr, o.numel(), self._dt(output), op,
                                                             stream=self._stream))
-                if avg:
-                    o.div_(self.size())
-            if o is not output:
-                output.copy_(o)
+            o.done()
+            if avg and output.numel():
+                output.div_(self.size())
             return _Work([output])
 
         def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
             if output_split_sizes or input_split_sizes:
                 raise NotImplementedError("canna backend: all_to_all_single with split sizes is not supported")
-            c, o = _contig(input), _contig(output)
+            c, o = _Operand(input), _Operand(output)
             n = c.numel() // self.size()
             if n:
-                self._run(lambda: self._comm.all_to_all(_ptr(c), _ptr(o), n, self._dt(c), stream=self._stream))
-            if o is not output:
-                output.copy_(o)
+                self._run(lambda: self._comm.all_to_all(c.ptr, o.ptr, n, self._dt(input), stream=self._stream))
+            o.done()
             return _Work([output])
 
         # the names torch.distributed calls in recent releases (the older ones stay for older torch)
@@ -269,16 +308,15 @@ def _torch_backend_class():
 
         def send(self, tensors, dst, tag=0):
             for t in tensors:
-                c = _contig(t)
-                self._run(lambda: self._comm.send(_ptr(c), c.numel(), self._dt(c), dst, stream=self._stream))
+                c = _Operand(t)
+                self._run(lambda: self._comm.send(c.ptr, c.numel(), self._dt(t), dst, stream=self._stream))
             return _Work(tensors)
 
         def recv(self, tensors, src, tag=0):
             for t in tensors:
-                c = _contig(t)
-                self._run(lambda: self._comm.recv(_ptr(c), c.numel(), self._dt(c), src, stream=self._stream))
-                if c is not t:
-                    t.copy_(c)
+                c = _Operand(t)
+                self._run(lambda: self._comm.recv(c.ptr, c.numel(), self._dt(t), src, stream=self._stream))
+                c.done()
             return _Work(tensors)
 
         def barrier(self, opts=None):

@@ -31,6 +31,7 @@ ROWS = {
     "train": ["SimpleCNN step, batch 64x1x28x28", "Dense 64-128-10 step, eager GradientTape"],
     "custom": [f"registered custom add {size} ({fw})" for size in ("1M elements", "1024x1024", "32x1024x1024")
                for fw in ("torch", "tf")],
+    "hccl": ["all-reduce 64 MiB fp32, 2 processes vs gloo", "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth"],
 }
 
 
@@ -102,13 +103,17 @@ def test_quick_run_json_and_plot(tmp_path):
     # the targets of issues 3, 4, 5, 7 are all checked
     targeted = {r["name"] for r in rows if r["target"] is not None}
     assert {"large add 32x1024x1024 (torch tensors)", "matmul 1024^3 vs torch", "1-element add, per call",
-            "SimpleCNN step, batch 64x1x28x28", "alloc+free 1 MiB vs raw"} <= targeted
-    assert set(doc["details"]) >= {"pool", "dlpack", "launch", "matmul", "softmax", "conv", "train", "tf_train"}
+            "SimpleCNN step, batch 64x1x28x28", "alloc+free 1 MiB vs raw",
+            "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth"} <= targeted
+    assert set(doc["details"]) >= {"pool", "dlpack", "launch", "matmul", "softmax", "conv", "train", "tf_train",
+                                   "hccl"}
+    h = doc["details"]["hccl"]
+    assert h["bytes"] == 64 * 2**20 and all(len(h[k + "_rounds"]) == h["rounds"] for k in ("canna", "gloo", "copy"))
     for r in rows:   # the conv rows give the spread of their ratio over the interleaved rounds
         if r["section"] == "conv":
             lo, hi = r["spread"]
             assert _pos(lo) and lo <= hi, r
-        else:
+        elif r["section"] != "hccl":
             assert r["spread"] is None, r
 
     w, h = _png_size(png)

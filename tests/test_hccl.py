@@ -1,6 +1,9 @@
 """HCCL collectives on the simulator (acl_rt.Communicator, acl_rt/_sim_hccl): every collective across
 dtypes and reductions against NumPy (float64), from threads (HcclCommInitAll) and from processes
 (HcclCommInitRootInfo with the root info in a file); dead and missing peers give errors, not hangs."""
+import csv
+import io
+import json
 import os
 import subprocess
 import sys
@@ -143,11 +146,11 @@ RANK_MAIN = textwrap.dedent('''
 ''')
 
 
-def _spawn(code, rank, size, root_file, extra_env=None):
+def _spawn(code, rank, size, root_file, extra_env=None, stdin=None):
     env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES=str(size), RANK=str(rank),
                WORLD_SIZE=str(size), ROOT_FILE=str(root_file), PYTHONPATH=str(REPO))
     env.update(extra_env or {})
-    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdin=stdin, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -415,8 +418,12 @@ def test_collective_stats_in_monitor_and_prometheus(py, tmp_path):
     assert lines[1] == "2", r.stdout
 
 
-def test_torch_distributed_collectives(tmp_path):
-    """The "canna" backend's collectives through torch.distributed (2 processes under torchrun)."""
+@pytest.mark.parametrize("memory", ["unified", "discrete"])
+def test_torch_distributed_collectives(tmp_path, memory):
+    """The "canna" backend's collectives through torch.distributed (2 processes under torchrun), on
+    CPU tensors: their own memory in the unified model, staged through device copies in the
+    discrete one (where the results used to stay in the device copy: the tensors kept their old
+    values)."""
     pytest.importorskip("torch")
     script = tmp_path / "coll.py"
     script.write_text(textwrap.dedent('''
@@ -442,11 +449,112 @@ def test_torch_distributed_collectives(tmp_path):
         nc = torch.zeros(4, 2).t()               # not contiguous: through a contiguous copy
         nc += r + 1; dist.all_reduce(nc); assert (nc == 3).all()
         dist.barrier()
+        import canna_dl, canna_dl.distributed as cd
+        if canna_dl.memory_model() == "discrete":   # the array-level functions refuse host memory there
+            try:
+                cd.all_reduce(cd.torch_communicator(), torch.ones(3))
+            except canna_dl.CopyRequiredError as e:
+                assert "discrete" in str(e), e
+            else:
+                raise AssertionError("host memory accepted in the discrete model")
         dist.destroy_process_group()
         os.write(1, f"ok {r}\\n".encode())   # one write: both ranks share stdout
     '''))
-    env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", PYTHONPATH=str(REPO))
+    env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", CANNA_SIM_MEMORY=memory,
+               PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                         str(script)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert "ok 0" in r.stdout and "ok 1" in r.stdout
+
+
+def test_all_reduce_chunk_boundaries_three_ranks_in_place(py):
+    """All-reduce is a pipelined reduce-scatter + all-gather (each rank reduces one part of every
+    chunk): 3 ranks (uneven parts), in place, counts around the chunk size (3 parts of 256 KiB),
+    every dtype family; each rank's result equals NumPy's and is bit-identical across ranks."""
+    code = CHECKS + textwrap.dedent('''
+        import threading
+        comms = acl_rt.Communicator.init_all([0, 1, 2])
+        CASES = [("float32", "sum"), ("float32", "max"), ("float16", "sum"), ("float64", "prod"),
+                 ("int8", "prod"), ("int64", "min"), ("uint8", "sum")]
+        results, errors = {}, []
+        def work(c):
+            try:
+                with c.device:
+                    s = c.device.create_stream()
+                    for dtype, op in CASES:
+                        chunk = 3 * (256 << 10) // np.dtype(dtype).itemsize
+                        for n in (1, 2, 5, chunk - 1, chunk, chunk + 1, 2 * chunk + 7):
+                            xs = [data(k, dtype, n, op) for k in range(3)]
+                            b = dev(xs[c.rank])
+                            c.all_reduce(b, b, n, dtype, op, stream=s).synchronize()
+                            got = host(b, dtype, n)
+                            want = OPS[op](np.stack([x.astype(np.float64) for x in xs]), axis=0)
+                            expect_close(got, want, dtype, 3, f"{dtype} {op} n={n}")
+                            results[(c.rank, dtype, op, n)] = got.tobytes()
+            except BaseException as e:
+                errors.append(e)
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        if errors:
+            raise errors[0]
+        keys = {k[1:] for k in results}
+        assert all(results[(0,) + k] == results[(1,) + k] == results[(2,) + k] for k in keys)
+        for c in comms:
+            c.destroy()
+        print("ok", len(keys))
+    ''')
+    r = py(code, env={"CANNA_SIM_DEVICES": "3"}, timeout=600)
+    assert r.stdout.strip() == "ok 49", r.stdout
+
+
+
+def test_smi_shows_each_rank_process_on_its_device(tmp_path):
+    """2 rank processes hold a communicator (rank 0 allocated no device memory, so it has no pool
+    to publish): canna-smi, run while they live, lists each PID on its own device and each rank's
+    HCCL counters, in JSON, the table and CSV."""
+    code = RANK_MAIN + textwrap.dedent('''
+        import acl_rt.monitor
+        if rank == 1:
+            b = acl_rt.alloc(1 << 20)
+        comm.barrier().synchronize()
+        acl_rt.monitor.publish_pool_stats()
+        print(os.getpid(), flush=True)
+        sys.stdin.readline()          # hold the communicator until the test has looked
+        comm.destroy()
+    ''')
+    env = {"CANNA_STATS_DIR": str(tmp_path / "stats"), "HCCL_CONNECT_TIMEOUT": "120"}
+    procs = [_spawn(code, r, 2, tmp_path / "root", env, stdin=subprocess.PIPE) for r in range(2)]
+    try:
+        pids = [int(p.stdout.readline() or 0) for p in procs]
+        assert all(pids), [p.stderr.read()[-3000:] for p in procs if p.poll() is not None]
+        smi_env = dict(os.environ, CANNA_BACKEND="sim", CANNA_SIM_DEVICES="2", PYTHONPATH=str(REPO), **env)
+
+        def smi(*args):
+            r = subprocess.run([sys.executable, "-m", "acl_rt.smi", *args], cwd=REPO, env=smi_env,
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+        doc = json.loads(smi("--json"))
+        mine = [(p["device_id"], p["pid"]) for p in doc["processes"] if p["pid"] in pids]
+        assert sorted(mine) == [(0, pids[0]), (1, pids[1])], doc["processes"]
+        cols = {c["pid"]: c for c in doc["collectives"]}
+        assert [(cols[pid]["device_id"], cols[pid]["rank"], cols[pid]["size"]) for pid in pids] == [(0, 0, 2), (1, 1, 2)]
+        assert all(cols[pid]["ops"] >= 1 for pid in pids), cols
+        table = smi()
+        assert "HCCL communicators" in table and max(len(ln) for ln in table.splitlines()) <= 100
+        rows = [ln for ln in table.splitlines() if any(f" {pid} " in ln for pid in pids)]
+        assert len(rows) >= 4, table   # each PID in the process table and in the HCCL table
+        csv_rows = list(csv.DictReader(io.StringIO(smi("--csv", "--section", "collectives"))))
+        assert sorted((int(r["device_id"]), int(r["pid"]), int(r["rank"])) for r in csv_rows
+                      if int(r["pid"]) in pids) == [(0, pids[0], 0), (1, pids[1], 1)]
+    finally:
+        for p in procs:
+            try:
+                p.stdin.write("\n")
+                p.stdin.flush()
+            except OSError:
+                pass
+        outs = _finish(procs)
+    for rc, _out, err in outs:
+        assert rc == 0, err[-3000:]

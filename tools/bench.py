@@ -10,19 +10,23 @@ memory-bandwidth-bound): ``tf.add`` vs ``canna_dl.tf.add`` (and ``kernels.add`` 
 ``torch.add`` vs ``canna_dl.torch.add`` (and ``kernels.add`` on torch tensors). Then one row per
 benchmark, each as a ratio against its reference measured in the same run: launch overhead,
 caching pool, DLPack exchange, matmul, softmax, convolution at real model layer shapes (forward +
-backward, 1 thread each, with the spread of the ratio over rounds) and one training step.
+backward, 1 thread each, with the spread of the ratio over rounds), one training step, a registered
+custom op and a 64 MiB all-reduce between 2 processes (canna's HCCL against torch.distributed's
+gloo, and against this machine's copy bandwidth).
 
 Every ratio is a **speed ratio**: reference time / canna time (above 1x canna is faster; 0.5x means
 canna takes twice the reference's time). Each figure is the median per-call time over repeated
 batches after a warm-up, candidates measured in interleaved rounds so that load from other
 processes hits them alike (tools/_benchutil.py). The measurements are the importable functions of
 the single-purpose scripts (bench_kernels, bench_pool, bench_dlpack, bench_rawkernel, bench_ops_c,
-bench_train, bench_tf_train, bench_conv), which print more detail on each subject.
+bench_train, bench_tf_train, bench_conv, bench_hccl), which print more detail on each subject.
 
 Targets (issues 3, 4, 5, 7), as speed ratios: the large add >= 1.0x torch and >= 0.8x the best
 framework; matmul >= 0.7x torch; the 1-element add >= 0.25x torch.add (at most 4x its time); the
 training step >= 0.5x plain PyTorch (at most 2x its time); the pool's alloc/free pair >= 20x
-aclrtMalloc/aclrtFree at 1 MiB; DLPack exchange >= 0.5x torch.from_dlpack (at most 2x its time).
+aclrtMalloc/aclrtFree at 1 MiB; DLPack exchange >= 0.5x torch.from_dlpack (at most 2x its time);
+(issue 17) the 64 MiB all-reduce's bandwidth >= 0.5x the copy bandwidth (a copy of the same bytes
+takes at most half the all-reduce's time).
 
 On the simulator every "device" op runs on this machine's CPU: the ratios compare canna's
 runtime and kernels with the frameworks' CPU kernels, on shared cores; read them, not the times.
@@ -50,7 +54,7 @@ sys.path.insert(0, _TOOLS)
 from _benchutil import fmt, machine_info  # noqa: E402
 from _common import unwritable  # noqa: E402
 
-SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "conv", "train", "custom")
+SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "conv", "train", "custom", "hccl")
 SCHEMA = "canna-bench/2"    # 2: the framework add table is "framework_add" (was "seeds_add"), section "add"
 #: the widest line the benchmark prints (its tables fit a 100-column terminal)
 OUTPUT_WIDTH = 100
@@ -65,11 +69,12 @@ def _settings(quick: bool) -> dict:
         return dict(add_budget=0.08, add_big_budget=0.15, add_batch=10, add_big_batch=1, op_budget=0.15,
                     one_budget=0.1, launch_inner=500, launch_rounds=3, opsc_repeat=3, pool_budget=0.05,
                     dlpack_number=1000, dlpack_repeat=3, train_steps=4, train_warmup=1, train_block=2,
-                    tf_budget=0.1, tf_rows=("dense eager",), conv_quick=True)
+                    tf_budget=0.1, tf_rows=("dense eager",), conv_quick=True, hccl_rounds=2, hccl_batch=1)
     return dict(add_budget=1.5, add_big_budget=4.0, add_batch=50, add_big_batch=2, op_budget=2.0,
                 one_budget=1.0, launch_inner=2000, launch_rounds=9, opsc_repeat=9, pool_budget=0.5,
                 dlpack_number=5000, dlpack_repeat=15, train_steps=40, train_warmup=5, train_block=5,
-                tf_budget=1.0, tf_rows=("dense eager", "dense keras"), conv_quick=False)
+                tf_budget=1.0, tf_rows=("dense eager", "dense keras"), conv_quick=False, hccl_rounds=5,
+                hccl_batch=3)
 
 
 def _ratio(ref, canna):
@@ -263,6 +268,23 @@ def section_train(run, st, tf):
             run.row("train", name, cl, t[k][0], rl, t[k][1])
 
 
+def section_hccl(run, st):
+    """A 64 MiB float32 all-reduce between 2 processes (tools/bench_hccl.py): canna's HCCL against
+    torch.distributed's gloo on the same tensors, and against a copy of the same bytes (the ratio
+    to the copy is the all-reduce's algorithm bandwidth over the copy bandwidth)."""
+    import bench_hccl
+    run.note("all-reduce 64 MiB float32 between 2 processes: canna HCCL, gloo, copy")
+    m = bench_hccl.measure(mib=64, rounds=st["hccl_rounds"], batch=st["hccl_batch"])
+    run.details["hccl"] = m
+    spread = {k: f"{min(m[k + '_rounds']) * 1e3:.1f}-{max(m[k + '_rounds']) * 1e3:.1f} ms"
+              for k in bench_hccl.CANDIDATES}
+    run.note(f"per round: canna {spread['canna']}, gloo {spread['gloo']}, copy {spread['copy']}")
+    run.row("hccl", "all-reduce 64 MiB fp32, 2 processes vs gloo", "HcclAllReduce", m["canna_s"],
+            "gloo all_reduce", m["gloo_s"], note=f"rounds: {spread}")
+    run.row("hccl", "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth", "HcclAllReduce", m["canna_s"],
+            "np.copyto 64 MiB", m["copy_s"], target=0.5, note=f"rounds: {spread}")
+
+
 # ----------------------------------------------------------------------------------------------
 # output
 
@@ -435,6 +457,8 @@ def main(argv=None):
             section_train(run, st, tf)
         elif s == "custom":
             section_custom(run, st, tf)
+        elif s == "hccl":
+            section_hccl(run, st)
         gc.collect()
 
     console.print()

@@ -44,6 +44,8 @@
 #define SLOT_MAX (4u << 20)             /* bytes of one rank's collective slot */
 #define P2P_MAX (1u << 20)              /* bytes of one point-to-point channel */
 #define BUF_MIN (64u << 10)
+#define PART_MAX (256u << 10)          /* bytes of one rank's part of an all-reduce chunk (fits in L2) */
+#define YIELD_NS (1000ull * 1000)       /* a barrier yields the CPU this long before sleeping */
 #define POLL_NS (20ull * 1000 * 1000)   /* waits wake this often to look for dead peers */
 #define CONNECT_TIMEOUT_DEFAULT 120.0   /* seconds, HCCL_CONNECT_TIMEOUT default */
 #define EXEC_TIMEOUT_DEFAULT 1836.0     /* seconds, HCCL_EXEC_TIMEOUT default */
@@ -142,6 +144,11 @@ typedef struct {
         _Atomic int32_t pid;
         _Atomic uint32_t state; /* 0 free, 1 joined, 2 left */
     } ranks[MAX_RANKS];
+    _Atomic uint32_t sleepers;  /* ranks asleep on a progress counter (wake them only then) */
+    struct {
+        _Atomic uint32_t step[3];   /* all-reduce steps each rank completed (futex words), see run_allreduce */
+        char pad[52];
+    } progress[MAX_RANKS];
 } seg_t;
 
 enum { RANK_FREE, RANK_JOINED, RANK_LEFT };
@@ -269,8 +276,12 @@ static HcclResult barrier(comm_t *c, double timeout, const char *what)
         return HCCL_SUCCESS;
     }
     uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)(timeout * 1e9);
+    /* Spin briefly, then yield the CPU for up to YIELD_NS (with a core each, ranks arrive within
+     * microseconds of each other, and a futex wake-up costs tens of them), then sleep. */
     for (int spin = 0; spin < 2000 && atomic_load(&s->gen) == g; ++spin)
         cpu_relax();
+    while (atomic_load(&s->gen) == g && now_ns() - t0 < YIELD_NS)
+        sched_yield();
     while (atomic_load(&s->gen) == g) {
         if ((rc = seg_broken(c)))
             break;
@@ -291,6 +302,59 @@ static HcclResult barrier(comm_t *c, double timeout, const char *what)
         rc = seg_broken(c);   /* the communicator's first failure, with its message */
     atomic_fetch_add(&c->wait_ns, now_ns() - t0);
     return rc;
+}
+
+/* Wait until rank r's progress counter `step` reaches `target` (wrapping compare), with the same
+ * spin / yield / sleep, dead-peer and timeout rules as barrier(). */
+static HcclResult wait_progress(comm_t *c, uint32_t r, int step, uint32_t target, const char *what)
+{
+    seg_t *s = c->seg;
+    _Atomic uint32_t *w = &s->progress[r].step[step];
+#define REACHED(v) ((int32_t)((v) - target) >= 0)
+    if (REACHED(atomic_load(w)))
+        return HCCL_SUCCESS;
+    HcclResult rc = HCCL_SUCCESS;
+    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)(c->exec_timeout * 1e9);
+    for (int spin = 0; spin < 2000 && !REACHED(atomic_load(w)); ++spin)
+        cpu_relax();
+    while (!REACHED(atomic_load(w)) && now_ns() - t0 < YIELD_NS)
+        sched_yield();
+    for (;;) {
+        uint32_t v = atomic_load(w);
+        if (REACHED(v))
+            break;
+        if ((rc = seg_broken(c)))
+            break;
+        uint64_t t = now_ns();
+        if (t >= deadline) {
+            rc = timed_out(c, what, c->exec_timeout);
+            break;
+        }
+        if ((rc = check_peers(c)))
+            break;
+        uint64_t left = deadline - t < POLL_NS ? deadline - t : POLL_NS;
+        struct timespec ts = {(time_t)(left / 1000000000ull), (long)(left % 1000000000ull)};
+        atomic_fetch_add(&s->sleepers, 1);
+        if (!REACHED(atomic_load(w)))
+            futex(w, FUTEX_WAIT, v, &ts);
+        atomic_fetch_sub(&s->sleepers, 1);
+    }
+    if (rc && REACHED(atomic_load(w)))   /* it got there after all */
+        rc = HCCL_SUCCESS;
+    if (rc && atomic_load(&s->abort) > 0)
+        rc = seg_broken(c);
+    atomic_fetch_add(&c->wait_ns, now_ns() - t0);
+    return rc;
+#undef REACHED
+}
+
+/* This rank completed one more `step`: publish it and wake sleepers. */
+static void post_progress(comm_t *c, int step)
+{
+    _Atomic uint32_t *w = &c->seg->progress[c->rank].step[step];
+    atomic_fetch_add(w, 1);
+    if (atomic_load(&c->seg->sleepers))
+        futex_wake_all(w);
 }
 
 /* ------------------------------------------------------------------ the handle registry */
@@ -729,21 +793,31 @@ static uint16_t float_to_bf16(float v)
     return (uint16_t)(f >> 16);
 }
 
-#define RED_LOOP(T, ACC)                                                                        \
+/* One pass per further input: o = in[0] op in[1], then o = o op in[k] (the same rank order as one
+ * loop over k, so the same bits), each a loop of one op the compiler vectorizes. W is the type the
+ * arithmetic is done in (unsigned for types narrower than int, so products wrap instead of
+ * overflowing int). o may be in[0] itself but no other input. */
+#define RED_LOOP(T, W)                                                                          \
     do {                                                                                        \
         T *o = out;                                                                             \
-        for (uint64_t i = 0; i < n; ++i) {                                                      \
-            ACC a = (ACC)((const T *)in[0])[i];                                                 \
-            for (uint32_t k = 1; k < nin; ++k) {                                                \
-                ACC b = (ACC)((const T *)in[k])[i];                                             \
-                switch (op) {                                                                   \
-                case HCCL_REDUCE_SUM: a = a + b; break;                                         \
-                case HCCL_REDUCE_PROD: a = a * b; break;                                        \
-                case HCCL_REDUCE_MAX: a = b > a ? b : a; break;                                 \
-                default: a = b < a ? b : a; break;                                              \
-                }                                                                               \
+        if (nin == 1 && (const void *)o != in[0])                                               \
+            memmove(o, in[0], n * sizeof(T));                                                   \
+        for (uint32_t k = 1; k < nin; ++k) {                                                    \
+            const T *a = k == 1 ? (const T *)in[0] : o, *b = (const T *)in[k];                  \
+            switch (op) {                                                                       \
+            case HCCL_REDUCE_SUM:                                                               \
+                for (uint64_t i = 0; i < n; ++i) o[i] = (T)((W)a[i] + (W)b[i]);                 \
+                break;                                                                          \
+            case HCCL_REDUCE_PROD:                                                              \
+                for (uint64_t i = 0; i < n; ++i) o[i] = (T)((W)a[i] * (W)b[i]);                 \
+                break;                                                                          \
+            case HCCL_REDUCE_MAX:                                                               \
+                for (uint64_t i = 0; i < n; ++i) o[i] = b[i] > a[i] ? b[i] : a[i];              \
+                break;                                                                          \
+            default:                                                                            \
+                for (uint64_t i = 0; i < n; ++i) o[i] = b[i] < a[i] ? b[i] : a[i];              \
+                break;                                                                          \
             }                                                                                   \
-            o[i] = (T)a;                                                                        \
         }                                                                                       \
     } while (0)
 
@@ -766,15 +840,16 @@ static uint16_t float_to_bf16(float v)
     } while (0)
 
 /* out[i] = in[0][i] op in[1][i] op ... (in rank order, so every rank gets the same bits). Signed
- * integer sums and products wrap (computed unsigned); max/min compare signed values. */
-static void reduce_into(void *out, const void *const *in, uint32_t nin, uint64_t n, HcclDataType t, HcclReduceOp op)
+ * integer sums and products wrap (computed unsigned); max/min compare signed values. out may be
+ * in[0] but no other input. Built at -O3 so the loops are vectorized (the library's -O2 is not). */
+__attribute__((optimize("O3"))) static void reduce_into(void *out, const void *const *in, uint32_t nin, uint64_t n, HcclDataType t, HcclReduceOp op)
 {
     bool arith = op == HCCL_REDUCE_SUM || op == HCCL_REDUCE_PROD;
     switch (t) {
-    case HCCL_DATA_TYPE_INT8: if (arith) RED_LOOP(uint8_t, uint8_t); else RED_LOOP(int8_t, int8_t); break;
-    case HCCL_DATA_TYPE_UINT8: RED_LOOP(uint8_t, uint8_t); break;
-    case HCCL_DATA_TYPE_INT16: if (arith) RED_LOOP(uint16_t, uint16_t); else RED_LOOP(int16_t, int16_t); break;
-    case HCCL_DATA_TYPE_UINT16: RED_LOOP(uint16_t, uint16_t); break;
+    case HCCL_DATA_TYPE_INT8: if (arith) RED_LOOP(uint8_t, unsigned); else RED_LOOP(int8_t, int8_t); break;
+    case HCCL_DATA_TYPE_UINT8: RED_LOOP(uint8_t, unsigned); break;
+    case HCCL_DATA_TYPE_INT16: if (arith) RED_LOOP(uint16_t, unsigned); else RED_LOOP(int16_t, int16_t); break;
+    case HCCL_DATA_TYPE_UINT16: RED_LOOP(uint16_t, unsigned); break;
     case HCCL_DATA_TYPE_INT32: if (arith) RED_LOOP(uint32_t, uint32_t); else RED_LOOP(int32_t, int32_t); break;
     case HCCL_DATA_TYPE_UINT32: RED_LOOP(uint32_t, uint32_t); break;
     case HCCL_DATA_TYPE_INT64: if (arith) RED_LOOP(uint64_t, uint64_t); else RED_LOOP(int64_t, int64_t); break;
@@ -821,6 +896,113 @@ static const char *op_name(int kind)
                                     "HcclReduce", "HcclAlltoAll", "HcclBarrier", "HcclSend/HcclRecv"};
     return n[kind];
 }
+
+/* All-reduce as a reduce-scatter then an all-gather through the segment, pipelined in chunks. Each
+ * chunk is cut in nranks parts; rank p reduces part p (in rank order, so every rank gets the same
+ * bits) and the others copy its result: the ranks share the reduction instead of each reducing
+ * everything. For chunk k, rank r
+ *   step 0: copies the parts the others reduce (p != r) of its input into its buffer k % nbuf,
+ *   step 1: (every rank's step 0 of chunk k done) reduces part r from its own input and the
+ *           others' buffers into its buffer's part r, and copies the result to its output,
+ *   step 2: (rank p's step 1 of chunk k done) copies each other part p from rank p's buffer.
+ * Each rank counts its completed steps in the segment (progress[r].step[]) and waits only for the
+ * counters it needs, never for a whole meeting. Iteration t runs step 0 of chunk t, step 1 of
+ * chunk t - LAG and step 2 of chunk t - 2 LAG, so a rank may run LAG iterations ahead of the
+ * others: ranks sharing a CPU switch every few chunks, not at every step. A buffer is written again
+ * (step 0 of chunk k + nbuf, step 1 of chunk k + nbuf) only once every rank has read it (steps 1
+ * and 2 of chunk k): nbuf > 2 LAG makes those waits refer to earlier iterations, so no rank ever
+ * waits for a step the others have not reached first. A last meeting ends the operation (the next
+ * one may reuse the slots). Parts are small (PART_MAX) so that what one rank writes is still in
+ * cache when the others read it. */
+#define LAG 3
+static HcclResult run_allreduce(op_t *o)
+{
+    comm_t *c = o->c;
+    uint32_t n = c->nranks, me = c->rank;
+    size_t es = dtype_size(o->dt);
+    double to = c->exec_timeout;
+    const char *what = op_name(o->kind);
+    uint64_t slot = c->seg->slot_bytes;
+    uint64_t part = (slot / (2 * LAG + 1) / n < PART_MAX ? slot / (2 * LAG + 1) / n : PART_MAX) / 64 * 64 / es;
+    uint64_t buf_bytes = part * es * n, nbuf = slot / buf_bytes;   /* nbuf >= 2 LAG + 1 */
+    uint64_t chunk = part * n, moved = 0;
+    uint64_t nchunks = (o->count + chunk - 1) / chunk;
+    uint32_t base[3];
+    for (int st = 0; st < 3; ++st)   /* every rank starts an all-reduce with the same counts */
+        base[st] = atomic_load(&c->seg->progress[me].step[st]);
+    HcclResult rc = HCCL_SUCCESS;
+    const void *ins[MAX_RANKS];
+#define CH_LEN(k) (o->count - (k) * chunk < chunk ? o->count - (k) * chunk : chunk)
+#define CH_Q(k) ((CH_LEN(k) + n - 1) / n)   /* elements per part of chunk k (the last parts may be short) */
+#define PART_OFF(k, p) ((k) * chunk + (uint64_t)(p) * CH_Q(k))
+#define PART_LEN(k, p) ((uint64_t)(p) * CH_Q(k) >= CH_LEN(k) ? 0                                         \
+                        : CH_LEN(k) - (uint64_t)(p) * CH_Q(k) < CH_Q(k) ? CH_LEN(k) - (uint64_t)(p) * CH_Q(k) \
+                        : CH_Q(k))
+#define PART_BUF(r, k, p) (slot_of(c, r) + ((k) % nbuf) * buf_bytes + (uint64_t)(p) * part * es)
+    for (uint64_t t = 0; t < nchunks + 2 * LAG && !rc; ++t) {
+        if (t < nchunks) {   /* step 0 of chunk t */
+            uint64_t k = t;
+            for (uint32_t p = 0; p < n && !rc; ++p)   /* rank p read this buffer's part p (chunk k - nbuf) */
+                if (p != me && k >= nbuf)
+                    rc = wait_progress(c, p, 1, base[1] + (uint32_t)(k - nbuf + 1), what);
+            for (uint32_t p = 0; p < n && !rc; ++p)
+                if (p != me && PART_LEN(k, p)) {
+                    memcpy(PART_BUF(me, k, p), o->src + PART_OFF(k, p) * es, PART_LEN(k, p) * es);
+                    moved += PART_LEN(k, p) * es;
+                }
+            if (rc)
+                break;
+            post_progress(c, 0);
+        }
+        if (t >= LAG && t - LAG < nchunks) {   /* step 1 of chunk t - LAG */
+            uint64_t k = t - LAG;
+            for (uint32_t p = 0; p < n && !rc; ++p) {
+                if (p == me)
+                    continue;
+                rc = wait_progress(c, p, 0, base[0] + (uint32_t)(k + 1), what);   /* its parts of chunk k */
+                if (!rc && k >= nbuf)   /* it read my result of chunk k - nbuf */
+                    rc = wait_progress(c, p, 2, base[2] + (uint32_t)(k - nbuf + 1), what);
+            }
+            if (rc)
+                break;
+            uint64_t mine = PART_LEN(k, me);
+            if (mine) {
+                for (uint32_t r = 0; r < n; ++r)
+                    ins[r] = r == me ? (const void *)(o->src + PART_OFF(k, me) * es) : PART_BUF(r, k, me);
+                reduce_into(PART_BUF(me, k, me), ins, n, mine, o->dt, o->op);
+                memcpy(o->dst + PART_OFF(k, me) * es, PART_BUF(me, k, me), mine * es);
+                moved += (n + 1) * mine * es;
+            }
+            post_progress(c, 1);
+        }
+        if (t >= 2 * LAG && t - 2 * LAG < nchunks) {   /* step 2 of chunk t - 2 LAG */
+            uint64_t k = t - 2 * LAG;
+            for (uint32_t p = 0; p < n && !rc; ++p) {
+                if (p == me)
+                    continue;
+                if ((rc = wait_progress(c, p, 1, base[1] + (uint32_t)(k + 1), what)))
+                    break;
+                if (PART_LEN(k, p)) {
+                    memcpy(o->dst + PART_OFF(k, p) * es, PART_BUF(p, k, p), PART_LEN(k, p) * es);
+                    moved += PART_LEN(k, p) * es;
+                }
+            }
+            if (rc)
+                break;
+            post_progress(c, 2);
+        }
+    }
+#undef CH_LEN
+#undef CH_Q
+#undef PART_OFF
+#undef PART_LEN
+#undef PART_BUF
+    if (!rc)
+        rc = barrier(c, to, what);
+    atomic_fetch_add(&c->bytes, moved);
+    return rc;
+}
+#undef LAG
 
 /* Collectives: per chunk, each rank writes its part into its slot, all meet, each reads what it
  * needs, all meet again (then the slots may be overwritten). */
@@ -983,7 +1165,7 @@ static aclError op_task(void *arg)
 {
     op_t *o = arg;
     o->ran = true;
-    HcclResult rc = o->kind == OP_P2P ? run_p2p(o) : run_collective(o);
+    HcclResult rc = o->kind == OP_P2P ? run_p2p(o) : o->kind == OP_ALLREDUCE ? run_allreduce(o) : run_collective(o);
     if (rc == HCCL_SUCCESS) {
         atomic_fetch_add(&o->c->ops, 1);
         return ACL_SUCCESS;
