@@ -393,6 +393,7 @@ aclnnStatus aclnnFusedSgdGetWorkspaceSize(const aclTensorList *paramsRef, const 
     float momentum, float lr, float dampening, bool nesterov, bool maximize, bool isFirstStep,
     uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnFusedSgd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
 
 /* ---- issue 14, model ops (batch norm, adaptive pooling, embedding, cat, pad, gather): prototypes from
  * hicann/ops-nn e5c3fa93 (norm/batch_norm_v3, norm/batch_norm_grad_v3, pooling/adaptive_avg_pool2d,
@@ -460,6 +461,8 @@ aclnnStatus aclnnCat(void *workspace, uint64_t workspaceSize, aclOpExecutor *exe
 aclnnStatus aclnnConstantPadNdGetWorkspaceSize(const aclTensor *self, const aclIntArray *pad,
     const aclScalar *value, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnConstantPadNd(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+
 /* --- issue 14, activations, dropout and MSE loss (hiascend.com aclnn pages of each op: aclnnHardswish,
  * aclnnHardswishBackward, aclnnHardsigmoid, aclnnHardsigmoidBackward, aclnnRsqrt, aclnnSin, aclnnCos,
  * aclnnDropoutGenMaskV2, aclnnDropoutDoMask, aclnnMseLoss, aclnnMseLossBackward) --- */
@@ -517,6 +520,7 @@ aclnnStatus aclnnMseLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, co
     aclOpExecutor **executor);
 aclnnStatus aclnnMseLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
     aclrtStream stream);
+
 /* attention family (kernels/_sim/op_attention.c). FlashAttentionScore / FlashAttentionScoreGrad:
  * hiascend.com CANN 8.x aclnn API pages "aclnnFlashAttentionScore" and "aclnnFlashAttentionScoreGrad"
  * (aclnnop/aclnn_flash_attention_score.h, aclnnop/aclnn_flash_attention_score_grad.h, libopapi);
