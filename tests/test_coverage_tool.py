@@ -59,16 +59,17 @@ def test_tiny_bert_text_and_json():
     args = ("--model", "bert", "--input-shape", "2,8", "--hf-config", "num_hidden_layers=1")
     res = _json(*args)
     assert res["model"].startswith("bert")
-    assert 0 < res["coverage"] < 1 and res["compute_calls"] > res["canna_calls"]
-    # the ops without a canna op yet are listed with counts, their backward nodes too
-    assert res["no_canna_op"]["torch.nn.functional.embedding"] == 6     # 3 embeddings, train + eval
-    assert res["pytorch_backward"]["EmbeddingBackward0"] == 3
+    assert 0 < res["coverage"] <= 1 and res["compute_calls"] >= res["canna_calls"]
+    # the ops that ran on canna are in the report, the ones without a canna op listed with counts
+    assert res["report"]["ops"]["embedding"]["canna"] == 6     # 3 embeddings, train + eval
+    assert all(isinstance(n, int) and n > 0 for n in res["no_canna_op"].values())
+    assert all(isinstance(n, int) and n > 0 for n in res["pytorch_backward"].values())
     assert res["report"]["ops"]["apply_adamw"]["canna"] == 1
     err = res["max_rel_error"]
     assert err["loss"] < 1e-5 and err["output"] < 1e-5 and err["grads"] < 1e-5 and err["grads_per_tensor"] < 1e-4
     r = _run(*args)
     assert r.returncode == 0, r.stderr
-    assert "compute calls on canna" in r.stdout and "torch.nn.functional.embedding" in r.stdout
+    assert "compute calls on canna" in r.stdout
     assert "plain PyTorch" in r.stderr     # progress
 
 
@@ -96,17 +97,16 @@ def test_report_coverage_counts_backward_nodes_and_skips_views():
     import torch
     import canna_dl.torch as ct
     w = torch.randn(5, 4, requires_grad=True)
-    idx = torch.tensor([0, 3, 1])
     with ct.offload() as rep:
-        e = torch.nn.functional.embedding(idx, w)       # no canna op yet: forward and backward on PyTorch
-        y = torch.relu(e.view(3, 4).contiguous()[1:])   # a view, a no-op contiguous, basic indexing
+        e = torch.cumsum(w, 0)                          # no canna op: forward and backward on PyTorch
+        y = torch.relu(e.view(5, 4).contiguous()[1:])   # a view, a no-op contiguous, basic indexing
         y.sum().backward()
     cov = rep.coverage()
-    assert cov["no_canna_op"] == {"torch.nn.functional.embedding": 1}
-    assert cov["pytorch_backward"] == {"EmbeddingBackward0": 1}     # once, though backward re-enters the mode
+    assert cov["no_canna_op"] == {"torch.cumsum": 1}
+    assert cov["pytorch_backward"] == {"CumsumBackward0": 1}     # once, though backward re-enters the mode
     assert "torch.Tensor.view" in cov["not_compute"]
     assert "torch.Tensor.contiguous" not in rep.pytorch_calls and "torch.Tensor.__getitem__" not in rep.pytorch_calls
-    # relu and sum with their backward on canna; embedding and its backward on PyTorch
+    # relu and sum with their backward on canna; cumsum and its backward on PyTorch
     assert cov["canna"] == 4 and cov["total"] == 6 and cov["share"] == 4 / 6
 
 
