@@ -1,10 +1,11 @@
 """Products, normalization, convolution, pooling, losses and reductions: their registry entries.
 
 Their launch code is still written by hand (``kernels/_nn.py``, ``kernels/_reduce.py``,
-``kernels/_composite.py``: workspace-sized executors, ``native_*`` variants, ``output_mask``), as
-are their framework shims; the entry states their inputs (a required array given None is a
-TypeError, checked here for all of them) and their shape rules, which the torch shim's
-``register_fake`` uses (one matmul rule, one convolution / pooling output-length rule).
+``kernels/_composite.py``: workspace-sized executors, ``native_*`` variants, ``output_mask``); the
+entry states their inputs (a required array given None is a TypeError, checked here for all of
+them) and their shape rules. The framework shims of softmax, log_softmax, matmul and linear and of
+their backward ops are generated from their entries (their backward written once here, double
+backward included); those of the others are still hand-written (``generate=False``).
 """
 from __future__ import annotations
 
