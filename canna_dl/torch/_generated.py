@@ -42,7 +42,7 @@ def _hand(name):
     """The hand-written routing functions of the ops whose shims are not generated yet."""
     from . import _functions as F
     return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "sum": F._sum,
-            "mean": F._mean, "linear": F._linear, "sum_to_size": F._sum_to_size}.get(name)
+            "mean": F._mean, "sum_to_size": F._sum_to_size}.get(name)
 
 
 def _torch_ns_fn(op):
@@ -195,6 +195,8 @@ def _function_class(op, traced=False):
     if op.lists:
         return _list_function_class(op, traced)
     n = len(op.inputs)
+    innames = [t.name for t in op.inputs]
+    save_at = [(0, innames.index(s)) if s in innames else (1, op.outputs.index(s)) for s in op.save]
     names = [a.name for a in op.attrs]
     nd_names = [o for o in op.outputs if o not in op.diff_outputs]
 
@@ -207,7 +209,7 @@ def _function_class(op, traced=False):
         ot = _as_tuple(outs)
         ctx.attrs = attrs
         ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
-        ctx.save_for_backward(*op.saved(arrays, ot))
+        ctx.save_for_backward(*[(arrays if k == 0 else ot)[j] for k, j in save_at])
         if nd_names:
             ctx.mark_non_differentiable(*[o for o, nm in zip(ot, op.outputs) if nm in nd_names])
         return outs
@@ -383,6 +385,19 @@ def _check(op, api, arrays):
             _check_one(op, api, t, t.name, a)
 
 
+_OK: dict = {}   # id(Tensor input) -> the torch dtypes it takes with no further check
+
+
+def _ok_dtypes(op, t):
+    ok = _OK.get(id(t))
+    if ok is None:
+        # the input's dtypes (an integer one only where the op keeps ints: not int in, float out)
+        ok = frozenset(getattr(torch, d.name) for d in t.dtypes
+                       if hasattr(torch, d.name) and (d.kind == "f" or op.shape is not R.same_float))
+        ok = _OK[id(t)] = (t, ok)
+    return ok[1]
+
+
 def _check_one(op, api, t, name, a):
     if not isinstance(a, Tensor):
         raise TypeError(f"{api}: {name}: expected a torch.Tensor, got {type(a).__name__}; convert with "
@@ -447,16 +462,19 @@ def function(op):
             if op.shape is R.same_float:   # ints are refused (see _check)
                 cond = f" and getattr({tensors[0]}, 'dtype', None) in _FL"
                 g["_FL"] = C.FLOATS
-            head = f"    if _route(_api, {', '.join(tensors)}) == 0{cond}:\n        return _k({call})\n"
+            head = (f"    r = _route(_api, {', '.join(tensors)})\n"
+                    f"    if r == 0{cond}:\n        return _k({call})\n")
+            known = "r"
         else:
-            head = ""
+            head, known = "", "None"
         attr_dict = ", ".join(f"{a.name!r}: {a.name}" for a in op.attrs)
         src = (f"def {op.name}({', '.join(params)}):\n{head}"
-               f"    return _slow(({', '.join(tensors)},), {{{attr_dict}}})\n")
+               f"    return _slow(({', '.join(tensors)},), {{{attr_dict}}}, {known})\n")
+        oks = [_ok_dtypes(op, t) for t in op.inputs]
 
         through = op.through_parts
 
-        def slow(arrays, attrs):
+        def slow(arrays, attrs, r):
             for a in op.attrs:
                 attrs[a.name] = a.check(api, attrs[a.name])
             if op.lists:
@@ -471,10 +489,17 @@ def function(op):
                 r = _route_all(api, flat)
                 pre = (lay, *flat)
             else:
-                flat = arrays
-                r = route(api, *arrays[:4]) if len(arrays) <= 4 else _route_all(api, arrays)
-                pre = arrays
-            _check(op, api, arrays)
+                flat = pre = arrays
+                if r is None:
+                    r = route(api, *arrays[:4]) if len(arrays) <= 4 else _route_all(api, arrays)
+            for t, a, ok in zip(op.inputs, arrays, oks):
+                # the common case in one test; anything else gets the detailed checks and messages
+                if a is None and t.optional:
+                    continue
+                if type(a) is not Tensor or a.dtype not in ok or t.mutated or (
+                        a.requires_grad and not a.dtype.is_floating_point):
+                    _check(op, api, arrays)
+                    break
             if through:   # differentiated through the registered ops it is made of (their Functions / custom ops)
                 if r == EAGER:
                     return op.kernel(*[plain(a) for a in arrays], **attrs)
