@@ -42,7 +42,8 @@ def test_none_for_a_required_array_is_a_type_error(op, i):
         with pytest.raises(TypeError, match=f"{op.inputs[i].name} must be an array"):
             op.kernel(**call)
     else:
-        with pytest.raises(TypeError, match=f"{op.inputs[i].name} must be an array"):
+        what = "a list of arrays" if op.inputs[i].list else "an array"
+        with pytest.raises(TypeError, match=f"{op.inputs[i].name} must be {what}"):
             op.kernel(*args, **kw)
 
 
@@ -91,10 +92,12 @@ def _domain(op, x):
 
 #: the generated ops of one array input (the products, norms, ... are tested against PyTorch / TF / JAX in
 #: tests/test_torch_autograd.py, test_tf_autograd.py, test_jax_autograd.py, test_torch_offload.py)
-#: (the model ops with required shape attributes or no backward — pad, adaptive_avg_pool2d,
-#: batch_norm_stats — are tested in tests/test_concat_pad.py, test_adaptive_pool.py, test_batchnorm.py)
+#: (the model ops with a list input, required shape attributes or no backward — cat, pad,
+#: adaptive_avg_pool2d, batch_norm_stats — are tested in tests/test_concat_pad.py, test_adaptive_pool.py,
+#: test_batchnorm.py)
 _GEN = [op for op in R.registered_ops("canna") if op.generate and not op.name.endswith("_backward")
-        and len(op.inputs) == 1 and op.backward is not None and not any(a.required for a in op.attrs)]
+        and len(op.inputs) == 1 and not op.lists and op.backward is not None
+        and not any(a.required for a in op.attrs)]
 _GEN_IDS = [op.name for op in _GEN]
 
 
