@@ -190,7 +190,7 @@ class Attr:
             raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
         if type not in _ATTR_TYPES:
             raise RegistrationError(f"attribute {name}: type must be int, float, bool, str, list[int] or "
-                                    f"kernels.DTYPE, not {type!r}")
+                                    f"a dtype (kernels._registry.DTYPE), not {type!r}")
         if type == INT_LIST:
             type = INT_LIST     # one object (list[int] makes a new alias each time)  # noqa: A001
         elif type == BOOL_LIST:

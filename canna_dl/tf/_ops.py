@@ -193,30 +193,9 @@ def _out_features_shape(x, n):
     return x.shape[:-1].concatenate([n])
 
 
-def linear(x, weight, bias=None):
-    """``x @ weight^T + bias`` with PyTorch's layout (``torch.nn.functional.linear``;
-    ``kernels.linear`` / ``kernels.backward.linear``).
-
-    Args:
-        x: ``[*, in_features]``. weight: ``[out_features, in_features]``. bias: ``[out_features]`` or None.
-
-    Returns ``[*, out_features]``. See :func:`dense` for Keras's ``[in, out]`` kernel layout.
-    """
-    api = _P + "linear"
-    xt = float_tensor(api, "x", x)
-    w = float_tensor(api, "weight", weight)
-    b = None if bias is None else float_tensor(api, "bias", bias)
-    _linear_checks(api, xt, w, b, 1, 0)
-    xs = [xt, w] + ([b] if b is not None else [])
-    has_b = b is not None
-
-    def fwd(save, x, w, b=None):
-        return [K.linear(x, w, b)]
-
-    def bwd(d, xs, s):
-        gx, gw, gb = K.backward.linear(d[0], xs[0], xs[1], (True, True, has_b))
-        return [gx, gw] + ([gb] if has_b else [])
-    return apply(api, xs, (True,) * len(xs), fwd, 1, lambda: [(xt.dtype, _out_features_shape(xt, w.shape[0]))], bwd)
+# linear(x, weight, bias=None): generated from its registry entry (kernels/ops/nn.py); see dense for
+# Keras's [in, out] kernel layout
+linear = _gen("linear")
 
 
 def dense(x, kernel, bias=None):

@@ -350,41 +350,7 @@ def _g(name):
 _matmul = _g("matmul")
 
 
-class _Linear(Function):
-    @staticmethod
-    def forward(ctx, x, w, b):
-        ctx.save_for_backward(x, w)
-        ctx.has_b = b is not None
-        return kernels.linear(plain(x), plain(w), plain(b))
-
-    @staticmethod
-    def backward(ctx, g):
-        with NoTorchFunction():
-            x, w = ctx.saved_tensors
-            mask = (_need(ctx, 0), _need(ctx, 1), _need(ctx, 2) and ctx.has_b)
-            if grad_enabled():
-                return _linear_backward_graph(g, x, w, mask)
-            return kbw.linear(g, plain(x), plain(w), output_mask=mask)
-
-
-def _linear_backward_graph(g, x, w, mask):
-    nout, nin = w.shape
-    gx = _matmul(g, w) if mask[0] else None
-    gw = _matmul(g.reshape(-1, nout).mT, x.reshape(-1, nin)) if mask[1] else None
-    gb = (_sum(g, tuple(range(g.dim() - 1))) if g.dim() > 1 else g) if mask[2] else None
-    return gx, gw, gb
-
-
-def _linear(x, w, b=None):
-    api = "canna_dl.torch.nn.functional.linear"
-    r = route(api, x, w, b)
-    if r == EAGER:
-        return kernels.linear(plain(x), plain(w), plain(b))
-    for name, t in (("input", x), ("weight", w), ("bias", b)):
-        C.check_float(api, name, t)
-    if r == AUTOGRAD:
-        return _Linear.apply(x, w, b)
-    return _ops.linear(x, w, b)
+_linear = _g("linear")   # generated from its registry entry (its double backward too)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def _hand(name):
     """The hand-written routing functions of the ops whose shims are not generated yet."""
     from . import _functions as F
     return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "sum": F._sum,
-            "mean": F._mean, "linear": F._linear, "sum_to_size": F._sum_to_size}.get(name)
+            "mean": F._mean, "sum_to_size": F._sum_to_size}.get(name)
 
 
 def _torch_ns_fn(op):

@@ -102,9 +102,6 @@ def _fake_div_scalar(self, other):
 
 
 
-def _fake_linear(x, w, b=None):
-    return x.new_empty((*x.shape[:-1], w.shape[0]))
-
 
 def _stat_shape(x, ns):
     k = len(ns)
@@ -237,17 +234,6 @@ def _bw_div_scalar(ctx, g):
 def _bw_rdiv_scalar(ctx, g):       # other / self: -other * g / self²
     (x,) = ctx.saved_tensors
     return _reduce(F._div(F._mul(g, -ctx.other), F._mul(x, x)), g.shape, ctx.dtype), None
-
-
-def _setup_save_inputs(ctx, inputs, output):
-    ctx.save_for_backward(*[t if isinstance(t, torch.Tensor) else None for t in inputs])
-    ctx.args = tuple(None if isinstance(t, torch.Tensor) else t for t in inputs)
-
-
-def _bw_linear(ctx, g):
-    x, w, b = ctx.saved_tensors
-    gx, gw, gb = torch.ops.canna.linear_backward(g, x, w, [True, True, b is not None])
-    return gx, gw, (gb if b is not None else None)
 
 
 def _setup_layer_norm(ctx, inputs, output):
@@ -404,9 +390,6 @@ def _register():
         lambda x, size: _copy_if_alias(kernels.sum_to_size(P(x), tuple(size)), P(x)), _fake_sum_to_size,
         _bw_sum_to_size, _setup_sum_to_size)
     # products
-    _op("linear", f"({T} input, {T} weight, {T}? bias=None) -> {T}",
-        lambda x, w, b=None: kernels.linear(P(x), P(w), P(b)), _fake_linear, _bw_linear, _setup_save_inputs)
-    # activations: generated from their registry entries (canna_dl/torch/_generated.py)
     # normalization
     _op("layer_norm", f"({T} input, int[] normalized_shape, {T}? weight, {T}? bias, float eps) -> ({T}, {T}, {T})",
         lambda x, ns, w, b, eps: kernels.native_layer_norm(P(x), ns, P(w), P(b), eps), _fake_layer_norm,
@@ -483,13 +466,6 @@ def _register():
         lambda g, x, t, w, ii, red, tw: kbw.nll_loss(P(g), P(x), P(t), P(w), ii, red, total_weight=P(tw)),
         lambda g, x, *a: x.new_empty(x.shape))
 
-    def lin_bw(g, x, w, mask):
-        outs = kbw.linear(P(g), P(x), P(w), output_mask=_sym_bool(mask))
-        return _masked(mask, outs, (x, x, x))
-    _op("linear_backward", f"({T} grad, {T} input, {T} weight, bool[3] output_mask) -> ({T}, {T}, {T})", lin_bw,
-        lambda g, x, w, mask: (x.new_empty(x.shape) if mask[0] else _empty(x),
-                               w.new_empty(w.shape) if mask[1] else _empty(x),
-                               w.new_empty((w.shape[0],)) if mask[2] else _empty(x)))
     _op("sum_backward", f"({T} grad, SymInt[] input_shape, int[]? dim, bool keepdim) -> {T}",
         lambda g, shape, dim, keepdim: kbw.sum(P(g), tuple(shape), dim, keepdim),
         lambda g, shape, dim, keepdim: g.new_empty(tuple(shape)))

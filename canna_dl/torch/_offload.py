@@ -197,10 +197,6 @@ def _h_div_(v):
     return F._div_(v[0], v[1])
 
 
-def _h_linear(v):
-    _chk(v[0], v[1], v[2])
-    return F._linear(v[0], v[1], v[2])
-
 
 def _h_relu(v):
     _chk(v[0])
@@ -320,7 +316,6 @@ def _build_table():
     m((_T.mul_, _T.multiply_), "mul_", S(("input", "other")), _h_mul_)
     m((_T.div_, _T.divide_, _T.true_divide_), "div_", S(("input", "other", "rounding_mode"), 2, rounding_mode=None),
       _h_div_)
-    m((_nnf.linear,), "linear", S(("input", "weight", "bias"), bias=None), _h_linear)
     m((torch.relu, _T.relu), "relu", S(("input",)), _h_relu)
     m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
     m((torch.relu_, _T.relu_), "relu_", S(("input",)), _h_relu_)

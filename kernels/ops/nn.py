@@ -1,10 +1,11 @@
 """Products, normalization, convolution, pooling, losses and reductions: their registry entries.
 
 Their launch code is still written by hand (``kernels/_nn.py``, ``kernels/_reduce.py``,
-``kernels/_composite.py``: workspace-sized executors, ``native_*`` variants, ``output_mask``), as
-are their framework shims; the entry states their inputs (a required array given None is a
-TypeError, checked here for all of them) and their shape rules, which the torch shim's
-``register_fake`` uses (one matmul rule, one convolution / pooling output-length rule).
+``kernels/_composite.py``: workspace-sized executors, ``native_*`` variants, ``output_mask``); the
+entry states their inputs (a required array given None is a TypeError, checked here for all of
+them) and their shape rules. The framework shims of softmax, log_softmax, matmul and linear and of
+their backward ops are generated from their entries (their backward written once here, double
+backward included); those of the others are still hand-written (``generate=False``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,20 @@ def matmul_shape(a, b, **attrs):
 
 
 def linear_shape(x, weight, bias=None, **attrs):
-    return Spec(tuple(x.shape[:-1]) + (weight.shape[0],), x.dtype)
+    """``[*, out_features]`` (``kernels.linear``'s checks: a 2-D weight, x's last dim = in_features,
+    a bias of ``(out_features,)``)."""
+    api = "kernels.linear"
+    if len(weight.shape) != 2:
+        raise ValueError(f"{api}: weight must be 2-D [out_features, in_features], got shape {tuple(weight.shape)}")
+    if len(x.shape) == 0:
+        raise ValueError(f"{api}: x must have at least 1 dimension")
+    nout, nin = weight.shape
+    if x.shape[-1] != nin:
+        raise ValueError(f"{api}: x of shape {tuple(x.shape)} and weight of shape {tuple(weight.shape)} do not match "
+                         f"(x's last dim {x.shape[-1]} != in_features {nin})")
+    if bias is not None and tuple(bias.shape) != (nout,):
+        raise ValueError(f"{api}: bias has shape {tuple(bias.shape)}, expected ({nout},)")
+    return Spec(tuple(x.shape[:-1]) + (nout,), x.dtype)
 
 
 def conv_out(n, k, s, p, d):
@@ -112,7 +126,8 @@ define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, fo
               ("torch.Tensor.bmm", "input, mat2:b", _three_d)),
        doc=N.matmul.__doc__)
 define("linear", inputs=(Tensor("x", F), Tensor("weight", F), Tensor("bias", F, optional=True)), shape=linear_shape,
-       forward=Impl(N.linear), generate=False)
+       forward=Impl(N.linear), backward=lambda ops, g, x, w, needs: ops.linear_backward(g, x, w, needs),
+       save=("x", "weight"), torch=("torch.nn.functional.linear",), doc=N.linear.__doc__)
 
 
 def _softmax_shape(x, dim=-1, dtype=None):
@@ -234,10 +249,41 @@ define("matmul_backward", inputs=(Tensor("grad_out", F), Tensor("a", F), Tensor(
        attrs=(Attr("output_mask", list[bool], (True, True)),), outputs=("grad_a", "grad_b"),
        shape=_matmul_bw_shape, forward=Impl(CO.matmul_backward), backward=_matmul_bw_bw,
        save=("grad_out", "a", "b"), api="kernels.backward.matmul", doc=CO.matmul_backward.__doc__)
+def _linear_bw_shape(g, x, w, output_mask=(True, True, True)):
+    out = linear_shape(x, w)
+    if tuple(g.shape) != out.shape:
+        raise ValueError(f"kernels.backward.linear: grad_out {tuple(g.shape)}, x {tuple(x.shape)} and weight "
+                         f"{tuple(w.shape)} do not match a linear layer")
+    shapes = (x.shape, w.shape, (w.shape[0],))
+    return tuple(Spec(s if m else (0,), x.dtype) for s, m in zip(shapes, output_mask))
+
+
+def _linear_bw_bw(ops, ggx, ggw, ggb, g, x, w, output_mask, needs):
+    """linear's double backward, from ``grad_x = g @ w``, ``grad_w = g^T x``, ``grad_b = sum(g)``:
+    d/dg = linear(ggx, w, ggb) + linear(x, ggw), d/dx = g @ ggw, d/dw = g^T ggx (linear_backward
+    itself with its operands swapped)."""
+    mx, mw, mb = output_mask
+    dg = dx = dw = None
+    if needs[0]:
+        parts = []
+        if mx:
+            parts.append(ops.linear(ggx, w, ggb if mb else None))
+        elif mb:
+            parts.append(ops.add(ops.mul(g, 0.0), ggb))     # ggb broadcast to g's shape
+        if mw:
+            parts.append(ops.linear(x, ggw))
+        dg = parts[0] if len(parts) == 1 else ops.add(parts[0], parts[1]) if parts else None
+    if needs[1] and mw:
+        dx = ops.linear_backward(g, x, ggw, (True, False, False))[0]
+    if needs[2] and mx:
+        dw = ops.linear_backward(g, ggx, w, (False, True, False))[1]
+    return dg, dx, dw
+
+
 define("linear_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("weight", F)),
-       attrs=(Attr("output_mask", _o, (True, True, True)),), outputs=("grad_x", "grad_weight", "grad_bias"),
-       shape=lambda g, x, w, **k: (Spec(x.shape, x.dtype), Spec(w.shape, w.dtype), Spec((w.shape[0],), w.dtype)),
-       forward=Impl(CO.linear_backward), generate=False, api="kernels.backward.linear")
+       attrs=(Attr("output_mask", list[bool], (True, True, True)),), outputs=("grad_x", "grad_weight", "grad_bias"),
+       shape=_linear_bw_shape, forward=Impl(CO.linear_backward), backward=_linear_bw_bw,
+       save=("grad_out", "x", "weight"), api="kernels.backward.linear", doc=CO.linear_backward.__doc__)
 define("max_pool2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("indices", C.INTS)),
        attrs=_pool_attrs, shape=lambda g, x, *a, **k: Spec(x.shape, g.dtype), forward=Impl(N.max_pool2d_backward),
        generate=False, api="kernels.backward.max_pool2d")
