@@ -55,8 +55,6 @@ SHAPES = (
     ("convnext dw 7x7 320ch", (8, 320, 2, 2), (320, 1, 7, 7), 1, 3, 320, True, True),
     ("convnext down 2x2/2", (8, 40, 16, 16), (80, 40, 2, 2), 2, 0, 1, True, True),
 )
-#: rows left out of a --quick run (the 224x224 ones take a large share of the time)
-HEAVY = ("resnet18 224 stem 7x7/2", "resnet18 224 layer1 3x3")
 #: the rows of a --quick run: one per kind of layer (GEMM, deep GEMM, depthwise, large depthwise)
 QUICK = ("resnet18 layer1 3x3", "resnet18 layer4 3x3", "mobilenet dw 3x3/2 16ch", "convnext dw 7x7 40ch")
 
@@ -174,4 +172,4 @@ def main(argv=None):
 if __name__ == "__main__":
     sys.exit(main())
 
-__all__ = ["SHAPES", "HEAVY", "QUICK", "measure", "measure_here", "measure_shape", "table", "fmt"]
+__all__ = ["SHAPES", "QUICK", "measure", "measure_here", "measure_shape", "table", "fmt"]
