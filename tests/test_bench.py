@@ -27,7 +27,7 @@ ROWS = {
                "torch.from_dlpack(DeviceArray)"],
     "matmul": ["matmul 1024^3 vs torch", "matmul 1024^3 vs numpy", "matmul 1024^3 vs tensorflow"],
     "softmax": ["softmax 4096x4096 vs torch", "softmax 4096x4096 vs numpy"],
-    "conv": [f"conv {r[0]}" for r in bench_conv.SHAPES if r[0] not in bench_conv.HEAVY],   # --quick: no 224
+    "conv": [f"conv {name}" for name in bench_conv.QUICK],   # the rows of a --quick run
     "train": ["SimpleCNN step, batch 64x1x28x28", "Dense 64-128-10 step, eager GradientTape"],
     "custom": [f"registered custom add {size} ({fw})" for size in ("1M elements", "1024x1024", "32x1024x1024")
                for fw in ("torch", "tf")],

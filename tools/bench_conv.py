@@ -55,8 +55,8 @@ SHAPES = (
     ("convnext dw 7x7 320ch", (8, 320, 2, 2), (320, 1, 7, 7), 1, 3, 320, True, True),
     ("convnext down 2x2/2", (8, 40, 16, 16), (80, 40, 2, 2), 2, 0, 1, True, True),
 )
-#: rows left out of a --quick run (the 224x224 ones take a large share of the time)
-HEAVY = ("resnet18 224 stem 7x7/2", "resnet18 224 layer1 3x3")
+#: the rows of a --quick run: one per kind of layer (GEMM, deep GEMM, depthwise, large depthwise)
+QUICK = ("resnet18 layer1 3x3", "resnet18 layer4 3x3", "mobilenet dw 3x3/2 16ch", "convnext dw 7x7 40ch")
 
 
 def _fmt_ms(sec):
@@ -107,8 +107,8 @@ def measure_shape(row, *, budget: float, rounds: int = 5, check: bool = True) ->
 
 def measure_here(*, quick: bool, only=None) -> list:
     """Every row (``only``: names to keep) in this process, with its current thread settings."""
-    rows = [r for r in SHAPES if (only is None or r[0] in only) and not (quick and r[0] in HEAVY)]
-    budget = 0.3 if quick else 2.0
+    rows = [r for r in SHAPES if (only is None or r[0] in only) and (r[0] in QUICK if quick else True)]
+    budget = 0.2 if quick else 2.0
     return [measure_shape(r, budget=budget, rounds=3 if quick else 5) for r in rows]
 
 
@@ -141,7 +141,7 @@ def table(result) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="short measurements, no 224x224 rows")
+    ap.add_argument("--quick", action="store_true", help="short measurements of four rows (QUICK)")
     ap.add_argument("--threads", type=int, default=1, help="torch and simulator threads (default 1)")
     ap.add_argument("--only", default="", help="comma-separated row names")
     ap.add_argument("--json", metavar="PATH", help="write the rows as JSON")
@@ -172,4 +172,4 @@ def main(argv=None):
 if __name__ == "__main__":
     sys.exit(main())
 
-__all__ = ["SHAPES", "measure", "measure_here", "measure_shape", "table", "fmt"]
+__all__ = ["SHAPES", "QUICK", "measure", "measure_here", "measure_shape", "table", "fmt"]

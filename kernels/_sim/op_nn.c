@@ -47,7 +47,7 @@ static aclnnStatus pair(const char *api, const char *name, const nn_intarray_t *
  *   row (unit stride when the stride is 1) and are compiled for AVX-512, AVX2 + FMA and baseline.
  * - otherwise im2col + GEMM over column panels: the N * OH * OW output positions are cut into
  *   panels of at most CV_PANEL_BYTES of im2col columns (all groups): part of one image, or whole
- *   images when an image has few positions (deep layers), so that the GEMMs stay wide. Per panel:
+ *   images when an image has fewer than CV_SPAN_POSITIONS (deep layers), so the GEMMs stay wide. Per panel:
  *   im2col (parallel over groups, channels and images), then the GEMMs cut into tiles over the
  *   device's AI-core blocks; gradWeight accumulates panel after panel into its own tiles (no
  *   per-block partial sums), gradInput is col2im of W^T x gradOutput into the panel's buffer.
@@ -55,6 +55,7 @@ static aclnnStatus pair(const char *api, const char *name, const nn_intarray_t *
  * The workspace (phase 1's size) holds the packed operands, the panel buffers and the bias. */
 
 #define CV_PANEL_BYTES ((int64_t)8 << 20)   /* im2col columns of a panel, all groups */
+#define CV_SPAN_POSITIONS 512               /* images with fewer output positions share panels */
 #define CV_KMAX 64                          /* kernel columns whose valid output ranges are tabulated */
 #define CV_PAD_MAX 16384                    /* elements of a zero-padded input plane on the stack */
 #define CV_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -117,7 +118,7 @@ static void cv_fill_ranges(cv_params_t *p)
     static void im2col_##T(const cv_params_t *p, const T *x, int64_t n, int64_t g, int64_t ci0, int64_t ci1,    \
                            int64_t c0, int64_t nc, T *col, int64_t ld)                              \
     {                                                                                              \
-        int64_t L = p->OH * p->OW, oh_0 = c0 / p->OW, ow_0 = c0 % p->OW;                           \
+        int64_t oh_0 = c0 / p->OW, ow_0 = c0 % p->OW;                                              \
         for (int64_t ci = ci0; ci < ci1; ci++) {                                                   \
             const T *plane = x + ((n * p->C) + g * p->Cg + ci) * p->H * p->W;                      \
             if (p->pointwise) {                                                                    \
@@ -157,7 +158,6 @@ static void cv_fill_ranges(cv_params_t *p)
                     }                                                                              \
                 }                                                                                  \
         }                                                                                          \
-        (void)L;                                                                                   \
     }                                                                                              \
     static void col2im_##T(const cv_params_t *p, const T *col, int64_t ld, int64_t ci0, int64_t ci1, int64_t c0, \
                            int64_t nc, T *dx /* image n, group g: [Cg][H*W] */)                   \
@@ -449,7 +449,7 @@ static inline size_t cv_csz(const cv_params_t *p) { return nn_ct_size(p->ct); }
 #define CV_AT(base, elems) ((base) + (size_t)(elems) * csz)
 
 /* tiles of a gm x gn product per group so that the groups' tiles give every AI core one (tiles of
- * at least 64 rows and 128 columns; a thinner GEMM spends its time packing its operands) */
+ * at least 64 rows and 256 columns; a thinner GEMM spends its time packing its operands) */
 static void cv_tiles(cv_job_t *j, int64_t gm, int64_t gn)
 {
     const cv_params_t *p = j->p;
@@ -459,7 +459,7 @@ static void cv_tiles(cv_job_t *j, int64_t gm, int64_t gn)
     if (mt > want)
         mt = want;
     int64_t want2 = (want + mt - 1) / mt;
-    int64_t nt = gn / 128 > 1 ? gn / 128 : 1;
+    int64_t nt = gn / 256 > 1 ? gn / 256 : 1;
     if (nt > want2)
         nt = want2;
     j->mtile = (gm + mt - 1) / mt;
@@ -750,7 +750,7 @@ static void cv_plan(nn_exec_t *ex, cv_params_t *p, bool backward)
     if (pmax < 1)
         pmax = 1;
     int64_t ipp = pmax / L < p->N ? pmax / L : p->N;
-    if (ipp >= 2) {
+    if (ipp >= 2 && L < CV_SPAN_POSITIONS) {
         p->span = true;
         p->P = ipp * L;
     } else {
@@ -799,7 +799,6 @@ static aclError cv_fwd_run(nn_exec_t *ex)
         return ACL_SUCCESS;
     if (!p->direct && p->Kg && nn_blas_ready(ex->api))
         return ACLNN_ERR_INNER_FIND_KERNEL_ERROR;
-    size_t csz = nn_ct_size(p->ct);
     cv_job_t j;
     memset(&j, 0, sizeof j);
     j.ex = ex;
@@ -844,7 +843,6 @@ static aclError cv_fwd_run(nn_exec_t *ex)
     }
     if (!rc && p->pk_y)
         rc = nn_unpack(ex, p->ct, y, j.Y);
-    (void)csz;
     return rc;
 }
 
