@@ -36,6 +36,7 @@ import builtins
 import enum
 import keyword
 import math
+import numbers
 import operator
 import threading
 
@@ -45,7 +46,7 @@ from . import _core as C
 from . import _native
 
 __all__ = ["Tensor", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "register_op", "get_op", "registered_ops",
-           "OpId", "op_id", "RegistrationError"]
+           "OpId", "op_id", "RegistrationError", "TorchForm"]
 
 _REQ = object()     # a required attribute
 
@@ -65,28 +66,35 @@ def _dtypes(v, default):
 class Tensor:
     """An array input of an op: ``name``; ``dtypes`` (canna/NumPy/torch dtypes or names, or
     ``"float"`` — the default: float32, float64, float16, bfloat16 — or ``"arith"``); ``optional``
-    (None allowed); ``diff`` (gets a gradient; default True for floating inputs)."""
+    (None allowed); ``diff`` (gets a gradient; default True for floating inputs); ``scalar`` (it
+    may also be a Python number: a "weak" scalar in PyTorch's type promotion, ``x + 2``; aclnn
+    takes it as an aclScalar where the op has a scalar form — see :class:`Aclnn` — else as a 0-d
+    array; the torch custom op of that call is the entry's scalar variant, see
+    ``canna_dl/torch/_generated.py``). At least one array input of a call must be an array."""
 
-    __slots__ = ("name", "dtypes", "optional", "diff")
+    __slots__ = ("name", "dtypes", "optional", "diff", "scalar")
 
-    def __init__(self, name, dtypes=None, *, optional=False, diff=True):
+    def __init__(self, name, dtypes=None, *, optional=False, diff=True, scalar=False):
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"input name {name!r} is not a Python identifier")
         self.name = name
         self.dtypes = _dtypes(dtypes, C.FLOATS)
         self.optional = builtins.bool(optional)
         self.diff = builtins.bool(diff)
+        self.scalar = builtins.bool(scalar)
 
     def __repr__(self):
-        return f"Tensor({self.name!r}{', optional' if self.optional else ''})"
+        return f"Tensor({self.name!r}{', optional' if self.optional else ''}{', scalar' if self.scalar else ''})"
 
 
-#: attribute types: Python type -> torch schema type
-_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", object: None}
+#: attribute types: Python type -> torch schema type (``numbers.Number``: a Python int or float,
+#: PyTorch's ``Scalar``, e.g. add's ``alpha`` or pow's ``exponent``; aclnn takes it as an aclScalar)
+_ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", numbers.Number: "Scalar", object: None}
 
 
 class Attr:
-    """A non-array argument: ``name``, ``type`` (int, float, bool or str), ``default`` (omit for
+    """A non-array argument: ``name``, ``type`` (int, float, bool, str, or ``numbers.Number`` for
+    a Python int or float kept as given — PyTorch's ``Scalar``), ``default`` (omit for
     a required one), ``choices`` (allowed values; for a str attribute also what the C fast path
     keys on)."""
 
@@ -96,7 +104,8 @@ class Attr:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
         if type not in _ATTR_TYPES:
-            raise RegistrationError(f"attribute {name}: type must be int, float, bool or str, not {type!r}")
+            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str or numbers.Number, not "
+                                    f"{type!r}")
         self.name, self.type, self.default = name, type, default
         self.choices = tuple(choices) if choices is not None else None
 
@@ -107,6 +116,10 @@ class Attr:
     def check(self, api, v):
         t = self.type
         if t is object:   # a hand-written op's argument (checked by its function)
+            return v
+        if t is numbers.Number:
+            if isinstance(v, builtins.bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{api}: {self.name} must be a Python number, not {type(v).__name__}")
             return v
         if t is float and isinstance(v, int) and not isinstance(v, builtins.bool):
             v = float(v)
@@ -173,12 +186,20 @@ class Aclnn:
 
     ``params(lib, keep, **attrs)`` returns the extra arguments between the inputs and outputs
     (aclScalars, ints, strings), appending objects to keep alive to ``keep``; ``key(**attrs)`` the
-    attributes' part of the executor cache key (default: the attribute values)."""
+    attributes' part of the executor cache key (default: the attribute values).
 
-    __slots__ = ("name", "params", "key")
+    An op whose second input may be a Python number (``Tensor(..., scalar=True)``) names the
+    aclnn function taking it as an aclScalar in ``scalar`` (``aclnnAdds(self, aclScalar other,
+    params..., out)``); ``commute`` — True, or a function of the attributes — says that the first
+    input may be swapped with the second, so that a number first (``2 * x``) takes the scalar
+    form too. A number where the op has no scalar form is a 0-d array of the result's compute
+    dtype (float32 for the 16-bit floats, int64 for integers)."""
 
-    def __init__(self, name, params=None, key=None):
+    __slots__ = ("name", "params", "key", "scalar", "commute")
+
+    def __init__(self, name, params=None, key=None, *, scalar=None, commute=None):
         self.name, self.params, self.key = name, params, key
+        self.scalar, self.commute = scalar, commute
 
 
 class Impl:
@@ -209,6 +230,78 @@ class Launch:
             raise RegistrationError("Launch: rule must be a function (inputs, outputs, attrs) -> (num_blocks, "
                                     "scalars)")
         self.kernel, self.rule = kernel, rule
+
+
+# ---------------------------------------------------------------------------------------------
+# what an entry answers to in PyTorch (its ``torch=`` mapping, beyond plain function names)
+
+class TorchForm:
+    """One torch function ``offload()`` maps to an op, in an entry's ``torch=``: ``fn`` (a dotted
+    name or a callable); ``extras`` (torch arguments accepted only at these values, e.g.
+    ``{"rounding_mode": None}``); ``names``: torch's names of the op's inputs and attributes, in
+    order (default ``"input"`` and the entry's own); ``reflected``: the torch function takes the
+    op's two inputs swapped (``Tensor.__rsub__(self, other)`` is ``sub(other, self)``);
+    ``inplace``: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
+    with ``out=x``; reported as ``<name>_``)."""
+
+    __slots__ = ("fn", "extras", "names", "reflected", "inplace")
+
+    def __init__(self, fn, extras=None, *, names=None, reflected=False, inplace=False):
+        self.fn, self.extras = fn, dict(extras or {})
+        self.names = None if names is None else tuple(names)
+        self.reflected, self.inplace = builtins.bool(reflected), builtins.bool(inplace)
+
+    def __repr__(self):
+        return f"TorchForm({self.fn!r}{', reflected' if self.reflected else ''}{', inplace' if self.inplace else ''})"
+
+
+def torch_form(spec) -> TorchForm:
+    """An entry's ``torch=`` item (a name, a callable, a ``(function, extras)`` pair or a
+    :class:`TorchForm`) as a :class:`TorchForm`."""
+    if isinstance(spec, TorchForm):
+        return spec
+    if isinstance(spec, tuple):
+        return TorchForm(spec[0], spec[1])
+    return TorchForm(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# the backward, as every shim runs it
+
+_MASKED: dict = {}
+
+
+def call_backward(op, ops, grads, saved, attrs, mask=None) -> dict:
+    """Run ``op``'s backward with the namespace ``ops``: {input name: gradient or None}.
+    ``mask`` (one bool per differentiable input, ``op.diff``): the gradients wanted, passed as
+    ``grad_input_mask=`` to a backward that takes it (PyTorch's name in its derivative formulas),
+    so it computes only those; the others are None."""
+    kw = attrs
+    fn = op.backward
+    m = _MASKED.get(fn)
+    if m is None:
+        import inspect
+        try:
+            m = _MASKED[fn] = "grad_input_mask" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            m = _MASKED[fn] = False
+    if m and mask is not None:
+        kw = dict(attrs, grad_input_mask=tuple(mask))
+    r = fn(ops, *grads, *saved, **kw)
+    r = tuple(r) if isinstance(r, (tuple, list)) else (r,)
+    out = dict(zip(op.diff, r))
+    if mask is not None:
+        for n, want in zip(op.diff, mask):
+            if not want:
+                out[n] = None
+    return out
+
+
+def sum_to(ops, g, shape):
+    """The gradient ``g`` of a broadcast result, summed to an operand's ``shape``
+    (``ops.sum_to_size``): how every shim brings a gradient back to its input's shape."""
+    shape = tuple(shape)
+    return g if g is None or tuple(g.shape) == shape else ops.sum_to_size(g, shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,9 +554,14 @@ def _make_kernel(op: OpDef):
         else:
             fp = "None"
         y = tensors[1] if len(tensors) == 2 else "None"
+        if op.elementwise:   # out= may be x itself: the fast path's in-place form (x op= y)
+            g["_IDI"] = int(op.fast_id) | INPLACE
+            cond, fid = f"(out is None or out is {tensors[0]})", "(_ID if out is None else _IDI)"
+        else:
+            cond, fid = "out is None", "_ID"
         fast = (f"    k = None\n"
-                f"    if out is None and stream is None and _FS['on'] and _L.gen == _S.generation:\n"
-                f"        k = _fast(_ID, _fast_stream({op.api!r}), {tensors[0]}, {y}, {fp})\n"
+                f"    if {cond} and stream is None and _FS['on'] and _L.gen == _S.generation:\n"
+                f"        k = _fast({fid}, _fast_stream({op.api!r}), {tensors[0]}, {y}, {fp})\n"
                 f"        if k is not None and type(k) is not bytes:\n"
                 f"            return k\n")
         tail = "k"
@@ -529,11 +627,13 @@ def _none_error(op, values):
 
 
 def check_inputs(op, arrays):
-    """The inputs as DeviceArrays (None for an absent optional one), checked: a required array is
-    present and an array (TypeError otherwise, naming it), of an allowed dtype (TypeError), with
-    at most 8 dims (ValueError)."""
+    """The inputs as DeviceArrays (None for an absent optional one; a Python number as given for a
+    ``scalar`` input), checked: a required array is present and an array (TypeError otherwise,
+    naming it), of an allowed dtype (TypeError), with at most 8 dims (ValueError); not only
+    Python numbers (TypeError)."""
     api = op.api
     out = []
+    nums = 0
     for t, x in zip(op.inputs, arrays):
         if x is None:
             if t.optional:
@@ -541,6 +641,13 @@ def check_inputs(op, arrays):
                 continue
             raise TypeError(f"{api}: {t.name} must be an array (a DeviceArray, a torch/TensorFlow/JAX tensor, a "
                             "NumPy array), not None")
+        if t.scalar and C.is_scalar(x):
+            out.append(x)
+            nums += 1
+            if nums == len(arrays):
+                raise TypeError(f"{api}: at least one operand must be an array, got "
+                                f"{'two' if nums == 2 else nums} Python scalars")
+            continue
         a = C.as_array(api, t.name, x)
         C.check_dtype(api, t.name, a.dtype, t.dtypes)
         if a.ndim > C.MAX_DIMS:
@@ -562,12 +669,18 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     kind = C.result_kind(*arrays) if out is None else None
     ins = check_inputs(op, arrays)
     specs = op.specs(ins, attrs)
-    s = C.device_and_stream(api, ins, stream)
-    named = tuple((t.name, a) for t, a in zip(op.inputs, ins))
+    arrs = [None if C.is_scalar(a) else a for a in ins]
+    s = C.device_and_stream(api, arrs, stream)
+    named = tuple((t.name, a) for t, a in zip(op.inputs, arrs))
     outs = []
+    inplace = False
     for i, sp in enumerate(specs):
         if i == 0 and out is not None:
             outs.append(C.given_out(api, out, sp.shape, sp.dtype, named, allow_same=op.elementwise))
+            # x op= y on torch tensors (an optimizer's p.add_(g, alpha=-lr)): the fast path's in-place form
+            inplace = out is arrays[0] and C._kind_of_type(type(out)) == C.TORCH
+            if inplace and _FS["on"] is None:   # a torch in-place call can be the first one seen
+                C.fast_setup()
         else:
             outs.append(C.new_out(kind, sp.shape, sp.dtype, s))
     if all(o.arr.size == 0 for o in outs):
@@ -576,8 +689,8 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
         f = op.forward
         if isinstance(f, Aclnn):
             plan = _run_aclnn(f, s, ins, outs, attrs)
-            if fkey is not None and kind == C.TORCH and plan is not None:
-                C.fast_register(fkey, plan, ins[0], outs[0].arr, outs[0].obj)
+            if fkey is not None and (kind == C.TORCH or inplace) and plan is not None and arrs[0] is not None:
+                C.fast_register(fkey, plan, ins[0], outs[0].arr, outs[0].obj, inplace)
         elif isinstance(f, Launch):
             _run_launch(op, f, s, ins, outs, attrs)
     if len(outs) == 1:
@@ -585,13 +698,35 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     return tuple(o.obj for o in outs)
 
 
+def _scalar_operands(f, ins, rs, attrs, s):
+    """(aclnn name, inputs, the aclScalar operand or None) of a call with Python-number inputs
+    (see :class:`Aclnn`): the op's scalar form when the number is its second input (or its first,
+    where the op commutes), else the number as a 0-d array of the result's compute dtype."""
+    name, scalar = f.name, None
+    if f.scalar is not None and len(ins) == 2:
+        x, y = ins
+        if C.is_scalar(y) and not C.is_scalar(x):
+            return f.scalar, [x], y
+        c = f.commute
+        if C.is_scalar(x) and not C.is_scalar(y) and c is not None and (c is True or c(**attrs)):
+            return f.scalar, [y], x
+    from ._elementwise import _opmath, _scalar_array
+    dt = _opmath(rs[0].dtype)
+    return name, [_scalar_array(a, dt, s) if C.is_scalar(a) else a for a in ins], scalar
+
+
 def _run_aclnn(f, s, ins, outs, attrs):
     """One aclnn call through the plan cache; returns the plan (for the fast path)."""
+    rs = [o.arr for o in outs]
+    name, scalar = f.name, None
+    if any(C.is_scalar(a) for a in ins):
+        name, ins, scalar = _scalar_operands(f, ins, rs, attrs, s)
     ins = [None if a is None else C.prepare_input(a) for a in ins]
     C.order_inputs(s, ins)
-    rs = [o.arr for o in outs]
     extra = f.key(**attrs) if f.key is not None else tuple(_scalar_key(v) for v in attrs.values())
-    key = (f.name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra)
+    key = (name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra)
+    if scalar is not None:
+        key += ("scalar", _scalar_key(scalar))
     plan = C.get_plan(key)
     if plan is None:
         nin = len(ins)
@@ -600,9 +735,13 @@ def _run_aclnn(f, s, ins, outs, attrs):
         def make_args(lib, t, keep):
             mid = tuple(params(lib, keep, **attrs)) if params is not None else ()
             present = list(t)
+            if scalar is not None:   # aclnn<Op>s(self, aclScalar other, params..., out)
+                sv = C.Param.scalar(lib, scalar)
+                keep.append(sv)
+                mid = (sv,) + mid
             # absent optional inputs are NULL descriptors in t already
             return tuple(present[:nin]) + mid + tuple(present[nin:])
-        plan = C.build_plan(f.name, ins, rs, make_args)
+        plan = C.build_plan(name, ins, rs, make_args)
         C.put_plan(key, plan)
     addrs = [a.ptr for a in ins if a is not None] + [r.ptr for r in rs]
     C.launch(plan, s, addrs, outs, (ins, rs))
@@ -756,7 +895,7 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
             raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool or "
                                     "str) for the framework schemas")
     for f in torch:
-        if not (callable(f) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
+        if not (callable(f) or isinstance(f, TorchForm) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
             raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
     q = f"{namespace}::{name}"
     if q in _REGISTRY:
