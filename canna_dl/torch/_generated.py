@@ -17,6 +17,7 @@ raises a clear error when differentiated.
 """
 from __future__ import annotations
 
+import numbers
 import threading
 
 import torch
@@ -41,7 +42,7 @@ FUNCTIONS: list = []
 def _hand(name):
     """The hand-written routing functions of the ops whose shims are not generated yet."""
     from . import _functions as F
-    return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "matmul": F._matmul, "sum": F._sum,
+    return {"matmul": F._matmul, "sum": F._sum,
             "mean": F._mean, "linear": F._linear, "softmax": F._softmax, "log_softmax": F._log_softmax,
             "sum_to_size": F._sum_to_size}.get(name)
 
@@ -75,13 +76,16 @@ def _as_tuple(r):
     return r if isinstance(r, tuple) else (r,)
 
 
-def _reduce_to(g, t):
-    """A gradient brought to its input's shape and dtype (a broadcast operand's is summed)."""
+def _reduce_to(ops, g, t):
+    """A gradient brought to its input's ``(shape, dtype)`` ``t``: a broadcast operand's is summed
+    (``kernels._registry.sum_to``, with the backward's own ``ops``), a promoted one cast back."""
     if g is None or t is None:
         return g
-    if g.shape != t[0] or g.dtype != t[1]:
+    if g.shape != t[0]:
+        g = R.sum_to(ops, g, t[0])
+    if g.dtype != t[1]:
         from . import _functions as F
-        g = F._reduce(g, t)
+        g = F._cast(g, t[1])
     return g
 
 
@@ -93,13 +97,28 @@ def _no_backward(op):
 
 
 def _run_backward(op, ops, grads, saved, attrs, metas, needs):
-    gs = _as_tuple(op.backward(ops, *grads, *saved, **attrs))
-    by = dict(zip(op.diff, gs))
+    want = dict(zip((t.name for t in op.inputs), needs))
+    by = R.call_backward(op, ops, grads, saved, attrs, [bool(want[n]) for n in op.diff])
     out = []
     for i, t in enumerate(op.inputs):
         g = by.get(t.name) if needs[i] else None
-        out.append(_reduce_to(g, metas[i]))
+        out.append(_reduce_to(ops, g, metas[i]))
     return out
+
+
+def _meta(a):
+    return (a.shape, a.dtype) if isinstance(a, Tensor) else None
+
+
+def _save(ctx, values):
+    """``ctx.save_for_backward`` of the tensors among ``values``; Python numbers (a scalar
+    operand, ``x * 2``) are kept on ctx."""
+    ctx.consts = [None if isinstance(v, Tensor) else v for v in values]
+    ctx.save_for_backward(*[v if isinstance(v, Tensor) else None for v in values])
+
+
+def _saved(ctx):
+    return [c if t is None else t for t, c in zip(ctx.saved_tensors, ctx.consts)]
 
 
 def _function_class(op):
@@ -112,8 +131,8 @@ def _function_class(op):
         outs = op.kernel(*[plain(a) for a in arrays], **attrs)
         ot = _as_tuple(outs)
         ctx.attrs = attrs
-        ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
-        ctx.save_for_backward(*op.saved(arrays, ot))
+        ctx.metas = [_meta(a) for a in arrays]
+        _save(ctx, op.saved(arrays, ot))
         if nd_names:
             ctx.mark_non_differentiable(*[o for o, nm in zip(ot, op.outputs) if nm in nd_names])
         return outs
@@ -124,8 +143,7 @@ def _function_class(op):
         def backward(ctx, *grads):
             with NoTorchFunction():
                 ops = TOPS if grad_enabled() else PKOPS
-                gx = _run_backward(op, ops, grads, ctx.saved_tensors, ctx.attrs, ctx.metas,
-                                   ctx.needs_input_grad[:n])
+                gx = _run_backward(op, ops, grads, _saved(ctx), ctx.attrs, ctx.metas, ctx.needs_input_grad[:n])
                 return (*gx, *([None] * len(names)))
 
     cls = type(f"_{op.namespace}_{op.name}", (torch.autograd.Function,),
@@ -134,7 +152,7 @@ def _function_class(op):
     return cls
 
 
-_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
+_SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", numbers.Number: "Scalar"}
 
 
 def _default(v):
@@ -145,9 +163,47 @@ def _default(v):
     return repr(v)
 
 
-def schema(op) -> str:
-    """The custom op's schema, from the entry's inputs, attributes and outputs."""
-    parts = [f"Tensor{'?' if t.optional else ''} {t.name}{'=None' if t.optional else ''}" for t in op.inputs]
+def variants(op) -> list:
+    """The custom ops of an entry, as tuples of the inputs that are Python numbers in them: ``()``
+    (every input a tensor) and, for ``scalar`` inputs, each set of them with a tensor left."""
+    import itertools
+    sc = [i for i, t in enumerate(op.inputs) if t.scalar]
+    out = [()]
+    for k in range(1, len(sc) + 1):
+        out += [c for c in itertools.combinations(sc, k) if len(c) < len(op.inputs)]
+    return out
+
+
+def variant_name(op, numbers_at) -> str:
+    """``<name>`` for all tensors; with a number as the second of two inputs ``<name>_scalar``,
+    as the first ``r<name>_scalar`` (the reflected op: ``rsub_scalar(t, 2)`` is ``2 - t``), else
+    ``<name>_<inputs>_scalar``."""
+    if not numbers_at:
+        return op.name
+    if len(op.inputs) == 2 and len(numbers_at) == 1:
+        return f"{op.name}_scalar" if numbers_at == (1,) else f"r{op.name}_scalar"
+    return f"{op.name}_{'_'.join(op.inputs[i].name for i in numbers_at)}_scalar"
+
+
+#: variant custom op name (``add_scalar``) -> the entry's name (``add``), for offload()'s report
+VARIANTS: dict = {}
+
+
+def _order(op, numbers_at):
+    """Schema position -> input index: the tensors first (``self``), then the numbers."""
+    return [i for i in range(len(op.inputs)) if i not in numbers_at] + list(numbers_at)
+
+
+def schema(op, numbers_at=()) -> str:
+    """The custom op's schema, from the entry's inputs, attributes and outputs (``numbers_at``:
+    the inputs that are ``Scalar`` s in this variant, after the tensors)."""
+    parts = []
+    for i in _order(op, numbers_at):
+        t = op.inputs[i]
+        if i in numbers_at:
+            parts.append(f"Scalar {t.name}")
+        else:
+            parts.append(f"Tensor{'?' if t.optional else ''} {t.name}{'=None' if t.optional else ''}")
     for a in op.attrs:
         ty = _SCHEMA_TYPES.get(a.type)
         if ty is None:
@@ -165,50 +221,61 @@ def _tdtype(dt):
     return getattr(torch, dt.name)
 
 
-def custom_op(op):
-    """``torch.ops.<namespace>.<name>`` for the entry (made once)."""
-    c = _customs.get(op.qualname)
+def custom_op(op, numbers_at=()):
+    """``torch.ops.<namespace>.<name>`` for the entry (made once), or its variant with Python
+    numbers at the inputs ``numbers_at`` (see :func:`variants`)."""
+    qn = f"{op.namespace}::{variant_name(op, numbers_at)}"
+    c = _customs.get(qn)
     if c is not None:
         return c
     with _lock:
-        c = _customs.get(op.qualname)
+        c = _customs.get(qn)
         if c is not None:
             return c
         n = len(op.inputs)
         names = [a.name for a in op.attrs]
+        order = _order(op, numbers_at)
+
+        def unpack(args):
+            vals = [None] * n
+            for pos, i in enumerate(order):
+                vals[i] = args[pos]
+            return vals, dict(zip(names, args[n:]))
 
         def impl(*args):
             with NoTorchFunction():
-                r = op.kernel(*[plain(a) for a in args[:n]], **dict(zip(names, args[n:])))
+                arrays, attrs = unpack(args)
+                r = op.kernel(*[plain(a) for a in arrays], **attrs)
                 # a custom op must not return one of its inputs
                 return tuple(_fresh(o, args[:n]) for o in r) if isinstance(r, tuple) else _fresh(r, args[:n])
-        impl.__name__ = op.name
-        c = torch.library.custom_op(op.qualname, impl, mutates_args=(), schema=schema(op))
+        impl.__name__ = variant_name(op, numbers_at)
+        c = torch.library.custom_op(qn, impl, mutates_args=(), schema=schema(op, numbers_at))
 
         def fake(*args):
-            arrays, attrs = args[:n], dict(zip(names, args[n:]))
-            like = next(a for a in arrays if a is not None)
-            specs = op.specs([_spec(a) for a in arrays], attrs)
+            arrays, attrs = unpack(args)
+            like = next(a for a in arrays if isinstance(a, Tensor))
+            specs = op.specs([_spec(a) if isinstance(a, Tensor) else a for a in arrays], attrs)
             outs = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) for s in specs)
             return outs[0] if len(outs) == 1 else outs
         c.register_fake(fake)
         if op.backward is not None:
             def setup(ctx, inputs, output):
-                arrays, attrs = inputs[:n], dict(zip(names, inputs[n:]))
+                arrays, attrs = unpack(inputs)
                 ot = _as_tuple(output)
                 ctx.attrs = attrs
-                ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
-                ctx.save_for_backward(*op.saved(arrays, ot))
+                ctx.metas = [_meta(a) for a in arrays]
+                _save(ctx, op.saved(arrays, ot))
                 nd = [o for o, nm in zip(ot, op.outputs) if nm not in op.diff_outputs]
                 if nd:
                     ctx.mark_non_differentiable(*nd)
 
             def bw(ctx, *grads):
-                gx = _run_backward(op, TOPS, grads, ctx.saved_tensors, ctx.attrs, ctx.metas,
+                gx = _run_backward(op, TOPS, grads, _saved(ctx), ctx.attrs, ctx.metas,
                                    [m is not None for m in ctx.metas])
-                return (*gx, *([None] * len(names)))
+                return (*[gx[i] for i in order], *([None] * len(names)))
             c.register_autograd(bw, setup_context=setup)
-        _customs[op.qualname] = c
+        _customs[qn] = c
+        VARIANTS[variant_name(op, numbers_at)] = op.name
         return c
 
 
@@ -224,6 +291,10 @@ def _check(op, api, arrays):
         if a is None:
             if not t.optional:
                 raise TypeError(f"{api}: {t.name} must be a tensor, not None")
+            continue
+        if t.scalar and not isinstance(a, Tensor):
+            if isinstance(a, bool) or not isinstance(a, (int, float)):
+                raise TypeError(f"{api}: {t.name} must be a tensor or a Python number, not {type(a).__name__}")
             continue
         if not isinstance(a, Tensor):
             raise TypeError(f"{api}: {t.name}: expected a torch.Tensor, got {type(a).__name__}; convert with "
@@ -289,30 +360,131 @@ def function(op):
                 return op.kernel(*[plain(a) for a in arrays], **attrs)
             if r == AUTOGRAD:
                 return cls.apply(*arrays, *attrs.values())
+            if scalars:   # the variant of the inputs that are numbers
+                at = tuple(i for i in scalars if arrays[i] is not None and not isinstance(arrays[i], Tensor))
+                if at:
+                    return custom_op(op, at)(*[arrays[i] for i in _order(op, at)], **attrs)
             return custom_op(op)(*arrays, **attrs)
+        scalars = [i for i, t in enumerate(op.inputs) if t.scalar]
         g["_slow"] = slow
         exec(compile(src, f"<torch shim {op.qualname}>", "exec"), g)  # noqa: S102 (generated from the entry)
         f = g[op.name]
         f.__doc__ = f"PyTorch form of :func:`kernels.{op.name}` (autograd, torch.compile).\n\n{op.doc}"
         f.__module__ = "canna_dl.torch"
         f.opdef = op
-        custom_op(op)   # torch.ops.<ns>.<name> exists as soon as the function does
+        for v in variants(op):   # torch.ops.<ns>.<name> exists as soon as the function does
+            custom_op(op, v)
         _fns[op.qualname] = f
         return f
 
 
+_bump = torch._C._increment_version
+_inplace_fns: dict = {}
+_needs_x: dict = {}
+
+
+def _refuse_if_x_needed(op, api, arrays, attrs, mask):
+    """An in-place op overwrites its first input: refuse (NotImplementedError; offload() falls back)
+    when a wanted gradient needs its original value, found by running the backward on the shape
+    rules with that input absent (once per op and mask)."""
+    first = op.inputs[0].name
+    if first not in op.save:
+        return
+    key = (op.qualname, tuple(mask))
+    ok = _needs_x.get(key)
+    if ok is None:
+        specs = [_spec(a) if isinstance(a, Tensor) else a for a in arrays]
+        g = [R.Spec(specs[0].shape, specs[0].dtype)]
+        sv = [None if n == first else v for n, v in zip(op.save, op.saved(specs, g))]
+        try:
+            R.call_backward(op, _abstract.OPS, g, sv, attrs, mask)
+            ok = True
+        except (TypeError, ValueError, AttributeError):
+            ok = False
+        _needs_x[key] = ok
+    if not ok:
+        raise NotImplementedError(f"{api}: in place where a gradient needs the original {first} (it would have to "
+                                  f"be kept); use {first} = {op.name}(...) instead")
+
+
+def _inplace_class(op):
+    n = len(op.inputs)
+    names = [a.name for a in op.attrs]
+    first = op.inputs[0].name
+
+    def forward(ctx, *args):
+        arrays, attrs = args[:n], dict(zip(names, args[n:]))
+        x = arrays[0]
+        xd = plain(x)
+        op.kernel(xd, *[plain(a) for a in arrays[1:]], **attrs, out=xd)
+        ctx.mark_dirty(x)
+        ctx.attrs = attrs
+        ctx.metas = [_meta(a) for a in arrays]
+        _save(ctx, [None if nm == first else v for nm, v in zip(op.save, op.saved(arrays, (x,)))])
+        return x
+
+    def backward(ctx, *grads):
+        with NoTorchFunction():
+            ops = TOPS if grad_enabled() else PKOPS
+            gx = _run_backward(op, ops, grads, _saved(ctx), ctx.attrs, ctx.metas, ctx.needs_input_grad[:n])
+            return (*gx, *([None] * len(names)))
+
+    cls = type(f"_{op.namespace}_{op.name}_", (torch.autograd.Function,),
+               {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    FUNCTIONS.append(cls)
+    return cls
+
+
+def inplace_function(op):
+    """``x op= y``: the entry's op with ``out=x`` (an elementwise op), the form ``offload()`` maps
+    ``Tensor.add_`` & co. to. Without a gradient to track the kernel writes x's memory and x's
+    version counter is bumped (as PyTorch's in-place ops do, so autograd sees the change);
+    otherwise through an ``autograd.Function`` that marks x dirty."""
+    f = _inplace_fns.get(op.qualname)
+    if f is not None:
+        return f
+    with _lock:
+        f = _inplace_fns.get(op.qualname)
+        if f is not None:
+            return f
+        api = f"canna_dl.torch.{op.name}_" if op.namespace == "canna" else f"{op.namespace}.{op.name}_"
+        cls = _inplace_class(op)
+        _classes[op.qualname + "_"] = cls
+        n = len(op.inputs)
+        k = op.kernel
+        attrs_of = op.attrs
+
+        def f(*args):
+            x = args[0]
+            arrays = args[:n]
+            if grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in arrays):
+                attrs = {a.name: a.check(api, v) for a, v in zip(attrs_of, args[n:])}
+                _check(op, api, arrays)
+                mask = [isinstance(arrays[i], Tensor) and arrays[i].requires_grad
+                        for i, t in enumerate(op.inputs) if t.diff]
+                _refuse_if_x_needed(op, api, arrays, attrs, mask)
+                return cls.apply(*args)
+            xd = plain(x)
+            k(xd, *[plain(a) for a in args[1:n]], *args[n:], out=xd)
+            _bump((x,))
+            return x
+        f.__name__ = f.__qualname__ = f"{op.name}_"
+        f.opdef = op
+        _inplace_fns[op.qualname] = f
+        return f
+
+
 def offload_entries(op):
-    """``[(torch function, names, defaults, required extras, handler)]`` for ``offload()``: the
-    torch functions the entry names (dotted names or callables; a ``(function, {arg: value})``
-    pair accepts extra torch arguments only at those values, e.g. ``inplace=False``)."""
+    """``[(torch function, names, defaults, required extras, handler, report name)]`` for
+    ``offload()``: the torch functions the entry names (dotted names, callables,
+    ``(function, {arg: value})`` pairs accepting extra torch arguments only at those values, e.g.
+    ``inplace=False``, or :class:`kernels._registry.TorchForm` s: reflected and in-place forms)."""
     import importlib
     out = []
-    fn = function(op)
     n = len(op.inputs)
     for spec in op.torch:
-        extras = {}
-        if isinstance(spec, tuple):
-            spec, extras = spec
+        form = R.torch_form(spec)
+        spec, extras = form.fn, form.extras
         if isinstance(spec, str):
             mod, _, attr = spec.rpartition(".")
             try:
@@ -325,24 +497,39 @@ def offload_entries(op):
             f = spec
         if f is None:
             continue
-        names = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs] + list(extras)
-        defaults = {t.name: None for t in op.inputs[1:] if t.optional}
-        defaults.update({a.name: a.default for a in op.attrs if not a.required})
+        own = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+        base = list(form.names) if form.names is not None else own
+        names = base + list(extras)
+        nattrs = len(base) - n
+        defaults = {base[i]: None for i, t in enumerate(op.inputs) if i < len(base) and i > 0 and t.optional}
+        defaults.update({base[n + j]: a.default for j, a in enumerate(op.attrs[:nattrs]) if not a.required})
         defaults.update(extras)
-        out.append((f, names, defaults, extras, _handler(fn, n, len(op.attrs), extras)))
+        if form.inplace:
+            fn, report = inplace_function(op), f"{op.name}_"
+        else:
+            fn, report = function(op), op.name
+        out.append((f, names, defaults, extras, _handler(fn, n, nattrs, extras, form), report))
     return out
 
 
-def _handler(fn, n, nattrs, extras):
-    from ._offload import _Fallback, _chk
+def _handler(fn, n, nattrs, extras, form=None):
+    from ._offload import _Fallback, _chk, _inplace_target
     keys = list(extras.items())
     k = n + nattrs
+    reflected = form is not None and form.reflected
+    inplace = form is not None and form.inplace
 
     def h(v):
         for i, (name, want) in enumerate(keys):
             if v[k + i] != want:
                 raise _Fallback(f"{name}={v[k + i]!r}")
-        _chk(*v[:n])
+        if inplace:
+            _inplace_target(v[0])
+            _chk(*v[1:n])
+        else:
+            _chk(*v[:n])
+        if reflected:   # torch's (self, other) is the op's (other, self)
+            return fn(v[1], v[0], *v[2:k])
         return fn(*v[:k])
     return h
 
@@ -351,10 +538,13 @@ def offload_register(op):
     """Add the entry's torch functions to ``offload()``'s table (an op registered after
     ``canna_dl.torch`` was imported)."""
     from . import _offload
-    for f, names, defaults, _extras, handler in offload_entries(op):
-        _offload._TABLE[f] = (op.name, _offload._Sig(names, None, **defaults), handler)
-    _offload.OFFLOAD_OPS = tuple(sorted(set(_offload.OFFLOAD_OPS) | {op.name}))   # offload(ops=[...]) knows it
-    cls = _classes[op.qualname]
-    if cls._backward_cls not in _offload._NODES:   # the report counts its backward calls
-        _offload._NODES = _offload._NODES | {cls._backward_cls}
-        _offload._count_backward(cls)
+    reports = set()
+    for f, names, defaults, _extras, handler, report in offload_entries(op):
+        _offload._TABLE[f] = (report, _offload._Sig(names, None, **defaults), handler)
+        reports.add(report)
+    _offload.OFFLOAD_OPS = tuple(sorted(set(_offload.OFFLOAD_OPS) | reports))   # offload(ops=[...]) knows it
+    for key in (op.qualname, op.qualname + "_"):
+        cls = _classes.get(key)
+        if cls is not None and cls._backward_cls not in _offload._NODES:   # the report counts its backward calls
+            _offload._NODES = _offload._NODES | {cls._backward_cls}
+            _offload._count_backward(cls)
