@@ -17,7 +17,7 @@ import canna_dl
 from kernels import _abstract
 from kernels import _registry as R
 
-from ._ops import _array, _call, _sds
+from ._ops import _array, _call, _is_pyscalar, _sds
 
 __all__ = ["function"]
 
@@ -43,8 +43,8 @@ def _make(op):
     nout = len(op.outputs)
     vjps: dict = {}
 
-    def vjp_for(attrs_key, present):
-        key = (attrs_key, present)
+    def vjp_for(attrs_key, present, consts):
+        key = (attrs_key, present, tuple((i, type(c), repr(c)) for i, c in consts))
         f = vjps.get(key)
         if f is not None:
             return f
@@ -54,11 +54,13 @@ def _make(op):
             v = [None] * len(inputs)
             for i, x in zip(present, vals):
                 v[i] = x
+            for i, c in consts:   # Python-number operands (scalar inputs): constants, no gradient
+                v[i] = c
             return v
 
         def run(*xs):
             v = full(xs)
-            specs = op.specs([None if a is None else R.Spec(a.shape, canna_dl.dtype(a.dtype.name)) for a in v],
+            specs = op.specs([R.Spec(a.shape, canna_dl.dtype(a.dtype.name)) if hasattr(a, "dtype") else a for a in v],
                              attrs)
             structs = [_sds(s.shape, jnp.dtype(s.dtype.name)) for s in specs]
             return _call(lambda *a: _tuple(op.kernel(*full(a), **attrs)), xs, structs)
@@ -68,9 +70,15 @@ def _make(op):
             outs = run(*xs)
             return outs[0] if nout == 1 else tuple(outs)
 
+        # what the backward saves: arrays (residuals, through the callback) or constants (numbers)
+        const_of = dict(consts)
+        in_index = {t.name: i for i, t in enumerate(inputs)}
+        saved_const = {k: const_of[in_index[n]] for k, n in enumerate(op.save)
+                       if n in in_index and in_index[n] in const_of}
+
         def f_fwd(*xs):
             outs = run(*xs)
-            saved = tuple(op.saved(full(xs), outs))
+            saved = tuple(v for k, v in enumerate(op.saved(full(xs), outs)) if k not in saved_const)
             return (outs[0] if nout == 1 else tuple(outs)), (xs, saved)
 
         def f_bwd(res, g):
@@ -81,14 +89,15 @@ def _make(op):
                 return tuple(jnp.zeros_like(x) for x in xs)
             structs = [_sds(xs[j].shape, xs[j].dtype) for j in diff_idx]
             ng = len(gs)
+            mask = [any(inputs[present[j]].name == d for j in diff_idx) for d in op.diff]
 
             def body(*a):
-                r = op.backward(_abstract.KOPS, *a[:ng], *a[ng:], **attrs)
-                r = r if isinstance(r, (tuple, list)) else (r,)
-                by = dict(zip(op.diff, r))
+                arrs = iter(a[ng:])
+                sv = [saved_const[k] if k in saved_const else next(arrs) for k in range(len(op.save))]
+                by = R.call_backward(op, _abstract.KOPS, a[:ng], sv, attrs, mask)
                 out = []
                 for j in diff_idx:
-                    gr = by.get(inputs[present[j]].name)
+                    gr = R.sum_to(_abstract.KOPS, by.get(inputs[present[j]].name), xs[j].shape)   # a broadcast operand's
                     out.append(jnp.zeros(xs[j].shape, xs[j].dtype) if gr is None else gr)
                 return out
             r = _call(body, (*gs, *saved), structs)
@@ -102,23 +111,30 @@ def _make(op):
 
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs)
-        xs, present = [], []
+        xs, present, consts = [], [], []
         for i, (t, a) in enumerate(zip(inputs, arrays)):
             if a is None:
                 if not t.optional:
                     _array(api, t.name, a)   # TypeError: "... must be a JAX array, not NoneType"
                 continue
+            if t.scalar and _is_pyscalar(a):
+                consts.append((i, a))
+                continue
             x = _array(api, t.name, a)
             xs.append(x)
             present.append(i)
+        if not xs:
+            raise TypeError(f"{api}: at least one operand must be an array, got {len(consts)} Python numbers")
         dts = {x.dtype for x in xs}
         if len(dts) > 1:
             raise TypeError(f"{api}: operands have dtypes {sorted(d.name for d in dts)}; canna does not promote dtypes "
                             "(cast with .astype)")
         # the shape rule on the abstract values: bad shapes raise here, also under jit
-        op.specs([None if a is None else R.Spec(a.shape, canna_dl.dtype(a.dtype.name))
-                  for a in _fill(xs, present, len(inputs))], attrs)
-        return vjp_for(tuple(attrs.items()), tuple(present))(*xs)
+        filled = _fill(xs, present, len(inputs))
+        for i, c in consts:
+            filled[i] = c
+        op.specs([R.Spec(a.shape, canna_dl.dtype(a.dtype.name)) if hasattr(a, "dtype") else a for a in filled], attrs)
+        return vjp_for(tuple(attrs.items()), tuple(present), tuple(consts))(*xs)
 
     fn.__name__ = fn.__qualname__ = op.jax
     fn.__doc__ = f"JAX form of :func:`kernels.{op.name}` (jax.grad, jax.jit).\n\n{op.doc}"

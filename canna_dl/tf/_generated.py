@@ -17,7 +17,7 @@ import canna_dl
 from kernels import _abstract
 from kernels import _registry as R
 
-from ._autograd import apply, floating, same_dtype, tensor
+from ._autograd import apply, floating, is_pyscalar, same_dtype, tensor
 
 __all__ = ["function"]
 
@@ -32,14 +32,15 @@ def _tf_spec(t):
 def _static(op, api, ts, attrs):
     """[(tf dtype, TensorShape)] of the outputs from the shape rule on the static shapes (unknown
     dims: the rule is tried with them; where it cannot use them the shape is unknown)."""
-    known = all(t is None or (t.shape.rank is not None and None not in t.shape.as_list()) for t in ts)
-    specs = [None if t is None else _tf_spec(t) for t in ts]
+    tensors = [t for t in ts if isinstance(t, (tf.Tensor, tf.Variable))]
+    known = all(t.shape.rank is not None and None not in t.shape.as_list() for t in tensors)
+    specs = [_tf_spec(t) if isinstance(t, (tf.Tensor, tf.Variable)) else t for t in ts]
     try:
         out = op.specs(specs, attrs)
     except (TypeError, ValueError, IndexError):
         if known:
             raise
-        dts = [next(t.dtype for t in ts if t is not None)] * len(op.outputs)
+        dts = [tensors[0].dtype] * len(op.outputs)
         return [(d, tf.TensorShape(None)) for d in dts]
     return [(tf.as_dtype(s.dtype.name), tf.TensorShape(s.shape)) for s in out]
 
@@ -69,11 +70,16 @@ def _make(op):
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs)
         ts = []
-        for t, a in zip(inputs, arrays):
+        consts = {}   # Python-number operands (a scalar input): constants of the graph, no gradient
+        for i, (t, a) in enumerate(zip(inputs, arrays)):
             if a is None:
                 if not t.optional:
                     raise TypeError(f"{api}: {t.name} must be a tensor, not None")
                 ts.append(None)
+                continue
+            if t.scalar and is_pyscalar(a):
+                consts[i] = a
+                ts.append(a)
                 continue
             x = tensor(api, t.name, a)
             if all(d.kind == "f" for d in t.dtypes) or t.diff:
@@ -82,8 +88,11 @@ def _make(op):
                 raise TypeError(f"{api}: {t.name} has dtype {x.dtype.name}, which this op does not support "
                                 f"({', '.join(d.name for d in t.dtypes)})")
             ts.append(x)
-        same_dtype(api, *[(t.name, x) for t, x in zip(inputs, ts) if x is not None and t.diff])
-        present = [i for i, x in enumerate(ts) if x is not None]
+        same_dtype(api, *[(t.name, x) for i, (t, x) in enumerate(zip(inputs, ts))
+                          if x is not None and t.diff and i not in consts])
+        present = [i for i, x in enumerate(ts) if x is not None and i not in consts]
+        if not present:
+            raise TypeError(f"{api}: at least one operand must be a tensor, got {len(consts)} Python numbers")
         xs = [ts[i] for i in present]
         diff = tuple(inputs[i].diff and op.backward is not None for i in present)
         out_specs = _static(op, api, ts, attrs)   # raises for static shapes the op refuses
@@ -92,6 +101,8 @@ def _make(op):
             v = [None] * len(inputs)
             for i, x in zip(present, vals):
                 v[i] = x
+            for i, c in consts.items():
+                v[i] = c
             return v
 
         def fwd(save, *vals):
@@ -106,13 +117,11 @@ def _make(op):
             v = full(vals)
             so = dict(zip(saved_outs, saved))
             sv = [so[n] if n in so else v[in_index[n]] for n in op.save]
-            gs = op.backward(_abstract.KOPS, *dys, *sv, **attrs)
-            gs = gs if isinstance(gs, (tuple, list)) else (gs,)
-            by = dict(zip(op.diff, gs))
+            by = R.call_backward(op, _abstract.KOPS, dys, sv, attrs, [in_index[n] in present for n in op.diff])
             res = []
             for i in present:
                 if inputs[i].diff:
-                    g = by.get(inputs[i].name)
+                    g = R.sum_to(_abstract.KOPS, by.get(inputs[i].name), v[i].shape)   # a broadcast operand's
                     res.append(tf.zeros_like(v[i]) if g is None else g)
             return res
         return apply(api, xs, diff, fwd, nout, specs, bwd)
