@@ -933,10 +933,14 @@ def op_table() -> str:
             "|---|---|---|---|---|---|"]
     for op in registered_ops("canna"):
         ins = ", ".join(t.name + ("?" if t.optional else "") for t in op.inputs)
+        if any(t.scalar for t in op.inputs):
+            ins += f" ({' or '.join(t.name for t in op.inputs if t.scalar)} may be a number)"
         attrs = ", ".join(a.name + ("" if a.required else f"={a.default!r}") for a in op.attrs) or "—"
         f = op.forward
         fwd = f"`aclnn{f.name}`" if isinstance(f, Aclnn) else "RawKernel" if isinstance(f, Launch) else \
             "hand-written" if isinstance(f, Impl) else "composition"
+        if isinstance(f, Aclnn) and f.scalar:
+            fwd += f" / `aclnn{f.scalar}`"
         if op.backward is None:
             saves = "—" if isinstance(f, Impl) or op.name.endswith("_backward") else "no backward"
         else:
