@@ -454,16 +454,21 @@ def inplace_function(op):
         k = op.kernel
         attrs_of = op.attrs
 
+        def tracked(args):
+            arrays = args[:n]
+            attrs = {a.name: a.check(api, v) for a, v in zip(attrs_of, args[n:])}
+            _check(op, api, arrays)
+            mask = [isinstance(arrays[i], Tensor) and arrays[i].requires_grad
+                    for i, t in enumerate(op.inputs) if t.diff]
+            _refuse_if_x_needed(op, api, arrays, attrs, mask)
+            return cls.apply(*args)
+
         def f(*args):
             x = args[0]
-            arrays = args[:n]
-            if grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in arrays):
-                attrs = {a.name: a.check(api, v) for a, v in zip(attrs_of, args[n:])}
-                _check(op, api, arrays)
-                mask = [isinstance(arrays[i], Tensor) and arrays[i].requires_grad
-                        for i, t in enumerate(op.inputs) if t.diff]
-                _refuse_if_x_needed(op, api, arrays, attrs, mask)
-                return cls.apply(*args)
+            if grad_enabled():
+                for a in args[:n]:
+                    if isinstance(a, Tensor) and a.requires_grad:
+                        return tracked(args)
             xd = plain(x)
             k(xd, *[plain(a) for a in args[1:n]], *args[n:], out=xd)
             _bump((x,))
@@ -519,18 +524,30 @@ def _handler(fn, n, nattrs, extras, form=None):
     reflected = form is not None and form.reflected
     inplace = form is not None and form.inplace
 
-    def h(v):
+    def extras_ok(v):
         for i, (name, want) in enumerate(keys):
             if v[k + i] != want:
                 raise _Fallback(f"{name}={v[k + i]!r}")
-        if inplace:
+
+    if inplace:
+        def h(v):
+            if keys:
+                extras_ok(v)
             _inplace_target(v[0])
             _chk(*v[1:n])
-        else:
+            return fn(*v[:k])
+    elif reflected:   # torch's (self, other) is the op's (other, self)
+        def h(v):
+            if keys:
+                extras_ok(v)
             _chk(*v[:n])
-        if reflected:   # torch's (self, other) is the op's (other, self)
             return fn(v[1], v[0], *v[2:k])
-        return fn(*v[:k])
+    else:
+        def h(v):
+            if keys:
+                extras_ok(v)
+            _chk(*v[:n])
+            return fn(*v[:k])
     return h
 
 
