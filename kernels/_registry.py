@@ -337,16 +337,6 @@ _OPID_DOC = OpId.__doc__
 INPLACE = 0x10000
 
 
-def reserve_op_id(qualname_key: str):
-    """An OpId for a hand-written op's fast path (``"canna__add"``), before its entry exists."""
-    with _lock:
-        if qualname_key in OpId.__members__:
-            return OpId[qualname_key]
-        m = _add_op_id(qualname_key, _next_id[0])
-        _next_id[0] += 1
-        return m
-
-
 def op_id(name: str) -> int:
     """The :class:`OpId` value of a registered op with a fast path."""
     return OpId[name.replace("::", "__")].value
@@ -504,8 +494,6 @@ def _add(op: OpDef):
         if op.fast:
             op.fast_id = int(_add_op_id(op.qualname.replace("::", "__"), _next_id[0]))
             _next_id[0] += 1
-        elif op.qualname.replace("::", "__") in OpId.__members__:   # reserved by its hand-written function
-            op.fast_id = int(OpId[op.qualname.replace("::", "__")])
         _REGISTRY[op.qualname] = op
         op.kernel = _wrap_impl(op) if isinstance(op.forward, Impl) else _make_kernel(op)
     return op
