@@ -133,8 +133,8 @@ def _make(op):
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs, op.tf_args)
         if through:   # differentiated through the registered ops it is made of
-            return op.forward(TFOPS, *[None if a is None else tensor(api, t.name, a) for t, a in zip(inputs, arrays)],
-                              **attrs)
+            return op.forward(TFOPS, *[a if a is None or (t.scalar and is_pyscalar(a)) else tensor(api, t.name, a)
+                                       for t, a in zip(inputs, arrays)], **attrs)
         ts = []
         variables = []    # the tf.Variables of the mutated inputs, in flat order
         consts = {}       # Python-number operands (a scalar input): constants of the graph, no gradient
@@ -158,6 +158,8 @@ def _make(op):
         if consts and all(x is None for x in ts):
             raise TypeError(f"{api}: at least one operand must be a tensor, got {len(consts)} Python numbers")
         xs, lay = R.flatten(op, ts)
+
+        mask = [ts[in_index[n]] is not None for n in op.diff]   # no gradient for a number or an absent input
 
         def full(v):   # the per-input values with the Python-number operands back in their places
             for i, c in consts.items():
@@ -185,8 +187,7 @@ def _make(op):
             v = full(R.unflatten(lay, vals))
             so = dict(zip(saved_outs, saved))
             sv = [so[n] if n in so else v[in_index[n]] for n in op.save]
-            by = R.call_backward(op, _abstract.KOPS, dys[:nout], sv, attrs,
-                                 [in_index[n] not in consts for n in op.diff])
+            by = R.call_backward(op, _abstract.KOPS, dys[:nout], sv, attrs, mask)
             res = []
             for i, n in enumerate(lay):
                 if n is None or not inputs[i].diff:

@@ -33,7 +33,7 @@ import canna_dl
 import kernels as K
 from .. import _copy as dl_copy
 
-from ._autograd import INTS, apply, arr, bcast, dims_of, float_tensor, same_dtype, tensor
+from ._autograd import INTS, apply, arr, dims_of, float_tensor, same_dtype, tensor
 
 __all__ = ["matmul", "linear", "dense", "relu", "gelu", "silu", "sigmoid", "tanh",
            "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d", "max_pool2d", "cross_entropy", "sum",

@@ -246,7 +246,6 @@ def _build_table():
                 t[f] = (name, sig, handler)
 
     g = getattr
-    bin2 = S(("input", "other", "out"), 2, out=None)
     m((_nnf.linear,), "linear", S(("input", "weight", "bias"), bias=None), _h_linear)
     m((torch.relu, _T.relu), "relu", S(("input",)), _h_relu)
     m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
