@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from . import _core as C
-from ._elementwise import astype, contiguous, mul
+from ._elementwise import astype, contiguous
 from ._nn import matmul
 from ._reduce import sum as _sum
 from ._reduce import sum_to_size
@@ -125,5 +125,6 @@ def mean_backward(grad_out, input_shape, dim=None, keepdim=False, *, stream=None
     g = C.as_array(api, "grad_out", grad_out)
     gk, dims, shape = _expand(api, g, input_shape, dim, keepdim)
     n = math.prod(shape[d] for d in dims)
-    scaled = mul(gk, 1.0 / n if n else float("nan"), stream=stream)
+    from ._registry import get_op   # kernels.mul (generated from its registry entry)
+    scaled = get_op("mul").kernel(gk, 1.0 / n if n else float("nan"), stream=stream)
     return _convert(kind, _broadcast_new(C.as_array(api, "g", scaled), shape, True, stream))

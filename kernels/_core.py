@@ -146,7 +146,7 @@ def result_type(*args):
     for a in args:
         if a is None:
             continue
-        if isinstance(a, DeviceArray):
+        if isinstance(a, DeviceArray) or (not is_scalar(a) and hasattr(a, "ndim")):   # arrays, kernels.Spec s
             if a.ndim:
                 dim = a.dtype if dim is None else promote_types(dim, a.dtype)
             else:

@@ -36,6 +36,7 @@ import builtins
 import enum
 import keyword
 import math
+import numbers
 import operator
 import threading
 
@@ -45,7 +46,8 @@ from . import _core as C
 from . import _native
 
 __all__ = ["Tensor", "TensorList", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "TorchFn", "register_op",
-           "get_op", "registered_ops", "OpId", "op_id", "RegistrationError", "draw_seed"]
+           "get_op", "registered_ops", "OpId", "op_id", "RegistrationError", "draw_seed",
+           "TorchForm"]
 
 _REQ = object()     # a required attribute
 
@@ -69,13 +71,17 @@ class Tensor:
     ``mutated`` (the op updates this input in place, e.g. batch norm's running statistics or an
     optimizer's parameter and moments: torch schema ``Tensor(a!)``, ``mutates_args``; the caller's
     array is written — in TensorFlow a ``tf.Variable`` is assigned the new value, in JAX, which
-    is functional, the new value is returned after the outputs)."""
+    is functional, the new value is returned after the outputs); ``scalar`` (it may also be a
+    Python number: a "weak" scalar in PyTorch's type promotion, ``x + 2``; aclnn takes it as an
+    aclScalar where the op has a scalar form — see :class:`Aclnn` — else as a 0-d array; the torch
+    custom op of that call is the entry's scalar variant, see ``canna_dl/torch/_generated.py``). At
+    least one array input of a call must be an array."""
 
-    __slots__ = ("name", "dtypes", "optional", "diff", "mutated")
+    __slots__ = ("name", "dtypes", "optional", "diff", "mutated", "scalar")
 
     list = False   # a TensorList
 
-    def __init__(self, name, dtypes=None, *, optional=False, diff=None, mutated=False):
+    def __init__(self, name, dtypes=None, *, optional=False, diff=None, mutated=False, scalar=False):
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"input name {name!r} is not a Python identifier")
         self.name = name
@@ -86,9 +92,11 @@ class Tensor:
             raise RegistrationError(f"input {name}: a mutated input (updated in place) cannot be differentiable "
                                     "(diff=True)")
         self.diff = (not self.mutated) if diff is None else builtins.bool(diff)
+        self.scalar = builtins.bool(scalar)
 
     def __repr__(self):
-        return f"Tensor({self.name!r}{', optional' if self.optional else ''}{', mutated' if self.mutated else ''})"
+        return (f"Tensor({self.name!r}{', optional' if self.optional else ''}{', mutated' if self.mutated else ''}"
+                f"{', scalar' if self.scalar else ''})")
 
 
 class TensorList(Tensor):
@@ -154,9 +162,11 @@ BOOL_LIST = list[bool]
 #: :func:`canna_dl.dtype` takes, given to the op as a canna dtype
 DTYPE = type(canna_dl.dtype("float32"))
 
-#: attribute types: Python type -> torch schema type
+#: attribute types: Python type -> torch schema type (``numbers.Number``: a Python int or float,
+#: PyTorch's ``Scalar``, e.g. add's ``alpha`` or pow's ``exponent``; aclnn takes it as an aclScalar)
 _ATTR_TYPES = {int: "int", float: "float", builtins.bool: "bool", str: "str", INT_LIST: "int[]",
-               BOOL_LIST: "bool[]", DTYPE: "ScalarType", object: None}
+               BOOL_LIST: "bool[]", DTYPE: "ScalarType", numbers.Number: "Scalar",
+               object: None}
 
 
 def _ints(api, name, v):
@@ -176,7 +186,8 @@ def _ints(api, name, v):
 
 
 class Attr:
-    """A non-array argument: ``name``; ``type``: int, float, bool, str or ``list[int]`` (torch
+    """A non-array argument: ``name``; ``type``: int, float, bool, str, ``numbers.Number`` (a Python
+    int or float kept as given — PyTorch's ``Scalar``) or ``list[int]`` (torch
     schema ``int[]``: a list or tuple of ints, given to the op as a tuple; a single int is the
     1-tuple, which an op expands in its own rule where it says so, e.g. ``stride=2``);
     ``default`` (omit for a required one; ``None`` makes the attribute optional: schema
@@ -189,8 +200,8 @@ class Attr:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise RegistrationError(f"attribute name {name!r} is not a Python identifier")
         if type not in _ATTR_TYPES:
-            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str, list[int] or "
-                                    f"a dtype (kernels._registry.DTYPE), not {type!r}")
+            raise RegistrationError(f"attribute {name}: type must be int, float, bool, str, numbers.Number, "
+                                    f"list[int] or a dtype (kernels._registry.DTYPE), not {type!r}")
         if type == INT_LIST:
             type = INT_LIST     # one object (list[int] makes a new alias each time)  # noqa: A001
         elif type == BOOL_LIST:
@@ -225,6 +236,10 @@ class Attr:
             if not isinstance(v, (list, tuple)) or not all(isinstance(i, builtins.bool) for i in v):
                 raise TypeError(f"{api}: {self.name} must be a list/tuple of bools, not {v!r}")
             v = tuple(v)
+        elif t is numbers.Number:
+            if isinstance(v, builtins.bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{api}: {self.name} must be a Python number, not {type(v).__name__}")
+            return v
         elif t is DTYPE:
             try:
                 v = canna_dl.dtype(v)
@@ -305,12 +320,24 @@ class Aclnn:
     (absent optional) tensor the entry does not have. ``shape_of`` names inputs the call takes as
     their shape, an ``aclIntArray`` in the input's place, instead of a tensor
     (``aclnnDropoutGenMaskV2``'s ``shape``): such an input gives the op only its shape and device
-    (not combined with ``order``)."""
+    (not combined with ``order``).
 
-    __slots__ = ("name", "params", "key", "order", "tail", "shape_of")
+    An op whose second input may be a Python number (``Tensor(..., scalar=True)``) names the
+    aclnn function taking it as an aclScalar in ``scalar`` (``aclnnAdds(self, aclScalar other,
+    params..., out)``); ``commute`` — True, or a function of the attributes — says that the first
+    input may be swapped with the second, so that a number first (``2 * x``) takes the scalar
+    form too. A number where the op has no scalar form is a 0-d array of the result's compute
+    dtype (float32 for the 16-bit floats, int64 for integers). (``scalar`` is not combined with
+    ``order`` or ``shape_of``.)"""
 
-    def __init__(self, name, params=None, key=None, order=None, *, tail=None, shape_of=()):
+    __slots__ = ("name", "params", "key", "order", "tail", "shape_of", "scalar", "commute")
+
+    def __init__(self, name, params=None, key=None, order=None, *, tail=None, shape_of=(), scalar=None,
+                 commute=None):
         self.name, self.params, self.key, self.tail = name, params, key, tail
+        self.scalar, self.commute = scalar, commute
+        if scalar is not None and (order is not None or shape_of):
+            raise RegistrationError(f"Aclnn({name!r}): scalar= cannot be combined with order= or shape_of=")
         self.order = None if order is None else tuple(order)
         self.shape_of = tuple(shape_of)
         if self.order is not None and self.shape_of:
@@ -412,6 +439,58 @@ def draw_seed(arrays) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# what an entry answers to in PyTorch (its ``torch=`` mapping, beyond plain function names)
+
+class TorchForm:
+    """One torch function ``offload()`` maps to an op, in an entry's ``torch=``: ``fn`` (a dotted
+    name or a callable); ``extras`` (torch arguments accepted only at these values, e.g.
+    ``{"rounding_mode": None}``); ``names``: torch's names of the op's inputs and attributes, in
+    order (default ``"input"`` and the entry's own); ``reflected``: the torch function takes the
+    op's two inputs swapped (``Tensor.__rsub__(self, other)`` is ``sub(other, self)``);
+    ``inplace``: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
+    with ``out=x``; reported as ``<name>_``)."""
+
+    __slots__ = ("fn", "extras", "names", "reflected", "inplace")
+
+    def __init__(self, fn, extras=None, *, names=None, reflected=False, inplace=False):
+        self.fn, self.extras = fn, dict(extras or {})
+        self.names = None if names is None else tuple(names)
+        self.reflected, self.inplace = builtins.bool(reflected), builtins.bool(inplace)
+
+    def __repr__(self):
+        return f"TorchForm({self.fn!r}{', reflected' if self.reflected else ''}{', inplace' if self.inplace else ''})"
+
+
+# ---------------------------------------------------------------------------------------------
+# the backward, as every shim runs it
+
+def call_backward(op, ops, grads, saved, attrs, mask=None) -> dict:
+    """Run ``op``'s backward with the namespace ``ops``: {input name: gradient or None}.
+    ``mask`` (one bool per differentiable input, ``op.diff``): the gradients wanted, passed as
+    ``grad_input_mask=`` to a backward that takes it (PyTorch's name in its derivative formulas,
+    ``tools/autograd/derivatives.yaml``), so it computes only those; the others are None."""
+    kw = attrs
+    if op.backward_masked:
+        kw = dict(attrs, grad_input_mask=tuple(bool(m) for m in mask) if mask is not None
+                  else (True,) * len(op.diff))
+    r = op.backward(ops, *grads, *saved, **kw)
+    r = tuple(r) if isinstance(r, (tuple, list)) else (r,)
+    out = dict(zip(op.diff, r))
+    if mask is not None:
+        for n, want in zip(op.diff, mask):
+            if not want:
+                out[n] = None
+    return out
+
+
+def sum_to(ops, g, shape):
+    """The gradient ``g`` of a broadcast result, summed to an operand's ``shape``
+    (``ops.sum_to_size``): how every shim brings a gradient back to its input's shape."""
+    shape = tuple(shape)
+    return g if g is None or tuple(g.shape) == shape else ops.sum_to_size(g, shape)
+
+
+# ---------------------------------------------------------------------------------------------
 # the registry
 
 _REGISTRY: dict = {}         # qualified name "ns::name" -> OpDef
@@ -445,16 +524,6 @@ _OPID_DOC = OpId.__doc__
 INPLACE = 0x10000
 
 
-def reserve_op_id(qualname_key: str):
-    """An OpId for a hand-written op's fast path (``"canna__add"``), before its entry exists."""
-    with _lock:
-        if qualname_key in OpId.__members__:
-            return OpId[qualname_key]
-        m = _add_op_id(qualname_key, _next_id[0])
-        _next_id[0] += 1
-        return m
-
-
 def op_id(name: str) -> int:
     """The :class:`OpId` value of a registered op with a fast path."""
     return OpId[name.replace("::", "__")].value
@@ -482,12 +551,13 @@ def export_generated(namespace: dict, names: list, framework: str) -> None:
             names.append(op.name)
 
 
-def _takes_needs(fn):
+def _takes_mask(fn):
+    """The backward takes ``grad_input_mask`` (see :func:`call_backward`)."""
     if fn is None:
         return False
     import inspect
     try:
-        return "needs" in inspect.signature(fn).parameters
+        return "grad_input_mask" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
 
@@ -540,9 +610,9 @@ class OpDef:
         self.mutated = tuple(i for i, t in enumerate(self.inputs) if t.mutated)
         #: some input is a TensorList
         self.lists = any(t.list for t in self.inputs)
-        #: the backward takes ``needs=`` (one bool per differentiable input: whether its gradient is
-        #: wanted; True for all where a framework does not say)
-        self.backward_needs = _takes_needs(backward)
+        #: the backward takes ``grad_input_mask=`` (one bool per differentiable input: whether its
+        #: gradient is wanted; True for all where a framework does not say; see call_backward)
+        self.backward_masked = _takes_mask(backward)
 
     @property
     def through_parts(self):
@@ -674,8 +744,6 @@ def _add(op: OpDef):
         if op.fast:
             op.fast_id = int(_add_op_id(op.qualname.replace("::", "__"), _next_id[0]))
             _next_id[0] += 1
-        elif op.qualname.replace("::", "__") in OpId.__members__:   # reserved by its hand-written function
-            op.fast_id = int(OpId[op.qualname.replace("::", "__")])
         _REGISTRY[op.qualname] = op
         op.kernel = _wrap_impl(op) if isinstance(op.forward, Impl) else _make_kernel(op)
     return op
@@ -724,9 +792,14 @@ def _make_kernel(op: OpDef):
         else:
             fp = "None"
         y = tensors[1] if len(tensors) == 2 else "None"
+        if op.elementwise:   # out= may be x itself: the fast path's in-place form (x op= y)
+            g["_IDI"] = int(op.fast_id) | INPLACE
+            cond, fid = f"(out is None or out is {tensors[0]})", "(_ID if out is None else _IDI)"
+        else:
+            cond, fid = "out is None", "_ID"
         fast = (f"    k = None\n"
-                f"    if out is None and stream is None and _FS['on'] and _L.gen == _S.generation:\n"
-                f"        k = _fast(_ID, _fast_stream({op.api!r}), {tensors[0]}, {y}, {fp})\n"
+                f"    if {cond} and stream is None and _FS['on'] and _L.gen == _S.generation:\n"
+                f"        k = _fast({fid}, _fast_stream({op.api!r}), {tensors[0]}, {y}, {fp})\n"
                 f"        if k is not None and type(k) is not bytes:\n"
                 f"            return k\n")
         tail = "k"
@@ -792,11 +865,13 @@ def _none_error(op, values):
 
 
 def check_inputs(op, arrays):
-    """The inputs as DeviceArrays (None for an absent optional one, a list for a list input),
-    checked: a required array is present and an array (TypeError otherwise, naming it), of an
-    allowed dtype (TypeError), with at most 8 dims (ValueError)."""
+    """The inputs as DeviceArrays (None for an absent optional one, a list for a list input, a
+    Python number as given for a ``scalar`` input), checked: a required array is present and an
+    array (TypeError otherwise, naming it), of an allowed dtype (TypeError), with at most 8 dims
+    (ValueError); not only Python numbers (TypeError)."""
     api = op.api
     out = []
+    nums = 0
     for t, x in zip(op.inputs, arrays):
         if x is None:
             if t.optional:
@@ -804,6 +879,13 @@ def check_inputs(op, arrays):
                 continue
             raise TypeError(f"{api}: {t.name} must be {'a list of arrays' if t.list else 'an array'} (a DeviceArray, "
                             "a torch/TensorFlow/JAX tensor, a NumPy array), not None")
+        if t.scalar and C.is_scalar(x):
+            out.append(x)
+            nums += 1
+            if nums == len(arrays):
+                raise TypeError(f"{api}: at least one operand must be an array, got "
+                                f"{'two' if nums == 2 else nums} Python scalars")
+            continue
         if t.list:
             if not isinstance(x, (list, tuple)):
                 raise TypeError(f"{api}: {t.name} must be a list or tuple of arrays, not {type(x).__name__}")
@@ -864,13 +946,19 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     else:
         kind = C.result_kind(*arrays) if out is None else None
     specs = op.specs(ins, attrs)
-    s = C.device_and_stream(api, _flat(op, ins), stream)
+    arrs = [None if C.is_scalar(a) else a for a in ins]
+    s = C.device_and_stream(api, _flat(op, arrs), stream)
     muts = _mutated(op, api, arrays, ins, isinstance(op.forward, Launch)) if op.mutated else []
-    named = _named(op, ins) if op.lists else tuple((t.name, a) for t, a in zip(op.inputs, ins))
+    named = _named(op, arrs) if op.lists else tuple((t.name, a) for t, a in zip(op.inputs, arrs))
     outs = []
+    inplace = False
     for i, sp in enumerate(specs):
         if i == 0 and out is not None:
             outs.append(C.given_out(api, out, sp.shape, sp.dtype, named, allow_same=op.elementwise))
+            # x op= y on torch tensors (an optimizer's p.add_(g, alpha=-lr)): the fast path's in-place form
+            inplace = out is arrays[0] and C._kind_of_type(type(out)) == C.TORCH
+            if inplace and _FS["on"] is None:   # a torch in-place call can be the first one seen
+                C.fast_setup()
         else:
             if kind is None:   # out= names the first output; the others are of the inputs' kind
                 kind = C.result_kind(*arrays)
@@ -882,8 +970,8 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
         f = op.forward
         if isinstance(f, Aclnn):
             plan = _run_aclnn(f, s, ins, outs, attrs, fin, op)
-            if fkey is not None and kind == C.TORCH and plan is not None:
-                C.fast_register(fkey, plan, ins[0], outs[0].arr, outs[0].obj)
+            if fkey is not None and (kind == C.TORCH or inplace) and plan is not None and arrs[0] is not None:
+                C.fast_register(fkey, plan, ins[0], outs[0].arr, outs[0].obj, inplace)
         elif isinstance(f, Launch):
             _run_launch(op, f, s, ins, outs, attrs, fin)
     if len(outs) == 1:
@@ -922,14 +1010,35 @@ def _mutated(op, api, arrays, ins, contiguous):
     return muts
 
 
+def _scalar_operands(f, ins, rs, attrs, s):
+    """(aclnn name, inputs, the aclScalar operand or None) of a call with Python-number inputs
+    (see :class:`Aclnn`): the op's scalar form when the number is its second input (or its first,
+    where the op commutes), else the number as a 0-d array of the result's compute dtype."""
+    name, scalar = f.name, None
+    if f.scalar is not None and len(ins) == 2:
+        x, y = ins
+        if C.is_scalar(y) and not C.is_scalar(x):
+            return f.scalar, [x], y
+        c = f.commute
+        if C.is_scalar(x) and not C.is_scalar(y) and c is not None and (c is True or c(**attrs)):
+            return f.scalar, [y], x
+    from ._elementwise import _opmath, _scalar_array
+    dt = _opmath(rs[0].dtype)
+    return name, [_scalar_array(a, dt, s) if C.is_scalar(a) else a for a in ins], scalar
+
+
 def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
     """One aclnn call through the plan cache; returns the plan (for the fast path). A list input
     is an ``aclTensorList`` of its arrays' descriptors (their addresses are swapped one by one, in
     order, as the executor numbers its input tensors)."""
-    lay = None
+    rs = [o.arr for o in outs]
+    name, scalar, lay = f.name, None, None
     if op is not None and op.lists:   # (an Aclnn order= is for ops without list inputs)
         lay = layout(op, ins)
         ins = _flat(op, ins)
+        nin = len(ins)
+    elif any(C.is_scalar(a) for a in ins):   # (scalar= is for ops without order=)
+        name, ins, scalar = _scalar_operands(f, ins, rs, attrs, s)
         nin = len(ins)
     else:
         ins, nin = f.arrange(op, ins)
@@ -941,11 +1050,12 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
         shapes = tuple((i, tuple(ins[i].shape)) for i in pos)
         ins = [a for i, a in enumerate(ins) if i not in pos]
         nin -= len(pos)
-    rs = [o.arr for o in outs]
     extra = f.key(**attrs) if f.key is not None else tuple(_scalar_key(v) for v in attrs.values())
-    key = (f.name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra) + shapes
+    key = (name,) + tuple(C.sig(a) for a in ins) + tuple(C.sig(r) for r in rs) + tuple(extra) + shapes
     if lay is not None:
         key += (lay,)
+    if scalar is not None:
+        key += ("scalar", _scalar_key(scalar))
     plan = C.get_plan(key)
     if plan is None:
         params, tail = f.params, f.tail
@@ -953,6 +1063,10 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
         def make_args(lib, t, keep):
             mid = tuple(params(lib, keep, **attrs)) if params is not None else ()
             end = tuple(tail(lib, keep, **attrs)) if tail is not None else ()
+            if scalar is not None:   # aclnn<Op>s(self, aclScalar other, params..., out)
+                sv = C.Param.scalar(lib, scalar)
+                keep.append(sv)
+                mid = (sv,) + mid
             present = list(t)   # absent optional inputs are NULL descriptors in t already
             head = list(present[:nin] if lay is None else _tensor_lists(lib, present[:nin], lay, keep))
             for i, shape in shapes:
@@ -960,7 +1074,7 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
                 keep.append(h)
                 head.insert(i, h)
             return tuple(head) + mid + tuple(present[nin:]) + end
-        plan = C.build_plan(f.name, ins, rs, make_args)
+        plan = C.build_plan(name, ins, rs, make_args)
         C.put_plan(key, plan)
     addrs = [a.ptr for a in ins if a is not None] + [r.ptr for r in rs]
     C.launch(plan, s, addrs, outs if fin is None else fin, (ins, rs))
@@ -1059,7 +1173,7 @@ def _check_registration(op: OpDef, example):
     grads = [Spec(o.shape, o.dtype) for o in outs]
     saved = op.saved(ins, outs)
     try:
-        kw = dict(attrs, needs=(True,) * len(op.diff)) if op.backward_needs else attrs
+        kw = dict(attrs, grad_input_mask=(True,) * len(op.diff)) if op.backward_masked else attrs
         r = op.backward(_abstract.OPS, *grads, *saved, **kw)
     except RegistrationError:
         raise
@@ -1161,7 +1275,8 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
             raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool, str "
                                     "or list[int]) for the framework schemas")
     for f in torch:
-        if not (callable(f) or isinstance(f, TorchFn) or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
+        if not (callable(f) or isinstance(f, (TorchFn, TorchForm))
+                or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
             raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
     q = f"{namespace}::{name}"
     if q in _REGISTRY:
@@ -1203,10 +1318,14 @@ def op_table() -> str:
             "|---|---|---|---|---|---|"]
     for op in registered_ops("canna"):
         ins = ", ".join(t.name + ("?" if t.optional else "") for t in op.inputs)
+        if any(t.scalar for t in op.inputs):
+            ins += f" ({' or '.join(t.name for t in op.inputs if t.scalar)} may be a number)"
         attrs = ", ".join(a.name + ("" if a.required else f"={a.default!r}") for a in op.attrs) or "—"
         f = op.forward
         fwd = f"`aclnn{f.name}`" if isinstance(f, Aclnn) else "RawKernel" if isinstance(f, Launch) else \
             "hand-written" if isinstance(f, Impl) else "composition"
+        if isinstance(f, Aclnn) and f.scalar:
+            fwd += f" / `aclnn{f.scalar}`"
         if op.backward is None:
             saves = "—" if isinstance(f, Impl) or op.name.endswith("_backward") else \
                 "through its ops" if op.through_parts else "no backward"

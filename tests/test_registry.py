@@ -90,49 +90,73 @@ def _domain(op, x):
     return np.abs(x) if op.name in ("log", "sqrt", "rsqrt") else x
 
 
-#: the generated ops of one differentiable array input, one output and no required attribute (the
-#: products, norms, ... are tested against PyTorch / TF / JAX in tests/test_torch_autograd.py,
+#: attribute values the generated ops are tested at (a required one needs one)
+_ATTR_VALUES = {"alpha": 2, "exponent": 3}
+
+#: the generated ops of one differentiable array input (or the broadcasting arithmetic's
+#: elementwise inputs), one output and no required attribute without a value above (the products,
+#: norms, ... are tested against PyTorch / TF / JAX in tests/test_torch_autograd.py,
 #: test_tf_autograd.py, test_jax_autograd.py, test_torch_offload.py; the others have their family's
 #: tests: tests/test_concat_pad.py, test_adaptive_pool.py, test_batchnorm.py, test_dropout.py, test_loss.py, ...)
 _GEN = [op for op in R.registered_ops("canna") if op.generate and not op.name.endswith("_backward")
-        and len(op.inputs) == 1 and op.inputs[0].diff and not op.inputs[0].list and len(op.outputs) == 1
-        and op.backward is not None
-        and not any(a.required for a in op.attrs)]
+        and (len(op.inputs) == 1 or op.elementwise) and all(t.diff and not t.list for t in op.inputs)
+        and len(op.outputs) == 1 and op.backward is not None
+        and not any(a.required and a.name not in _ATTR_VALUES for a in op.attrs)]
 _GEN_IDS = [op.name for op in _GEN]
 
 
+def _torch_form(spec):
+    """(torch function name, in place) of an entry's ``torch=`` item (a name, a tuple, a
+    ``kernels.TorchFn`` or a ``kernels._registry.TorchForm``)."""
+    if isinstance(spec, (R.TorchForm, R.TorchFn)):
+        return spec.fn, isinstance(spec, R.TorchForm) and spec.inplace
+    return (spec[0] if isinstance(spec, tuple) else spec), False
+
+
 def _attrs(op):
-    return {a.name: (a.choices[-1] if a.choices else a.default) for a in op.attrs}
+    return {a.name: _ATTR_VALUES.get(a.name, a.choices[-1] if a.choices else a.default) for a in op.attrs}
+
+
+def _inputs(op, dtype=np.float64):
+    """One array per input, in the op's domain: ``x`` of shape (5,) for one input; for several,
+    (2, 5) and the others (5,), so that a broadcast operand's gradient is summed."""
+    n = len(op.inputs)
+    x = _domain(op, _x(dtype=dtype))
+    if n == 1:
+        return [x]
+    return [np.stack([x, x[::-1] * 0.5]).astype(dtype)] + [_x(dtype=dtype)[::-1].copy() for _ in range(n - 1)]
 
 
 @pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
 def test_torch_gradcheck(op):
     torch = pytest.importorskip("torch")
-    x = torch.tensor(_domain(op, _x()), requires_grad=True)
+    xs = [torch.tensor(a, requires_grad=True) for a in _inputs(op)]
     f = op.torch_fn
     kw = _attrs(op)
-    assert torch.autograd.gradcheck(lambda t: f(t, **kw), (x,))
+    assert torch.autograd.gradcheck(lambda *t: f(*t, **kw), xs)
     # the custom op (torch.compile's path) agrees, with its fake from the shape rule
     from torch.library import opcheck
-    res = opcheck(op.torch_op.default if hasattr(op.torch_op, "default") else op.torch_op, (x.detach(),), kw)
+    res = opcheck(op.torch_op.default if hasattr(op.torch_op, "default") else op.torch_op,
+                  tuple(x.detach() for x in xs), kw)
     assert all(v == "SUCCESS" for v in res.values()), res
 
 
 @pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
 def test_torch_compile_fullgraph(op):
     torch = pytest.importorskip("torch")
-    x = torch.tensor(_domain(op, _x(dtype=np.float32)), requires_grad=True)
+    xs = [torch.tensor(a, requires_grad=True) for a in _inputs(op, np.float32)]
     f = op.torch_fn
     kw = _attrs(op)
-    ref = x.detach().clone().requires_grad_()
+    refs = [x.detach().clone().requires_grad_() for x in xs]
     torch.compiler.reset()
-    g = torch.compile(lambda t: f(t, **kw).sum(), fullgraph=True)
-    y = g(x)
+    g = torch.compile(lambda *t: f(*t, **kw).sum(), fullgraph=True)
+    y = g(*xs)
     y.backward()
-    y0 = f(ref, **kw).sum()
+    y0 = f(*refs, **kw).sum()
     y0.backward()
     torch.testing.assert_close(y, y0)
-    torch.testing.assert_close(x.grad, ref.grad)
+    for x, ref in zip(xs, refs):
+        torch.testing.assert_close(x.grad, ref.grad)
 
 
 @pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
@@ -140,18 +164,22 @@ def test_tf_finite_differences(op):
     tf = pytest.importorskip("tensorflow")
     f = op.tf_fn
     kw = _attrs(op)
-    x = tf.constant(_domain(op, _x()))
-    theo, num = tf.test.compute_gradient(lambda t: f(t, **kw), [x])
-    np.testing.assert_allclose(theo[0], num[0], rtol=1e-5, atol=1e-6)
+    xs = [tf.constant(a) for a in _inputs(op)]
+    theo, num = tf.test.compute_gradient(lambda *t: f(*t, **kw), xs)
+    for t_, n_ in zip(theo, num):
+        np.testing.assert_allclose(t_, n_, rtol=1e-4, atol=1e-6)
 
-    def grad(t):
+    def grad(*t):
         with tf.GradientTape() as tape:
-            tape.watch(t)
-            y = tf.reduce_sum(f(t, **kw))
-        return tape.gradient(y, t)
-    np.testing.assert_allclose(tf.function(grad)(x).numpy(), grad(x).numpy(), rtol=1e-12)
+            for v in t:
+                tape.watch(v)
+            y = tf.reduce_sum(f(*t, **kw))
+        return tape.gradient(y, list(t))
+    for a, b in zip(tf.function(grad)(*xs), grad(*xs)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
     # the static shape of the tf.function graph comes from the shape rule
-    conc = tf.function(lambda t: f(t, **kw)).get_concrete_function(tf.TensorSpec([4, 3], tf.float32))
+    specs = [tf.TensorSpec([4, 3], tf.float32)] + [tf.TensorSpec([3], tf.float32)] * (len(xs) - 1)
+    conc = tf.function(lambda *t: f(*t, **kw)).get_concrete_function(*specs)
     assert conc.structured_outputs.shape.as_list() == [4, 3]
 
 
@@ -161,16 +189,20 @@ def test_jax_grad(op):
     import jax.numpy as jnp
     f = op.jax_fn
     kw = _attrs(op)
-    x = jnp.asarray(_domain(op, _x(dtype=np.float32)))
-    g = jax.grad(lambda t: jnp.sum(f(t, **kw)))(x)
-    gj = jax.jit(jax.grad(lambda t: jnp.sum(f(t, **kw))))(x)
+    xs = [jnp.asarray(a) for a in _inputs(op, np.float32)]
+    argnums = tuple(range(len(xs)))
+    gs = jax.grad(lambda *t: jnp.sum(f(*t, **kw)), argnums)(*xs)
+    gjs = jax.jit(jax.grad(lambda *t: jnp.sum(f(*t, **kw)), argnums))(*xs)
     # central differences in float64 on the kernel itself
-    xd = _domain(op, _x())
+    xd = _inputs(op)
     h = 1e-6
-    num = np.array([(np.sum(kernels.get_op(op.name).kernel(xd + h * e, **kw))
-                     - np.sum(kernels.get_op(op.name).kernel(xd - h * e, **kw))) / (2 * h) for e in np.eye(xd.size)])
-    np.testing.assert_allclose(np.asarray(g), num, rtol=2e-4, atol=2e-5)
-    np.testing.assert_allclose(np.asarray(gj), np.asarray(g), rtol=1e-6)
+    k = kernels.get_op(op.name).kernel
+    for i, (g, gj) in enumerate(zip(gs, gjs)):
+        def at(d, i=i):
+            return np.sum(k(*[v + d if j == i else v for j, v in enumerate(xd)], **kw))
+        num = np.array([(at(h * e) - at(-h * e)) / (2 * h) for e in np.eye(xd[i].size).reshape(-1, *xd[i].shape)])
+        np.testing.assert_allclose(np.asarray(g), num.reshape(xd[i].shape), rtol=2e-4, atol=2e-5)
+        np.testing.assert_allclose(np.asarray(gj), np.asarray(g), rtol=1e-6)
 
 
 #: the torch functions' required arguments after the input
@@ -183,19 +215,23 @@ def test_offload_maps_the_entry_torch_functions(op):
     import importlib
     import canna_dl.torch as ct
     for spec in op.torch:
-        name = spec[0] if isinstance(spec, tuple) else spec
+        name, inplace = _torch_form(spec)
         mod, _, attr = name.rpartition(".")
         try:
             fn = getattr(importlib.import_module(mod), attr)
         except ImportError:
             m2, _, cls = mod.rpartition(".")
             fn = getattr(getattr(importlib.import_module(m2), cls), attr)
-        x = torch.tensor(_domain(op, _x(dtype=np.float32)))
-        args = _OFFLOAD_ARGS.get(op.name, ())
+        xs = [torch.tensor(a) for a in _inputs(op, np.float32)]
+        kw = [_attrs(op)[a.name] for a in op.attrs if a.required]   # positional (pow's exponent)
+        if inplace:
+            xs[0] = xs[0].clone()
+        args = xs + kw + list(_OFFLOAD_ARGS.get(op.name, ()))
         with ct.offload() as rep:
-            y = fn(x, *args)
-        torch.testing.assert_close(y, fn(x, *args))
-        assert rep.ops[op.name].canna == 1, (name, rep)
+            y = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+        torch.testing.assert_close(y, fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+        report = op.name + ("_" if inplace else "")
+        assert rep.ops[report].canna == 1, (name, rep)
 
 
 # ---------------------------------------------------------------------------------------------

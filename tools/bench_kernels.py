@@ -230,7 +230,7 @@ def measure_add_split(n: int = 2 ** 20, *, budget: float) -> dict:
     xt, yt, ot = torch.rand(n), torch.rand(n), torch.empty(n)
     xn, yn, on = xt.numpy(), yt.numpy(), ot.numpy()
     kernels.add(xt, yt, out=ot)
-    plan = next(p for k, p in _core._plans.items() if k[0] == "Add" and k[2] == (n,))
+    plan = next(p for k, p in _core._plans.items() if k[0] == "Add" and k[1] is not None and k[1][1] == (n,))
     return bench_many({"sim": lambda: plan.launch_sync(h, 0, xt.data_ptr(), yt.data_ptr(), ot.data_ptr()),
                        "np": lambda: np.add(xn, yn, out=on), "torch": lambda: torch.add(xt, yt, out=ot)},
                       budget=budget, batch=50)

@@ -4,7 +4,8 @@ Exchange: :func:`to_jax` / :func:`from_jax` (zero-copy through DLPack).
 
 Differentiable ops (``jax.custom_vjp``, forward and backward on canna's kernels; eager calls are
 zero-copy, and under ``jax.jit`` they run through ``jax.pure_callback``; see
-:mod:`canna_dl.jax._ops`): :func:`add`, :func:`sub`, :func:`mul`, :func:`matmul`, :func:`relu`,
+:mod:`canna_dl.jax._ops`; the arithmetic and unary ops are generated from their registry entries):
+:func:`add`, :func:`sub`, :func:`mul`, :func:`div`, :func:`pow`, :func:`matmul`, :func:`relu`,
 :func:`sigmoid`, :func:`tanh`, :func:`softmax`, :func:`log_softmax`::
 
     import jax, jax.numpy as jnp, canna_dl.jax as cjax
@@ -12,9 +13,9 @@ zero-copy, and under ``jax.jit`` they run through ``jax.pure_callback``; see
     jax.jit(jax.grad(loss, argnums=(0, 1)))(jnp.array([1., 2., 3.]), jnp.array([4., 5., 6.]))   # ones, ones
 """
 from ._exchange import from_jax, to_jax
-from ._ops import add, log_softmax, matmul, mul, relu, sigmoid, softmax, sub, tanh
+from ._ops import log_softmax, matmul, relu, sigmoid, softmax, tanh
 
-__all__ = ["to_jax", "from_jax", "add", "sub", "mul", "matmul", "relu", "sigmoid", "tanh", "softmax", "log_softmax"]
+__all__ = ["to_jax", "from_jax", "matmul", "relu", "sigmoid", "tanh", "softmax", "log_softmax"]
 
 
 def _export_registered():

@@ -18,7 +18,7 @@ import canna_dl
 from kernels import _abstract
 from kernels import _registry as R
 
-from ._ops import _array, _call, _sds
+from ._ops import _array, _call, _is_pyscalar, _sds
 
 __all__ = ["function"]
 
@@ -59,8 +59,8 @@ def _make(op):
     nout = len(op.outputs)
     vjps: dict = {}
 
-    def vjp_for(attrs_key, lay):
-        key = (attrs_key, lay)
+    def vjp_for(attrs_key, lay, consts):
+        key = (attrs_key, lay, tuple((i, type(c), repr(c)) for i, c in consts))
         f = vjps.get(key)
         if f is not None:
             return f
@@ -68,9 +68,18 @@ def _make(op):
         # flat position -> (input index, index in its list or -1)
         owner = [(i, j if n >= 0 else -1) for i, n in enumerate(lay) if n is not None
                  for j in range(1 if n < 0 else n)]
+        const_of = dict(consts)   # Python-number operands (scalar inputs): constants, no gradient
+        in_index = {t.name: i for i, t in enumerate(inputs)}
+        # what the backward saves: arrays (residuals, through the callback) or constants (numbers)
+        saved_const = {k: const_of[in_index[n]] for k, n in enumerate(op.save)
+                       if n in in_index and in_index[n] in const_of}
+        mask = [lay[in_index[n]] is not None and in_index[n] not in const_of for n in op.diff]
 
         def full(vals):
-            return R.unflatten(lay, vals)
+            v = R.unflatten(lay, vals)
+            for i, c in consts:
+                v[i] = c
+            return v
 
         # a mutated input's new value is returned after the outputs (JAX is functional)
         muts = [k for k, (i, _) in enumerate(owner) if inputs[i].mutated]
@@ -93,7 +102,7 @@ def _make(op):
 
         def f_fwd(*xs):
             outs = run(*xs)
-            saved = tuple(op.saved(full(xs), outs[:nout]))
+            saved = tuple(None if k in saved_const else v for k, v in enumerate(op.saved(full(xs), outs[:nout])))
             return pack(outs), (xs, saved)
 
         def f_bwd(res, g):
@@ -113,16 +122,18 @@ def _make(op):
                 sv = [None] * len(sflat)
                 for k, x in zip(held, a[ng:]):
                     sv[k] = x
-                kw = dict(attrs, needs=(True,) * len(op.diff)) if op.backward_needs else attrs
-                r = op.backward(_abstract.KOPS, *a[:ng], *R.unflatten(slay, sv), **kw)
-                r = r if isinstance(r, (tuple, list)) else (r,)
-                by = dict(zip(op.diff, r))
+                sv = R.unflatten(slay, sv)
+                for k, c in saved_const.items():
+                    sv[k] = c
+                by = R.call_backward(op, _abstract.KOPS, a[:ng], sv, attrs, mask)
                 out = []
                 for k in diff_idx:
                     i, j = owner[k]
                     gr = by.get(inputs[i].name)
                     if gr is not None and j >= 0:
                         gr = gr[j]
+                    elif j < 0:
+                        gr = R.sum_to(_abstract.KOPS, gr, xs[k].shape)   # a broadcast operand's, summed to its shape
                     out.append(jnp.zeros(xs[k].shape, xs[k].dtype) if gr is None else gr)
                 return out
             r = _call(body, (*gs, *[sflat[k] for k in held]), structs)
@@ -138,13 +149,16 @@ def _make(op):
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs, op.jax_args)
         if through:   # differentiated through the registered ops it is made of
-            return op.forward(JOPS, *[None if a is None else _operand(api, t, t.name, a) for t, a in zip(inputs, arrays)],
-                              **attrs)
-        vals = []
-        for t, a in zip(inputs, arrays):
+            return op.forward(JOPS, *[a if a is None or (t.scalar and _is_pyscalar(a)) else _operand(api, t, t.name, a)
+                                      for t, a in zip(inputs, arrays)], **attrs)
+        vals, consts = [], []
+        for i, (t, a) in enumerate(zip(inputs, arrays)):
             if a is None:
                 if not t.optional:
                     _array(api, t.name, a)   # TypeError: "... must be a JAX array, not NoneType"
+                vals.append(None)
+            elif t.scalar and _is_pyscalar(a):
+                consts.append((i, a))
                 vals.append(None)
             elif t.list:
                 if not isinstance(a, (list, tuple)):
@@ -153,13 +167,17 @@ def _make(op):
             else:
                 vals.append(_operand(api, t, t.name, a))
         xs, lay = R.flatten(op, vals)
+        if not xs and consts:
+            raise TypeError(f"{api}: at least one operand must be an array, got {len(consts)} Python numbers")
         dts = {x.dtype for x, (t, _) in zip(xs, _owners(op, lay)) if t.diff}
         if len(dts) > 1:
             raise TypeError(f"{api}: operands have dtypes {sorted(d.name for d in dts)}; canna does not promote dtypes "
                             "(cast with .astype)")
         # the shape rule on the abstract values: bad shapes raise here, also under jit
+        for i, c in consts:
+            vals[i] = c
         op.specs(_specs(vals), attrs)
-        return vjp_for(tuple(attrs.items()), lay)(*xs)
+        return vjp_for(tuple(attrs.items()), lay, tuple(consts))(*xs)
 
     fn.__name__ = fn.__qualname__ = op.jax
     fn.__doc__ = f"JAX form of :func:`kernels.{op.name}` (jax.grad, jax.jit).\n\n{op.doc}"
@@ -196,7 +214,9 @@ def _zero_cotangent(x):
 
 
 def _specs(vals):
-    return [None if a is None else [_spec1(b) for b in a] if isinstance(a, list) else _spec1(a) for a in vals]
+    """Specs of the values (a Python-number operand as given)."""
+    return [a if a is None or _is_pyscalar(a) else [_spec1(b) for b in a] if isinstance(a, list) else _spec1(a)
+            for a in vals]
 
 
 def _spec1(a):

@@ -32,7 +32,7 @@ import numpy as np
 
 import kernels as K
 
-__all__ = ["add", "sub", "mul", "matmul", "relu", "sigmoid", "tanh", "softmax", "log_softmax"]
+__all__ = ["matmul", "relu", "sigmoid", "tanh", "softmax", "log_softmax"]
 
 _P = "canna_dl.jax."
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -124,72 +124,8 @@ def _sum_to(g, shape):
     return K.sum_to_size(g, tuple(shape))
 
 
-# ---------------------------------------------------------------------------------------------
-# arithmetic
-
-def _binary_vjp(name, f, grads):
-    """A broadcasting binary op: ``f(a, b)`` forward, ``grads(g, a, b) -> (ga_full, gb_full)``
-    (before summing to the operands' shapes)."""
-    @jax.custom_vjp
-    def op(a, b):
-        shape = np.broadcast_shapes(a.shape, b.shape)
-        return _call(lambda x, y: (f(x, y),), (a, b), (_sds(shape, a.dtype),))[0]
-
-    def fwd(a, b):
-        return op(a, b), (a, b)
-
-    def bwd(res, g):
-        a, b = res
-
-        def host(g, x, y):
-            ga, gb = grads(g, x, y)
-            return _sum_to(ga, x.shape), _sum_to(gb, y.shape)
-        return _call(host, (g, a, b), (_sds(a.shape, a.dtype), _sds(b.shape, b.dtype)))
-    op.defvjp(fwd, bwd)
-    op.__name__ = name
-    return op
-
-
-_add = _binary_vjp("add", lambda x, y: K.add(x, y), lambda g, x, y: (g, g))
-_sub = _binary_vjp("sub", lambda x, y: K.sub(x, y), lambda g, x, y: (g, K.neg(g)))
-_mul = _binary_vjp("mul", lambda x, y: K.mul(x, y), lambda g, x, y: (K.mul(g, y), K.mul(g, x)))
-
-
-def _broadcast_check(api, a, b):
-    try:
-        np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise ValueError(f"{api}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
-
-
-def add(x, y):
-    """``x + y`` with broadcasting (``jnp.add``; ``kernels.add``). One operand may be a Python
-    number (it takes the array's dtype). Gradients: the cotangent summed to each operand's shape.
-
-    Raises:
-        TypeError: non-floating operands or mixed dtypes. ValueError: shapes that do not broadcast.
-    """
-    api = _P + "add"
-    a, b = _pair(api, x, y)
-    _broadcast_check(api, a, b)
-    return _add(a, b)
-
-
-def sub(x, y):
-    """``x - y`` with broadcasting (``jnp.subtract``; ``kernels.sub``). See :func:`add`."""
-    api = _P + "sub"
-    a, b = _pair(api, x, y)
-    _broadcast_check(api, a, b)
-    return _sub(a, b)
-
-
-def mul(x, y):
-    """``x * y`` with broadcasting (``jnp.multiply``; ``kernels.mul``). See :func:`add`."""
-    api = _P + "mul"
-    a, b = _pair(api, x, y)
-    _broadcast_check(api, a, b)
-    return _mul(a, b)
-
+# arithmetic (add, sub, mul, div, pow) and the unary ops: generated from their registry entries
+# (kernels/ops/elementwise.py; canna_dl/jax/_generated.py)
 
 # ---------------------------------------------------------------------------------------------
 # matmul

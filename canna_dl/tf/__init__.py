@@ -3,11 +3,12 @@
 Exchange: :func:`to_tf` / :func:`from_tf` (zero-copy through DLPack).
 
 Differentiable ops (``tf.custom_gradient``, forward and backward on canna's kernels, eager and
-inside ``tf.function``; see :mod:`canna_dl.tf._ops`): :func:`add`, :func:`sub`, :func:`mul`,
-:func:`div`, :func:`matmul`, :func:`linear`, :func:`dense`, :func:`relu`, :func:`gelu`,
-:func:`silu`, :func:`sigmoid`, :func:`tanh`, :func:`softmax`, :func:`log_softmax`,
-:func:`layer_norm`, :func:`rms_norm`, :func:`conv2d`, :func:`max_pool2d`,
-:func:`cross_entropy`, :func:`sum`, :func:`mean`::
+inside ``tf.function``; see :mod:`canna_dl.tf._ops`; the arithmetic and unary ops are generated
+from their registry entries): :func:`add`, :func:`sub`, :func:`mul`, :func:`div`, :func:`pow`,
+:func:`matmul`, :func:`linear`, :func:`dense`, :func:`relu`, :func:`gelu`, :func:`silu`,
+:func:`sigmoid`, :func:`tanh`, :func:`softmax`, :func:`log_softmax`, :func:`layer_norm`,
+:func:`rms_norm`, :func:`conv2d`, :func:`max_pool2d`, :func:`cross_entropy`, :func:`sum`,
+:func:`mean`::
 
     import tensorflow as tf, canna_dl.tf as ctf
     a, b = tf.Variable([1., 2., 3.]), tf.Variable([4., 5., 6.])
@@ -23,10 +24,10 @@ Keras layers on them: ``canna_dl.tf.keras.Dense`` and ``canna_dl.tf.keras.Conv2D
 """
 from ._exchange import from_tf, to_tf
 from ._stats import op_stats, reset_op_stats
-from ._ops import (add, conv2d, cross_entropy, dense, div, gelu, layer_norm, linear, log_softmax, matmul,
-                   max_pool2d, mean, mul, relu, rms_norm, sigmoid, silu, softmax, sub, sum, tanh)
+from ._ops import (conv2d, cross_entropy, dense, gelu, layer_norm, linear, log_softmax, matmul, max_pool2d, mean,
+                   relu, rms_norm, sigmoid, silu, softmax, sum, tanh)
 
-__all__ = ["to_tf", "from_tf", "add", "sub", "mul", "div", "matmul", "linear", "dense", "relu", "gelu", "silu",
+__all__ = ["to_tf", "from_tf", "matmul", "linear", "dense", "relu", "gelu", "silu",
            "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d", "max_pool2d",
            "cross_entropy", "sum", "mean", "op_stats", "reset_op_stats", "keras"]
 

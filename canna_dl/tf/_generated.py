@@ -17,7 +17,7 @@ import canna_dl
 from kernels import _abstract
 from kernels import _registry as R
 
-from ._autograd import apply, floating, same_dtype, tensor
+from ._autograd import apply, floating, is_pyscalar, same_dtype, tensor
 
 __all__ = ["function"]
 
@@ -44,7 +44,7 @@ def _static(op, api, ts, attrs):
     that differs between the two is unknown; when the rule refuses both, by each known dim and 1
     (a None that must equal a known dim); when it refuses every value, the shapes cannot work and
     its error (on the shapes with None) is raised, at trace time."""
-    flat = R.flatten(op, ts)[0]
+    flat = [t for t in R.flatten(op, ts)[0] if not is_pyscalar(t)]   # Python numbers: no shape
     if all(t.shape.rank is not None and None not in t.shape.as_list() for t in flat):
         return _tf_out(op.specs(_tf_specs(ts, None), attrs))   # all dims known: the rule's errors raise
     if any(t.shape.rank is None for t in flat):
@@ -82,7 +82,8 @@ def _tf_specs(ts, fill):
     def one(t):
         dims = tuple(fill if d is None else d for d in t.shape.as_list())
         return R.Spec(dims, canna_dl.dtype(t.dtype.name))
-    return [None if t is None else [one(b) for b in t] if isinstance(t, list) else one(t) for t in ts]
+    return [t if t is None or is_pyscalar(t) else [one(b) for b in t] if isinstance(t, list) else one(t)
+            for t in ts]
 
 
 def _tf_out(specs):
@@ -132,14 +133,19 @@ def _make(op):
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs, op.tf_args)
         if through:   # differentiated through the registered ops it is made of
-            return op.forward(TFOPS, *[None if a is None else tensor(api, t.name, a) for t, a in zip(inputs, arrays)],
-                              **attrs)
+            return op.forward(TFOPS, *[a if a is None or (t.scalar and is_pyscalar(a)) else tensor(api, t.name, a)
+                                       for t, a in zip(inputs, arrays)], **attrs)
         ts = []
         variables = []    # the tf.Variables of the mutated inputs, in flat order
-        for t, a in zip(inputs, arrays):
+        consts = {}       # Python-number operands (a scalar input): constants of the graph, no gradient
+        for i, (t, a) in enumerate(zip(inputs, arrays)):
             if a is None:
                 if not t.optional:
                     raise TypeError(f"{api}: {t.name} must be a tensor, not None")
+                ts.append(None)
+                continue
+            if t.scalar and is_pyscalar(a):
+                consts[i] = a
                 ts.append(None)
                 continue
             if t.list:
@@ -149,19 +155,28 @@ def _make(op):
             else:
                 ts.append(_input(api, t, t.name, a, variables))
         same_dtype(api, *[(t.name, x) for t, x in zip(inputs, ts) if x is not None and t.diff and not t.list])
+        if consts and all(x is None for x in ts):
+            raise TypeError(f"{api}: at least one operand must be a tensor, got {len(consts)} Python numbers")
         xs, lay = R.flatten(op, ts)
+
+        mask = [ts[in_index[n]] is not None for n in op.diff]   # no gradient for a number or an absent input
+
+        def full(v):   # the per-input values with the Python-number operands back in their places
+            for i, c in consts.items():
+                v[i] = c
+            return v
         diff = tuple(inputs[i].diff and op.backward is not None
                      for i, n in enumerate(lay) if n is not None for _ in range(1 if n < 0 else n))
-        out_specs = _static(op, api, ts, attrs)   # raises for static shapes the op refuses
+        out_specs = _static(op, api, full(list(ts)), attrs)   # raises for static shapes the op refuses
         # the new values of the mutated inputs are extra outputs of the node, assigned afterwards
         mut_specs = [(v.dtype, v.shape) for v in variables]
         ntot = nout + len(variables)
 
         def fwd(save, *vals):
             if op.mutated:
-                outs = op.functional(R.unflatten(lay, vals), attrs)
+                outs = op.functional(full(R.unflatten(lay, vals)), attrs)
             else:
-                r = op.kernel(*R.unflatten(lay, vals), **attrs)
+                r = op.kernel(*full(R.unflatten(lay, vals)), **attrs)
                 outs = list(r) if isinstance(r, tuple) else [r]
             return outs + ([outs[out_index[n]] for n in saved_outs] if save else [])
 
@@ -169,19 +184,17 @@ def _make(op):
             return out_specs + mut_specs + [out_specs[out_index[n]] for n in saved_outs]
 
         def bwd(dys, vals, saved):
-            v = R.unflatten(lay, vals)
+            v = full(R.unflatten(lay, vals))
             so = dict(zip(saved_outs, saved))
             sv = [so[n] if n in so else v[in_index[n]] for n in op.save]
-            kw = dict(attrs, needs=(True,) * len(op.diff)) if op.backward_needs else attrs
-            gs = op.backward(_abstract.KOPS, *dys[:nout], *sv, **kw)
-            gs = gs if isinstance(gs, (tuple, list)) else (gs,)
-            by = dict(zip(op.diff, gs))
+            by = R.call_backward(op, _abstract.KOPS, dys[:nout], sv, attrs, mask)
             res = []
             for i, n in enumerate(lay):
                 if n is None or not inputs[i].diff:
                     continue
                 g = by.get(inputs[i].name)
                 if n < 0:
+                    g = R.sum_to(_abstract.KOPS, g, v[i].shape)   # a broadcast operand's, summed to its shape
                     res.append(tf.zeros_like(v[i]) if g is None else g)
                 else:
                     res.extend(tf.zeros_like(b) if g is None or g[j] is None else g[j] for j, b in enumerate(v[i]))

@@ -33,9 +33,9 @@ import canna_dl
 import kernels as K
 from .. import _copy as dl_copy
 
-from ._autograd import INTS, apply, arr, bcast, dims_of, float_tensor, is_pyscalar, same_dtype, tensor
+from ._autograd import INTS, apply, arr, dims_of, float_tensor, same_dtype, tensor
 
-__all__ = ["add", "sub", "mul", "div", "matmul", "linear", "dense", "relu", "gelu", "silu", "sigmoid", "tanh",
+__all__ = ["matmul", "linear", "dense", "relu", "gelu", "silu", "sigmoid", "tanh",
            "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d", "max_pool2d", "cross_entropy", "sum",
            "mean"]
 
@@ -46,101 +46,8 @@ def _same(t):
     return [(t.dtype, t.shape)]
 
 
-# ---------------------------------------------------------------------------------------------
-# arithmetic
-
-def _operands(api, x, y):
-    sx, sy = is_pyscalar(x), is_pyscalar(y)
-    if sx and sy:
-        raise TypeError(f"{api}: at least one operand must be a tensor, got two Python numbers")
-    hint = None
-    for v in (x, y):
-        dt = getattr(v, "dtype", None)
-        if isinstance(dt, tf.dtypes.DType) and dt.is_floating:
-            hint = dt
-            break
-    a = None if sx else float_tensor(api, "x", x, hint)
-    b = None if sy else float_tensor(api, "y", y, hint)
-    same_dtype(api, ("x", a), ("y", b))
-    return a, b
-
-
-def _sts(g, t):
-    """``g`` summed down to ``t``'s shape (the gradient of a broadcast)."""
-    return K.sum_to_size(g, tuple(t.shape))
-
-
-def add(x, y):
-    """``x + y`` with broadcasting (``tf.add``; ``kernels.add``). One operand may be a Python
-    number. Gradients: ``dy`` summed to each operand's shape.
-
-    Raises:
-        TypeError: non-floating, ragged, sparse operands or mixed dtypes. ValueError: shapes that
-            do not broadcast.
-    """
-    api = _P + "add"
-    a, b = _operands(api, x, y)
-    if a is not None and b is not None:
-        return apply(api, [a, b], (True, True), lambda save, a, b: [K.add(a, b)], 1,
-                     lambda: [(a.dtype, bcast(api, a.shape, b.shape))],
-                     lambda d, xs, s: [_sts(d[0], xs[0]), _sts(d[0], xs[1])])
-    t, v = (a, y) if a is not None else (b, x)
-    return apply(api, [t], (True,), lambda save, t: [K.add(t, v)], 1, lambda: _same(t), lambda d, xs, s: [d[0]])
-
-
-def sub(x, y):
-    """``x - y`` with broadcasting (``tf.subtract``; ``kernels.sub``). See :func:`add`."""
-    api = _P + "sub"
-    a, b = _operands(api, x, y)
-    if a is not None and b is not None:
-        return apply(api, [a, b], (True, True), lambda save, a, b: [K.sub(a, b)], 1,
-                     lambda: [(a.dtype, bcast(api, a.shape, b.shape))],
-                     lambda d, xs, s: [_sts(d[0], xs[0]), K.neg(_sts(d[0], xs[1]))])
-    if a is not None:
-        return apply(api, [a], (True,), lambda save, t: [K.sub(t, y)], 1, lambda: _same(a), lambda d, xs, s: [d[0]])
-    return apply(api, [b], (True,), lambda save, t: [K.sub(x, t)], 1, lambda: _same(b),
-                 lambda d, xs, s: [K.neg(d[0])])
-
-
-def mul(x, y):
-    """``x * y`` with broadcasting (``tf.multiply``; ``kernels.mul``). See :func:`add`."""
-    api = _P + "mul"
-    a, b = _operands(api, x, y)
-    if a is not None and b is not None:
-        return apply(api, [a, b], (True, True), lambda save, a, b: [K.mul(a, b)], 1,
-                     lambda: [(a.dtype, bcast(api, a.shape, b.shape))],
-                     lambda d, xs, s: [_sts(K.mul(d[0], xs[1]), xs[0]), _sts(K.mul(d[0], xs[0]), xs[1])])
-    t, v = (a, y) if a is not None else (b, x)
-    return apply(api, [t], (True,), lambda save, t: [K.mul(t, v)], 1, lambda: _same(t),
-                 lambda d, xs, s: [K.mul(d[0], v)])
-
-
-def div(x, y):
-    """True division ``x / y`` with broadcasting (``tf.divide``; ``kernels.div``); division by
-    zero gives inf / NaN (IEEE 754). Gradients ``dy / y`` and ``-dy * x / y**2`` (from the
-    output: ``-(dy / y) * z``). See :func:`add`."""
-    api = _P + "div"
-    a, b = _operands(api, x, y)
-    if a is not None and b is not None:
-        def fwd(save, a, b):
-            z = K.div(a, b)
-            return [z, z] if save else [z]
-
-        def bwd(d, xs, s):
-            t = K.div(d[0], xs[1])
-            return [_sts(t, xs[0]), K.neg(_sts(K.mul(t, s[0]), xs[1]))]
-        shape = lambda: bcast(api, a.shape, b.shape)  # noqa: E731
-        return apply(api, [a, b], (True, True), fwd, 1, lambda: [(a.dtype, shape()), (a.dtype, shape())], bwd)
-    if a is not None:
-        return apply(api, [a], (True,), lambda save, t: [K.div(t, y)], 1, lambda: _same(a),
-                     lambda d, xs, s: [K.div(d[0], y)])
-
-    def fwd1(save, t):
-        z = K.div(x, t)
-        return [z, z] if save else [z]
-    return apply(api, [b], (True,), fwd1, 1, lambda: _same(b) * 2,
-                 lambda d, xs, s: [K.neg(K.mul(K.div(d[0], xs[0]), s[0]))])
-
+# arithmetic (add, sub, mul, div, pow) and the unary ops: generated from their registry entries
+# (kernels/ops/elementwise.py; canna_dl/tf/_generated.py)
 
 # ---------------------------------------------------------------------------------------------
 # activations

@@ -24,15 +24,14 @@ from . import _library  # noqa: F401  (registers the torch.ops.canna custom ops)
 from . import nn
 from ._exchange import from_torch, to_torch
 from ._offload import OFFLOAD_OPS, Offload, OffloadReport, OpStats, offload
-from ._public import (add, div, exp, log, log_softmax, matmul, mean, mul, relu, relu_, sigmoid, softmax, sub, sum,
-                      tanh)
+from ._public import exp, log, log_softmax, matmul, mean, relu, relu_, sigmoid, softmax, sum, tanh
 
 #: the ``torch.ops.canna`` namespace (the custom ops; see :mod:`canna_dl.torch._library`)
 import torch as _torch
 ops = _torch.ops.canna
 del _torch
 
-__all__ = ["to_torch", "from_torch", "add", "sub", "mul", "div", "matmul", "sum", "mean", "relu", "relu_", "sigmoid",
+__all__ = ["to_torch", "from_torch", "matmul", "sum", "mean", "relu", "relu_", "sigmoid",
            "tanh", "log", "exp", "softmax", "log_softmax", "nn", "offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS",
            "ops"]
 

@@ -1,6 +1,8 @@
 """The eager autograd shims: one ``torch.autograd.Function`` per differentiable op, whose forward
 calls canna's kernel and whose backward calls canna's backward kernel (``kernels.backward.*``), and
-the routing functions (``_add``, ``_relu``, ...) that pick the path of a call (see ``_common``).
+the routing functions (``_matmul``, ``_softmax``, ...) that pick the path of a call (see ``_common``);
+the arithmetic and the unary ops are generated from their registry entries
+(``canna_dl/torch/_generated.py``).
 
 Conventions of every Function:
 
@@ -25,7 +27,7 @@ import kernels
 from kernels import backward as kbw
 
 from . import _common as C
-from ._common import AUTOGRAD, CUSTOM, EAGER, NoTorchFunction, Tensor, grad_enabled, meta, plain, route
+from ._common import AUTOGRAD, EAGER, NoTorchFunction, Tensor, grad_enabled, plain, route
 
 Function = torch.autograd.Function
 _ops = torch.ops.canna   # the custom ops (registered by _library, imported by the package)
@@ -33,16 +35,6 @@ _ops = torch.ops.canna   # the custom ops (registered by _library, imported by t
 
 # ---------------------------------------------------------------------------------------------
 # gradient helpers (differentiable when the backward builds a graph)
-
-def _reduce(g, m):
-    """Gradient ``g`` of a broadcast result reduced to an operand's ``(shape, dtype)`` ``m``."""
-    shape, dtype = m
-    if g.shape != shape:
-        g = _sum_to_size(g, shape)
-    if g.dtype != dtype:
-        g = _cast(g, dtype)
-    return g
-
 
 class _SumToSize(Function):
     @staticmethod
@@ -96,245 +88,7 @@ def _need(ctx, i):
     return ctx.needs_input_grad[i]
 
 
-# ---------------------------------------------------------------------------------------------
-# binary arithmetic (one operand may be a Python number)
-
-def _add_other_grad(g, alpha):   # d(x + alpha * y)/dy = alpha
-    return g if alpha == 1 else _mul(g, alpha)
-
-
-def _sub_other_grad(g, alpha):   # d(x - alpha * y)/dy = -alpha
-    return _mul(g, -alpha)
-
-
-def _alpha_functions(name, kernel, other_grad):
-    """The Functions of ``x op alpha * y`` (add, sub) and of its in-place form ``x op= alpha * y``
-    (the result dtype must fit the input's): ``kernel`` is ``kernels.add`` / ``kernels.sub``, y's
-    gradient is ``other_grad(g, alpha)`` reduced to y's shape and dtype."""
-
-    def forward(ctx, x, y, alpha):
-        ctx.mx, ctx.my, ctx.alpha = meta(x), meta(y), alpha
-        return kernel(plain(x), plain(y), alpha=alpha)
-
-    def backward(ctx, g):
-        with NoTorchFunction():
-            gx = _reduce(g, ctx.mx) if _need(ctx, 0) else None
-            gy = _reduce(other_grad(g, ctx.alpha), ctx.my) if _need(ctx, 1) else None
-            return gx, gy, None
-
-    def forward_(ctx, x, y, alpha):
-        ctx.my, ctx.alpha = meta(y), alpha
-        xd = plain(x)
-        kernel(xd, plain(y), alpha=alpha, out=xd)
-        ctx.mark_dirty(x)
-        return x
-
-    def backward_(ctx, g):
-        with NoTorchFunction():
-            gy = _reduce(other_grad(g, ctx.alpha), ctx.my) if _need(ctx, 1) else None
-            return (g if _need(ctx, 0) else None), gy, None
-
-    n = name.capitalize()
-    return (type(f"_{n}", (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)}),
-            type(f"_{n}Inplace", (Function,), {"forward": staticmethod(forward_), "backward": staticmethod(backward_)}))
-
-
-_Add, _AddInplace = _alpha_functions("add", kernels.add, _add_other_grad)
-_Sub, _SubInplace = _alpha_functions("sub", kernels.sub, _sub_other_grad)
-
-
-def _save_operands(ctx, x, y):
-    """Save what mul / div need: ``y`` for x's gradient, ``x`` for y's (numbers in ctx)."""
-    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
-    ctx.sx = None if xt else x
-    ctx.sy = None if yt else y
-    ctx.save_for_backward(x if xt and _need(ctx, 1) else None, y if yt and (_need(ctx, 0) or _need(ctx, 1)) else None)
-    ctx.mx, ctx.my = meta(x), meta(y)
-
-
-def _operands(ctx):
-    x, y = ctx.saved_tensors
-    return (ctx.sx if x is None else x), (ctx.sy if y is None else y)
-
-
-class _Mul(Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        _save_operands(ctx, x, y)
-        return kernels.mul(plain(x), plain(y))
-
-    @staticmethod
-    def backward(ctx, g):
-        with NoTorchFunction():
-            x, y = _operands(ctx)
-            gx = _reduce(_mul(g, y), ctx.mx) if _need(ctx, 0) else None
-            gy = _reduce(_mul(g, x), ctx.my) if _need(ctx, 1) else None
-            return gx, gy
-
-
-class _Div(Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        _save_operands(ctx, x, y)
-        return kernels.div(plain(x), plain(y))
-
-    @staticmethod
-    def backward(ctx, g):
-        # d(x/y)/dx = 1/y, d(x/y)/dy = -x/y² (tools/autograd/derivatives.yaml, div.Tensor)
-        with NoTorchFunction():
-            x, y = _operands(ctx)
-            t = _div(g, y)
-            gx = _reduce(t, ctx.mx) if _need(ctx, 0) else None
-            gy = None
-            if _need(ctx, 1):
-                gy = _reduce(_div(_mul(t, x), _mul(y, -1)), ctx.my)
-            return gx, gy
-
-
-def _binary_checks(api, x, y):
-    if not isinstance(x, Tensor) and not isinstance(y, Tensor):
-        raise TypeError(f"{api}: expected a tensor operand, got {type(x).__name__} and {type(y).__name__}")
-    for name, v in (("input", x), ("other", y)):
-        if isinstance(v, Tensor):
-            C.check_arith(api, name, v)
-            C.check_grad_dtype(api, name, v)
-        elif isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"{api}: {name} must be a tensor or a Python number, not {type(v).__name__}")
-
-
-def _add(x, y, alpha=1):
-    api = "canna_dl.torch.add"
-    r = route(api, x, y)
-    if r == EAGER:
-        return kernels.add(plain(x), plain(y), alpha=alpha)
-    _binary_checks(api, x, y)
-    C.check_number(api, "alpha", alpha)
-    if r == AUTOGRAD:
-        return _Add.apply(x, y, alpha)
-    if not isinstance(y, Tensor):
-        return _ops.add_scalar(x, y, alpha)
-    if not isinstance(x, Tensor):   # x + alpha * y
-        return _ops.add_scalar(y if alpha == 1 else _ops.mul_scalar(y, alpha), x, 1)
-    return _ops.add(x, y, alpha)
-
-
-def _sub(x, y, alpha=1):
-    api = "canna_dl.torch.sub"
-    r = route(api, x, y)
-    if r == EAGER:
-        return kernels.sub(plain(x), plain(y), alpha=alpha)
-    _binary_checks(api, x, y)
-    C.check_number(api, "alpha", alpha)
-    if r == AUTOGRAD:
-        return _Sub.apply(x, y, alpha)
-    if not isinstance(y, Tensor):
-        return _ops.sub_scalar(x, y, alpha)
-    if not isinstance(x, Tensor):   # x - alpha * y
-        return _ops.rsub_scalar(y, x, alpha)
-    return _ops.sub(x, y, alpha)
-
-
-def _mul(x, y):
-    api = "canna_dl.torch.mul"
-    r = route(api, x, y)
-    if r == EAGER:
-        return kernels.mul(plain(x), plain(y))
-    _binary_checks(api, x, y)
-    if r == AUTOGRAD:
-        return _Mul.apply(x, y)
-    if not isinstance(y, Tensor):
-        return _ops.mul_scalar(x, y)
-    if not isinstance(x, Tensor):
-        return _ops.mul_scalar(y, x)
-    return _ops.mul(x, y)
-
-
-def _div(x, y):
-    api = "canna_dl.torch.div"
-    r = route(api, x, y)
-    if r == EAGER:
-        return kernels.div(plain(x), plain(y))
-    _binary_checks(api, x, y)
-    if r == AUTOGRAD:
-        return _Div.apply(x, y)
-    if not isinstance(y, Tensor):
-        return _ops.div_scalar(x, y)
-    if not isinstance(x, Tensor):
-        return _ops.rdiv_scalar(y, x)
-    return _ops.div(x, y)
-
-
-# in-place forms (offload routes Tensor.add_ & co. here); the result dtype must fit the input's
-
-def _scale_inplace(name, kernel, op):
-    """The Function of ``x op= y`` (mul_, div_) for a ``y`` that needs no gradient (the original x
-    is not kept): x's gradient is ``op(g, y)`` in g's dtype."""
-
-    def forward(ctx, x, y):
-        ctx.sy = None if isinstance(y, Tensor) else y
-        ctx.save_for_backward(y if isinstance(y, Tensor) else None)
-        xd = plain(x)
-        kernel(xd, plain(y), out=xd)
-        ctx.mark_dirty(x)
-        return x
-
-    def backward(ctx, g):
-        with NoTorchFunction():
-            (y,) = ctx.saved_tensors
-            return _cast(op(g, ctx.sy if y is None else y), g.dtype), None
-
-    return type(f"_{name.capitalize()}Inplace", (Function,), {"forward": staticmethod(forward),
-                                                               "backward": staticmethod(backward)})
-
-
-_MulInplace = _scale_inplace("mul", kernels.mul, _mul)
-_DivInplace = _scale_inplace("div", kernels.div, _div)
-
-
 _bump = torch._C._increment_version
-
-
-def _inplace(kernel, fn, x, y, *extra):
-    """``x op= y`` in place: the kernel writes x's memory, then x's version counter is bumped (as
-    PyTorch's in-place ops do) so autograd sees the change; with a gradient to track, through the
-    Function ``fn`` (``ctx.mark_dirty``)."""
-    yg = isinstance(y, Tensor) and y.requires_grad
-    if grad_enabled() and (x.requires_grad or yg):
-        return fn.apply(x, y, *extra)
-    xd = plain(x)
-    if extra:
-        kernel(xd, plain(y), alpha=extra[0], out=xd)
-    else:
-        kernel(xd, plain(y), out=xd)
-    _bump((x,))
-    return x
-
-
-def _add_(x, y, alpha=1):
-    return _inplace(kernels.add, _AddInplace, x, y, alpha)
-
-
-def _sub_(x, y, alpha=1):
-    return _inplace(kernels.sub, _SubInplace, x, y, alpha)
-
-
-def _scale_(name, symbol, kernel, fn):
-    """``x.mul_(y)`` / ``x.div_(y)``: refused where y requires grad (its gradient needs the
-    original x, which the in-place op overwrites)."""
-    msg = (f"canna_dl.torch: x.{name}_(y) where y requires grad (the original x would have to be kept); "
-           f"use x = x {symbol} y")
-
-    def op_(x, y):
-        if isinstance(y, Tensor) and y.requires_grad and grad_enabled():
-            raise NotImplementedError(msg)
-        return _inplace(kernel, fn, x, y)
-
-    op_.__name__ = op_.__qualname__ = f"_{name}_"
-    return op_
-
-
-_mul_ = _scale_("mul", "*", kernels.mul, _MulInplace)
-_div_ = _scale_("div", "/", kernels.div, _DivInplace)
 
 
 # ---------------------------------------------------------------------------------------------

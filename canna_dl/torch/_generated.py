@@ -17,6 +17,7 @@ raises a clear error when differentiated.
 """
 from __future__ import annotations
 
+import numbers
 import threading
 
 import torch
@@ -28,7 +29,7 @@ from kernels import _registry as R
 from . import _common as C
 from ._common import CUSTOM, EAGER, NoTorchFunction, Tensor, grad_enabled, plain, route
 
-__all__ = ["function", "custom_op", "offload_entries", "FUNCTIONS"]
+__all__ = ["function", "custom_op", "inplace_function", "offload_entries", "FUNCTIONS"]
 
 _lock = threading.RLock()
 _fns: dict = {}        # qualname -> routing function
@@ -41,8 +42,7 @@ FUNCTIONS: list = []
 def _hand(name):
     """The hand-written routing functions of the ops whose shims are not generated yet."""
     from . import _functions as F
-    return {"add": F._add, "sub": F._sub, "mul": F._mul, "div": F._div, "sum": F._sum,
-            "mean": F._mean, "sum_to_size": F._sum_to_size}.get(name)
+    return {"sum": F._sum, "mean": F._mean, "sum_to_size": F._sum_to_size}.get(name)
 
 
 def _torch_ns_fn(op):
@@ -86,13 +86,16 @@ def _as_tuple(r):
     return r if isinstance(r, tuple) else (r,)
 
 
-def _reduce_to(g, t):
-    """A gradient brought to its input's shape and dtype (a broadcast operand's is summed)."""
+def _reduce_to(ops, g, t):
+    """A gradient brought to its input's ``(shape, dtype)`` ``t``: a broadcast operand's is summed
+    (``kernels._registry.sum_to``, with the backward's own ``ops``), a promoted one cast back."""
     if g is None or t is None:
         return g
-    if g.shape != t[0] or g.dtype != t[1]:
+    if g.shape != t[0]:
+        g = R.sum_to(ops, g, t[0])
+    if g.dtype != t[1]:
         from . import _functions as F
-        g = F._reduce(g, t)
+        g = F._cast(g, t[1])
     return g
 
 
@@ -104,37 +107,46 @@ def _no_backward(op):
 
 
 def _run_backward(op, ops, grads, saved, attrs, metas, needs):
-    """One gradient per input (a list of them for a list input, None where not needed)."""
-    if op.backward_needs:   # the backward skips the gradients nobody needs
-        attrs = dict(attrs, needs=tuple(bool(needs[i]) for i, t in enumerate(op.inputs) if t.diff))
-    gs = _as_tuple(op.backward(ops, *grads, *saved, **attrs))
-    by = dict(zip(op.diff, gs))
+    """One gradient per input (a list of them for a list input, None where not needed); the
+    backward gets the wanted ones as ``grad_input_mask`` (``kernels._registry.call_backward``)."""
+    want = dict(zip((t.name for t in op.inputs), needs))
+    by = R.call_backward(op, ops, grads, saved, attrs, [bool(want[n]) for n in op.diff])
     out = []
     for i, t in enumerate(op.inputs):
         g = by.get(t.name) if needs[i] else None
         if t.list:
             m = metas[i] or ()
-            out.append(None if g is None else [_reduce_to(gj, mj) for gj, mj in zip(g, m)])
+            out.append(None if g is None else [_reduce_to(ops, gj, mj) for gj, mj in zip(g, m)])
         else:
-            out.append(_reduce_to(g, metas[i]))
+            out.append(_reduce_to(ops, g, metas[i]))
     return out
 
 
 def _metas(op, arrays):
-    return [None if a is None else [(b.shape, b.dtype) for b in a] if t.list else (a.shape, a.dtype)
+    """(shape, dtype) of each input (a list of them for a list input; None for an absent one or a
+    Python number)."""
+    return [[(b.shape, b.dtype) for b in a] if t.list and a is not None else
+            (a.shape, a.dtype) if isinstance(a, Tensor) else None
             for t, a in zip(op.inputs, arrays)]
 
 
 def _save(ctx, items):
-    """save_for_backward of tensors and lists of tensors (a list input named in ``save``)."""
+    """save_for_backward of tensors and lists of tensors (a list input named in ``save``); Python
+    numbers (a scalar operand, ``x * 2``) are kept on ctx."""
     if any(isinstance(v, (list, tuple)) for v in items):
         ctx.saved_lay = [len(v) if isinstance(v, (list, tuple)) else -1 for v in items]
         items = [x for v in items for x in (v if isinstance(v, (list, tuple)) else (v,))]
+    if any(v is not None and not isinstance(v, Tensor) for v in items):
+        ctx.consts = [None if isinstance(v, Tensor) else v for v in items]
+        items = [v if isinstance(v, Tensor) else None for v in items]
     ctx.save_for_backward(*items)
 
 
 def _load(ctx):
     saved = ctx.saved_tensors
+    consts = getattr(ctx, "consts", None)
+    if consts is not None:
+        saved = [c if t is None else t for t, c in zip(saved, consts)]
     lay = getattr(ctx, "saved_lay", None)
     return saved if lay is None else R.unflatten(lay, saved)
 
@@ -195,8 +207,6 @@ def _function_class(op, traced=False):
     if op.lists:
         return _list_function_class(op, traced)
     n = len(op.inputs)
-    innames = [t.name for t in op.inputs]
-    save_at = [(0, innames.index(s)) if s in innames else (1, op.outputs.index(s)) for s in op.save]
     names = [a.name for a in op.attrs]
     nd_names = [o for o in op.outputs if o not in op.diff_outputs]
 
@@ -208,8 +218,8 @@ def _function_class(op, traced=False):
             outs = op.kernel(*[plain(a) for a in arrays], **attrs)
         ot = _as_tuple(outs)
         ctx.attrs = attrs
-        ctx.metas = [None if a is None else (a.shape, a.dtype) for a in arrays]
-        ctx.save_for_backward(*[(arrays if k == 0 else ot)[j] for k, j in save_at])
+        ctx.metas = _metas(op, arrays)
+        _save(ctx, op.saved(arrays, ot))
         if nd_names:
             ctx.mark_non_differentiable(*[o for o, nm in zip(ot, op.outputs) if nm in nd_names])
         return outs
@@ -220,8 +230,7 @@ def _function_class(op, traced=False):
         def backward(ctx, *grads):
             with NoTorchFunction():
                 ops = TOPS_TRACED if traced else TOPS if grad_enabled() else PKOPS
-                gx = _run_backward(op, ops, grads, ctx.saved_tensors, ctx.attrs, ctx.metas,
-                                   ctx.needs_input_grad[:n])
+                gx = _run_backward(op, ops, grads, _load(ctx), ctx.attrs, ctx.metas, ctx.needs_input_grad[:n])
                 return (*gx, *([None] * len(names)))
 
     cls = type(f"_{op.namespace}_{op.name}{'_traced' if traced else ''}", (torch.autograd.Function,),
@@ -232,7 +241,7 @@ def _function_class(op, traced=False):
 
 
 _SCHEMA_TYPES = {int: "int", float: "float", bool: "bool", str: "str", R.INT_LIST: "int[]", R.BOOL_LIST: "bool[]",
-                 R.DTYPE: "ScalarType"}
+                 R.DTYPE: "ScalarType", numbers.Number: "Scalar"}
 
 
 def _default(v):
@@ -243,11 +252,47 @@ def _default(v):
     return repr(v)
 
 
-def schema(op) -> str:
-    """The custom op's schema, from the entry's inputs, attributes and outputs."""
+def variants(op) -> list:
+    """The custom ops of an entry, as tuples of the inputs that are Python numbers in them: ``()``
+    (every input a tensor) and, for ``scalar`` inputs, each set of them with a tensor left."""
+    import itertools
+    sc = [i for i, t in enumerate(op.inputs) if t.scalar]
+    out = [()]
+    for k in range(1, len(sc) + 1):
+        out += [c for c in itertools.combinations(sc, k) if len(c) < len(op.inputs)]
+    return out
+
+
+def variant_name(op, numbers_at) -> str:
+    """``<name>`` for all tensors; with a number as the second of two inputs ``<name>_scalar``,
+    as the first ``r<name>_scalar`` (the reflected op: ``rsub_scalar(t, 2)`` is ``2 - t``), else
+    ``<name>_<inputs>_scalar``."""
+    if not numbers_at:
+        return op.name
+    if len(op.inputs) == 2 and len(numbers_at) == 1:
+        return f"{op.name}_scalar" if numbers_at == (1,) else f"r{op.name}_scalar"
+    return f"{op.name}_{'_'.join(op.inputs[i].name for i in numbers_at)}_scalar"
+
+
+#: variant custom op name (``add_scalar``) -> the entry's name (``add``), for offload()'s report
+VARIANTS: dict = {}
+
+
+def _order(op, numbers_at):
+    """Schema position -> input index: the tensors first (``self``), then the numbers."""
+    return [i for i in range(len(op.inputs)) if i not in numbers_at] + list(numbers_at)
+
+
+def schema(op, numbers_at=()) -> str:
+    """The custom op's schema, from the entry's inputs, attributes and outputs (``numbers_at``:
+    the inputs that are ``Scalar`` s in this variant, after the tensors)."""
     parts = []
     alias = iter("abcdefghijklmnopqrstuvwxyz")
-    for t in op.inputs:
+    for i in _order(op, numbers_at):
+        t = op.inputs[i]
+        if i in numbers_at:
+            parts.append(f"Scalar {t.name}")
+            continue
         ty = f"Tensor({next(alias)}!)" if t.mutated else "Tensor"   # aten's Tensor(a!)[] for a mutated list
         if t.list:
             ty += "[]"
@@ -273,34 +318,40 @@ def _bump(op, arrays):
 
 
 def _spec(t):
-    return None if t is None else R.Spec(tuple(t.shape), canna_dl.dtype(t.dtype))
+    """The Spec of a tensor (None, or a Python number, as given)."""
+    return R.Spec(tuple(t.shape), canna_dl.dtype(t.dtype)) if isinstance(t, Tensor) else t
 
 
 def _tdtype(dt):
     return getattr(torch, dt.name)
 
 
-def custom_op(op):
-    """``torch.ops.<namespace>.<name>`` for the entry (made once)."""
-    c = _customs.get(op.qualname)
+def custom_op(op, numbers_at=()):
+    """``torch.ops.<namespace>.<name>`` for the entry (made once), or its variant with Python
+    numbers at the inputs ``numbers_at`` (see :func:`variants`)."""
+    vname = variant_name(op, numbers_at)
+    qn = f"{op.namespace}::{vname}"
+    c = _customs.get(qn)
     if c is not None:
         return c
     with _lock:
-        c = _customs.get(op.qualname)
+        c = _customs.get(qn)
         if c is not None:
             return c
         n = len(op.inputs)
         names = [a.name for a in op.attrs]
+        order = _order(op, numbers_at)
 
         def impl(*args, **kwargs):
             with NoTorchFunction():
-                arrays, attrs = _args(op, args, kwargs)
+                arrays, attrs = _args(op, args, kwargs, order)
                 r = op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays], **attrs)
                 if r is None:   # no outputs: the mutated inputs were updated
                     return None
                 if isinstance(r, tuple):
                     if any(o is None for o in r):   # outputs not computed (an output_mask): empty, per the rule
-                        like = next(b for a in arrays if a is not None for b in (a if isinstance(a, list) else (a,)))
+                        like = next(b for a in arrays if a is not None for b in (a if isinstance(a, list) else (a,))
+                                    if isinstance(b, Tensor))
                         specs = op.specs([_spec(a) if not isinstance(a, list) else [_spec(b) for b in a]
                                           for a in arrays], attrs)
                         r = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) if o is None else o
@@ -308,20 +359,21 @@ def custom_op(op):
                     # a custom op must not return one of its inputs
                     return tuple(_fresh(o, args[:n]) for o in r)
                 return _fresh(r, args[:n])
-        impl.__name__ = op.name
+        impl.__name__ = vname
         mutates = tuple(op.inputs[i].name for i in op.mutated)
-        c = torch.library.custom_op(op.qualname, impl, mutates_args=mutates, schema=schema(op))
+        c = torch.library.custom_op(qn, impl, mutates_args=mutates, schema=schema(op, numbers_at))
 
         def fake(*args, **kwargs):
-            arrays, attrs = _args(op, args, kwargs)
-            like = next(b for a in arrays if a is not None for b in (a if isinstance(a, list) else (a,)))
+            arrays, attrs = _args(op, args, kwargs, order)
+            like = next(b for a in arrays if a is not None for b in (a if isinstance(a, list) else (a,))
+                        if isinstance(b, Tensor))
             specs = op.specs([[_spec(b) for b in a] if isinstance(a, list) else _spec(a) for a in arrays], attrs)
             outs = tuple(like.new_empty(s.shape, dtype=_tdtype(s.dtype)) for s in specs)
             return outs[0] if len(outs) == 1 else (outs or None)
         c.register_fake(fake)
         if op.backward is not None and not op.mutated:
             def setup(ctx, inputs, output):
-                arrays, attrs = _args(op, inputs, {})
+                arrays, attrs = _args(op, inputs, {}, order)
                 ot = _as_tuple(output)
                 ctx.attrs = attrs
                 ctx.metas = _metas(op, arrays)
@@ -333,20 +385,22 @@ def custom_op(op):
             def bw(ctx, *grads):
                 gx = _run_backward(op, TOPS, grads, _load(ctx), ctx.attrs, ctx.metas,
                                    [m is not None for m in ctx.metas])
-                return (*gx, *([None] * len(names)))
+                return (*[gx[i] for i in order], *([None] * len(names)))
             c.register_autograd(bw, setup_context=setup)
-        _customs[op.qualname] = c
+        _customs[qn] = c
+        VARIANTS[vname] = op.name
         return c
 
 
-def _args(op, args, kwargs):
+def _args(op, args, kwargs, order=None):
     """(arrays, attrs) of a call of the custom op as the entry's values: torch may leave out
     arguments at their defaults or pass them by name, and passes an ``int[]`` as a list (the rules
-    get the tuple the kernel-level function gets)."""
+    get the tuple the kernel-level function gets). ``order``: the schema's input positions (a
+    scalar variant's, :func:`_order`)."""
     n = len(op.inputs)
-    arrays = list(args[:n])
-    for t in op.inputs[len(arrays):]:
-        arrays.append(kwargs.get(t.name))
+    arrays = [None] * n
+    for pos, i in enumerate(order if order is not None else range(n)):
+        arrays[i] = args[pos] if pos < min(len(args), n) else kwargs.get(op.inputs[i].name)
     attrs = {}
     for a, v in zip(op.attrs, args[n:]):
         attrs[a.name] = v
@@ -377,6 +431,10 @@ def _check(op, api, arrays):
         if a is None:
             if not t.optional:
                 raise TypeError(f"{api}: {t.name} must be a tensor, not None")
+            continue
+        if t.scalar and not isinstance(a, Tensor):
+            if isinstance(a, bool) or not isinstance(a, (int, float)):
+                raise TypeError(f"{api}: {t.name} must be a tensor or a Python number, not {type(a).__name__}")
             continue
         if t.list:
             for j, b in enumerate(a):
@@ -509,6 +567,10 @@ def function(op):
                 if traced is not None and grad_enabled() and any(
                         isinstance(a, Tensor) and a.requires_grad for a in flat):
                     return traced.apply(*pre, *attrs.values())
+                if scalars:   # the variant of the inputs that are numbers
+                    at = tuple(i for i in scalars if arrays[i] is not None and not isinstance(arrays[i], Tensor))
+                    if at:
+                        return custom_op(op, at)(*[arrays[i] for i in _order(op, at)], **_torch_attrs(op, attrs))
                 return custom_op(op)(*arrays, **_torch_attrs(op, attrs))
             if r == EAGER or not op.outputs:
                 res = op.kernel(*_plain_args(arrays), **attrs)
@@ -517,6 +579,7 @@ def function(op):
             if op.mutated:
                 _bump(op, arrays)
             return res
+        scalars = [i for i, t in enumerate(op.inputs) if t.scalar]
         g["_slow"] = slow
         exec(compile(src, f"<torch shim {op.qualname}>", "exec"), g)  # noqa: S102 (generated from the entry)
         f = g[op.name]
@@ -524,8 +587,110 @@ def function(op):
         f.__module__ = "canna_dl.torch"
         f.opdef = op
         if not through:
-            custom_op(op)   # torch.ops.<ns>.<name> exists as soon as the function does
+            for v in variants(op):   # torch.ops.<ns>.<name> exists as soon as the function does
+                custom_op(op, v)
         _fns[op.qualname] = f
+        return f
+
+
+_increment_version = torch._C._increment_version
+_inplace_fns: dict = {}
+_needs_x: dict = {}
+
+
+def _refuse_if_x_needed(op, api, arrays, attrs, mask):
+    """An in-place op overwrites its first input: refuse (NotImplementedError; offload() falls back)
+    when a wanted gradient needs its original value, found by running the backward on the shape
+    rules with that input absent (once per op and mask)."""
+    first = op.inputs[0].name
+    if first not in op.save:
+        return
+    key = (op.qualname, tuple(mask))
+    ok = _needs_x.get(key)
+    if ok is None:
+        specs = [_spec(a) for a in arrays]
+        g = [R.Spec(specs[0].shape, specs[0].dtype)]
+        sv = [None if n == first else v for n, v in zip(op.save, op.saved(specs, g))]
+        try:
+            R.call_backward(op, _abstract.OPS, g, sv, attrs, mask)
+            ok = True
+        except (TypeError, ValueError, AttributeError):
+            ok = False
+        _needs_x[key] = ok
+    if not ok:
+        raise NotImplementedError(f"{api}: in place where a gradient needs the original {first} (it would have to "
+                                  f"be kept); use {first} = {op.name}(...) instead")
+
+
+def _inplace_class(op):
+    n = len(op.inputs)
+    names = [a.name for a in op.attrs]
+    first = op.inputs[0].name
+
+    def forward(ctx, *args):
+        arrays, attrs = args[:n], dict(zip(names, args[n:]))
+        x = arrays[0]
+        xd = plain(x)
+        op.kernel(xd, *[plain(a) for a in arrays[1:]], **attrs, out=xd)
+        ctx.mark_dirty(x)
+        ctx.attrs = attrs
+        ctx.metas = _metas(op, arrays)
+        _save(ctx, [None if nm == first else v for nm, v in zip(op.save, op.saved(arrays, (x,)))])
+        return x
+
+    def backward(ctx, *grads):
+        with NoTorchFunction():
+            ops = TOPS if grad_enabled() else PKOPS
+            gx = _run_backward(op, ops, grads, _load(ctx), ctx.attrs, ctx.metas, ctx.needs_input_grad[:n])
+            return (*gx, *([None] * len(names)))
+
+    cls = type(f"_{op.namespace}_{op.name}_", (torch.autograd.Function,),
+               {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    FUNCTIONS.append(cls)
+    return cls
+
+
+def inplace_function(op):
+    """``x op= y``: the entry's op with ``out=x`` (an elementwise op), the form ``offload()`` maps
+    ``Tensor.add_`` & co. to. Without a gradient to track the kernel writes x's memory and x's
+    version counter is bumped (as PyTorch's in-place ops do, so autograd sees the change);
+    otherwise through an ``autograd.Function`` that marks x dirty."""
+    f = _inplace_fns.get(op.qualname)
+    if f is not None:
+        return f
+    with _lock:
+        f = _inplace_fns.get(op.qualname)
+        if f is not None:
+            return f
+        api = f"canna_dl.torch.{op.name}_" if op.namespace == "canna" else f"{op.namespace}.{op.name}_"
+        cls = _inplace_class(op)
+        _classes[op.qualname + "_"] = cls
+        n = len(op.inputs)
+        k = op.kernel
+        attrs_of = op.attrs
+
+        def tracked(args):
+            arrays = args[:n]
+            attrs = {a.name: a.check(api, v) for a, v in zip(attrs_of, args[n:])}
+            _check(op, api, arrays)
+            mask = [isinstance(arrays[i], Tensor) and arrays[i].requires_grad
+                    for i, t in enumerate(op.inputs) if t.diff]
+            _refuse_if_x_needed(op, api, arrays, attrs, mask)
+            return cls.apply(*args)
+
+        def f(*args):
+            x = args[0]
+            if grad_enabled():
+                for a in args[:n]:
+                    if isinstance(a, Tensor) and a.requires_grad:
+                        return tracked(args)
+            xd = plain(x)
+            k(xd, *[plain(a) for a in args[1:n]], *args[n:], out=xd)
+            _increment_version((x,))
+            return x
+        f.__name__ = f.__qualname__ = f"{op.name}_"
+        f.opdef = op
+        _inplace_fns[op.qualname] = f
         return f
 
 
@@ -544,8 +709,9 @@ def _resolve(spec):
 
 
 def offload_entries(op):
-    """``[(torch function, names, defaults, required extras, handler)]`` for ``offload()``: the
-    torch functions the entry names. Each is a dotted name or a callable, or a tuple of one and:
+    """``[(torch function, names, defaults, required extras, handler, report name)]`` for
+    ``offload()``: the torch functions the entry names. Each is a dotted name or a callable, or a
+    tuple of one and:
 
     - ``{arg: value}``: extra torch arguments accepted only at those values (e.g. ``inplace=False``;
       another value falls back to PyTorch);
@@ -561,9 +727,10 @@ def offload_entries(op):
       cases a torch function refuses that the op would take: ``torch.mm`` of operands not 2-D).
 
     A :class:`kernels.TorchFn` instead of the tuple says the same with names (the torch function's
-    own parameters, fixed values, an identity case, which output it returns).
+    own parameters, fixed values, an identity case, which output it returns); a
+    :class:`kernels._registry.TorchForm` names the reflected (``Tensor.__rsub__``) and in-place
+    (``Tensor.add_``, reported as ``<name>_``) forms.
     """
-    import importlib
     out = []
     fn = function(op)
     entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
@@ -571,7 +738,12 @@ def offload_entries(op):
         if isinstance(spec, R.TorchFn):
             f = _resolve(spec.fn)
             if f is not None:
-                out.append(_torchfn_entry(op, fn, f, spec))
+                out.append(_torchfn_entry(op, fn, f, spec) + (op.name,))
+            continue
+        if isinstance(spec, R.TorchForm):
+            f = _resolve(spec.fn)
+            if f is not None:
+                out.append(_form_entry(op, f, spec))
             continue
         extras, sig, guard, pick = {}, None, None, None
         if isinstance(spec, tuple):
@@ -600,8 +772,54 @@ def offload_entries(op):
             if missing:
                 raise R.RegistrationError(f"{op.qualname}: the torch signature {sig!r} lacks {missing}")
         h = _handler(op, fn, names, extras, guard, aliases)
-        out.append((f, names, defaults, extras, h if pick is None else _picked(h, pick)))
+        out.append((f, names, defaults, extras, h if pick is None else _picked(h, pick), op.name))
     return out
+
+
+def _form_entry(op, f, form):
+    """The offload() entry of a :class:`kernels._registry.TorchForm`."""
+    from ._offload import _Fallback, _chk, _inplace_target
+    n = len(op.inputs)
+    extras = form.extras
+    own = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+    base = list(form.names) if form.names is not None else own
+    names = base + list(extras)
+    nattrs = len(base) - n
+    defaults = {base[i]: None for i, t in enumerate(op.inputs) if i < len(base) and i > 0 and t.optional}
+    defaults.update({base[n + j]: a.default for j, a in enumerate(op.attrs[:nattrs]) if not a.required})
+    defaults.update(extras)
+    if form.inplace:
+        fn, report = inplace_function(op), f"{op.name}_"
+    else:
+        fn, report = function(op), op.name
+    keys = list(extras.items())
+    k = n + nattrs
+
+    def extras_ok(v):
+        for i, (name, want) in enumerate(keys):
+            if v[k + i] != want:
+                raise _Fallback(f"{name}={v[k + i]!r}")
+
+    if form.inplace:
+        def h(v):
+            if keys:
+                extras_ok(v)
+            _inplace_target(v[0])
+            _chk(*v[1:n])
+            return fn(*v[:k])
+    elif form.reflected:   # torch's (self, other) is the op's (other, self)
+        def h(v):
+            if keys:
+                extras_ok(v)
+            _chk(*v[:n])
+            return fn(v[1], v[0], *v[2:k])
+    else:
+        def h(v):
+            if keys:
+                extras_ok(v)
+            _chk(*v[:n])
+            return fn(*v[:k])
+    return (f, names, defaults, extras, h, report)
 
 
 def _torchfn_entry(op, fn, f, spec):
@@ -718,10 +936,13 @@ def offload_register(op):
     """Add the entry's torch functions to ``offload()``'s table (an op registered after
     ``canna_dl.torch`` was imported)."""
     from . import _offload
-    for f, names, defaults, _extras, handler in offload_entries(op):
-        _offload._TABLE[f] = (op.name, _offload._Sig(names, None, **defaults), handler)
-    _offload.OFFLOAD_OPS = tuple(sorted(set(_offload.OFFLOAD_OPS) | {op.name}))   # offload(ops=[...]) knows it
-    cls = _classes[op.qualname]
-    if cls._backward_cls not in _offload._NODES:   # the report counts its backward calls
-        _offload._NODES = _offload._NODES | {cls._backward_cls}
-        _offload._count_backward(cls)
+    reports = set()
+    for f, names, defaults, _extras, handler, report in offload_entries(op):
+        _offload._TABLE[f] = (report, _offload._Sig(names, None, **defaults), handler)
+        reports.add(report)
+    _offload.OFFLOAD_OPS = tuple(sorted(set(_offload.OFFLOAD_OPS) | reports))   # offload(ops=[...]) knows it
+    for key in (op.qualname, op.qualname + "_"):
+        cls = _classes.get(key)
+        if cls is not None and cls._backward_cls not in _offload._NODES:   # the report counts its backward calls
+            _offload._NODES = _offload._NODES | {cls._backward_cls}
+            _offload._count_backward(cls)

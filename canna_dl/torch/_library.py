@@ -7,12 +7,11 @@ into the backward graph). Source of the API: ``torch/_library/custom_ops.py``
 
 Forward ops (the differentiable ones; ``canna_dl.torch`` routes to them when compiling)::
 
-    add(Tensor self, Tensor other, Scalar alpha=1)      add_scalar / sub_scalar / rsub_scalar(self, Scalar other, Scalar alpha=1)
-    sub, mul, div(Tensor self, Tensor other)            mul_scalar / div_scalar / rdiv_scalar(self, Scalar other)
     matmul(self, other)        linear(input, weight, bias?)
-    (relu, silu, sigmoid, tanh, log, exp, neg, sqrt, gelu and their backward ops are generated from
-    their registry entries: canna_dl/torch/_generated.py)
-    (softmax, log_softmax and their backward ops too)
+    (add, sub, mul, div — with their Python-number variants add_scalar, radd_scalar, sub_scalar,
+    rsub_scalar, ... —, pow, relu, silu, sigmoid, tanh, log, exp, neg, sqrt, gelu, softmax,
+    log_softmax and their backward ops are generated from their registry entries:
+    canna_dl/torch/_generated.py)
     layer_norm(input, int[] normalized_shape, weight?, bias?, float eps) -> (out, mean, rstd)
     rms_norm(input, int[] normalized_shape, weight?, float? eps) -> (out, rstd)
     conv2d(input, weight, bias?, int[2] stride, int[2] padding, int[2] dilation, int groups)
@@ -38,7 +37,7 @@ import kernels
 from kernels import backward as kbw
 from kernels.ops import nn as _nnrules
 
-from . import _functions as F
+from . import _functions  # noqa: F401  (the hand-written Functions; it makes the generated ops too)
 from ._common import NoTorchFunction, plain
 
 _NS = "canna"
@@ -77,28 +76,6 @@ def _reduce(g, shape, dtype):
 
 # ---------------------------------------------------------------------------------------------
 # fake (meta) implementations: shapes and dtypes
-
-def _promote(a, b):
-    return torch.result_type(a, b)
-
-
-def _fake_binary(self, other, alpha=1):
-    return self.new_empty(torch.broadcast_shapes(self.shape, other.shape), dtype=_promote(self, other))
-
-
-def _fake_div(self, other):
-    dt = _promote(self, other)
-    return self.new_empty(torch.broadcast_shapes(self.shape, other.shape),
-                          dtype=dt if dt.is_floating_point else torch.float32)
-
-
-def _fake_scalar(self, other, alpha=1):
-    return self.new_empty(self.shape, dtype=_promote(self, other))
-
-
-def _fake_div_scalar(self, other):
-    dt = _promote(self, other)
-    return self.new_empty(self.shape, dtype=dt if dt.is_floating_point else torch.float32)
 
 
 
@@ -180,60 +157,6 @@ def _fake_grad_input(g, x, *args):
 # ---------------------------------------------------------------------------------------------
 # autograd of the forward ops (traceable: canna custom ops and canna_dl.torch's routing functions)
 
-def _setup_binary(ctx, inputs, output):
-    x, y = inputs[0], inputs[1]
-    ctx.mx = (x.shape, x.dtype)
-    ctx.my = (y.shape, y.dtype)
-    ctx.alpha = inputs[2] if len(inputs) > 2 else 1
-    ctx.save_for_backward(x, y)
-
-
-def _bw_add(ctx, g):
-    gy = g if ctx.alpha == 1 else F._mul(g, ctx.alpha)
-    return _reduce(g, *ctx.mx), _reduce(gy, *ctx.my), None
-
-
-def _bw_sub(ctx, g):
-    return _reduce(g, *ctx.mx), _reduce(F._mul(g, -ctx.alpha), *ctx.my), None
-
-
-def _bw_mul(ctx, g):
-    x, y = ctx.saved_tensors
-    return _reduce(F._mul(g, y), *ctx.mx), _reduce(F._mul(g, x), *ctx.my)
-
-
-def _bw_div(ctx, g):
-    x, y = ctx.saved_tensors
-    t = F._div(g, y)
-    return _reduce(t, *ctx.mx), _reduce(F._div(F._mul(t, x), F._mul(y, -1)), *ctx.my)
-
-
-def _setup_scalar(ctx, inputs, output):
-    ctx.dtype = inputs[0].dtype
-    ctx.other = inputs[1]
-    ctx.alpha = inputs[2] if len(inputs) > 2 else 1
-    ctx.save_for_backward(inputs[0])
-
-
-def _bw_add_scalar(ctx, g):
-    return _reduce(g, g.shape, ctx.dtype), None, None
-
-
-def _bw_rsub_scalar(ctx, g):       # other - alpha * self
-    return _reduce(F._mul(g, -ctx.alpha), g.shape, ctx.dtype), None, None
-
-
-def _bw_mul_scalar(ctx, g):
-    return _reduce(F._mul(g, ctx.other), g.shape, ctx.dtype), None
-
-
-def _bw_div_scalar(ctx, g):
-    return _reduce(F._div(g, ctx.other), g.shape, ctx.dtype), None
-
-
-def _bw_rdiv_scalar(ctx, g):       # other / self: -other * g / self²
-    (x,) = ctx.saved_tensors
-    return _reduce(F._div(F._mul(g, -ctx.other), F._mul(x, x)), g.shape, ctx.dtype), None
 
 
 def _setup_layer_norm(ctx, inputs, output):
@@ -363,27 +286,7 @@ def _masked(mask, outs, likes):
 def _register():
     P = plain
     T = "Tensor"
-    # arithmetic
-    _op("add", f"({T} self, {T} other, Scalar alpha=1) -> {T}",
-        lambda x, y, alpha=1: kernels.add(P(x), P(y), alpha=alpha), _fake_binary, _bw_add, _setup_binary)
-    _op("sub", f"({T} self, {T} other, Scalar alpha=1) -> {T}",
-        lambda x, y, alpha=1: kernels.sub(P(x), P(y), alpha=alpha), _fake_binary, _bw_sub, _setup_binary)
-    _op("mul", f"({T} self, {T} other) -> {T}", lambda x, y: kernels.mul(P(x), P(y)), _fake_binary, _bw_mul,
-        _setup_binary)
-    _op("div", f"({T} self, {T} other) -> {T}", lambda x, y: kernels.div(P(x), P(y)), _fake_div, _bw_div,
-        _setup_binary)
-    _op("add_scalar", f"({T} self, Scalar other, Scalar alpha=1) -> {T}",
-        lambda x, v, alpha=1: kernels.add(P(x), v, alpha=alpha), _fake_scalar, _bw_add_scalar, _setup_scalar)
-    _op("sub_scalar", f"({T} self, Scalar other, Scalar alpha=1) -> {T}",
-        lambda x, v, alpha=1: kernels.sub(P(x), v, alpha=alpha), _fake_scalar, _bw_add_scalar, _setup_scalar)
-    _op("rsub_scalar", f"({T} self, Scalar other, Scalar alpha=1) -> {T}",
-        lambda x, v, alpha=1: kernels.sub(v, P(x), alpha=alpha), _fake_scalar, _bw_rsub_scalar, _setup_scalar)
-    _op("mul_scalar", f"({T} self, Scalar other) -> {T}", lambda x, v: kernels.mul(P(x), v), _fake_scalar,
-        _bw_mul_scalar, _setup_scalar)
-    _op("div_scalar", f"({T} self, Scalar other) -> {T}", lambda x, v: kernels.div(P(x), v), _fake_div_scalar,
-        _bw_div_scalar, _setup_scalar)
-    _op("rdiv_scalar", f"({T} self, Scalar other) -> {T}", lambda x, v: kernels.div(v, P(x)), _fake_div_scalar,
-        _bw_rdiv_scalar, _setup_scalar)
+    # arithmetic: generated from the registry entries (canna_dl/torch/_generated.py)
     _op("cast", f"({T} self, ScalarType dtype) -> {T}", lambda x, dt: kernels.astype(P(x), dt), _fake_cast,
         _bw_cast, _setup_cast)
     _op("sum_to_size", f"({T} self, SymInt[] size) -> {T}",

@@ -128,41 +128,6 @@ def _none(v, what):
 # ---------------------------------------------------------------------------------------------
 # handlers: vals (bound arguments) -> result, or raise _Fallback / a canna argument error
 
-def _h_add(v):
-    _none(v[3], "out= argument")
-    _chk(v[0], v[1])
-    return F._add(v[0], v[1], v[2])
-
-
-def _h_sub(v):
-    _none(v[3], "out= argument")
-    _chk(v[0], v[1])
-    return F._sub(v[0], v[1], v[2])
-
-
-def _h_rsub(v):            # Tensor.__rsub__(self, other) / torch.rsub(input, other, alpha): other - alpha * self
-    _chk(v[0], v[1])
-    return F._sub(v[1], v[0], v[2] if len(v) > 2 else 1)
-
-
-def _h_mul(v):
-    _none(v[2], "out= argument")
-    _chk(v[0], v[1])
-    return F._mul(v[0], v[1])
-
-
-def _h_div(v):
-    _none(v[2], f"rounding_mode={v[2]!r}")
-    _none(v[3], "out= argument")
-    _chk(v[0], v[1])
-    return F._div(v[0], v[1])
-
-
-def _h_rdiv(v):
-    _chk(v[0], v[1])
-    return F._div(v[1], v[0])
-
-
 def _inplace_target(x):
     if type(x) is not Tensor and type(x) is not Parameter:
         raise _Fallback(f"in-place on a {type(x).__name__}")
@@ -172,29 +137,6 @@ def _inplace_target(x):
         raise _Fallback("in-place update of an inference tensor (PyTorch refuses it)")
 
 
-def _h_add_(v):
-    _inplace_target(v[0])
-    _chk(v[1])
-    return F._add_(v[0], v[1], v[2])
-
-
-def _h_sub_(v):
-    _inplace_target(v[0])
-    _chk(v[1])
-    return F._sub_(v[0], v[1], v[2])
-
-
-def _h_mul_(v):
-    _inplace_target(v[0])
-    _chk(v[1])
-    return F._mul_(v[0], v[1])
-
-
-def _h_div_(v):
-    _none(v[2], f"rounding_mode={v[2]!r}")
-    _inplace_target(v[0])
-    _chk(v[1])
-    return F._div_(v[0], v[1])
 
 
 
@@ -300,22 +242,6 @@ def _build_table():
                 t[f] = (name, sig, handler)
 
     g = getattr
-    bin_alpha = S(("input", "other", "alpha", "out"), 2, alpha=1, out=None)
-    m((torch.add, _T.add, g(_T, "__radd__", None)), "add", bin_alpha, _h_add)
-    m((torch.sub, torch.subtract, _T.sub, _T.subtract), "sub", bin_alpha, _h_sub)
-    m((_T.__rsub__,), "sub", S(("input", "other")), _h_rsub)
-    m((torch.rsub,), "sub", S(("input", "other", "alpha"), 2, alpha=1), _h_rsub)
-    bin2 = S(("input", "other", "out"), 2, out=None)
-    m((torch.mul, torch.multiply, _T.mul, _T.multiply, g(_T, "__rmul__", None)), "mul", bin2, _h_mul)
-    div = S(("input", "other", "rounding_mode", "out"), 2, rounding_mode=None, out=None)
-    m((torch.div, torch.divide, torch.true_divide, _T.div, _T.divide, _T.true_divide), "div", div, _h_div)
-    m((_T.__rdiv__, _T.__rtruediv__), "div", S(("input", "other")), _h_rdiv)
-    inplace_alpha = S(("input", "other", "alpha"), 2, alpha=1)
-    m((_T.add_,), "add_", inplace_alpha, _h_add_)
-    m((_T.sub_, _T.subtract_), "sub_", inplace_alpha, _h_sub_)
-    m((_T.mul_, _T.multiply_), "mul_", S(("input", "other")), _h_mul_)
-    m((_T.div_, _T.divide_, _T.true_divide_), "div_", S(("input", "other", "rounding_mode"), 2, rounding_mode=None),
-      _h_div_)
     m((torch.relu, _T.relu), "relu", S(("input",)), _h_relu)
     m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
     m((torch.relu_, _T.relu_), "relu_", S(("input",)), _h_relu_)
@@ -348,8 +274,8 @@ def _build_table():
     # the ops generated from the registry map the torch functions their entry names (out=: falls back)
     from . import _generated
     for op in _registered():
-        for f, names, defaults, _extras, handler in _generated.offload_entries(op):
-            m((f,), op.name, S(names, None, **defaults), handler)
+        for f, names, defaults, _extras, handler, report in _generated.offload_entries(op):
+            m((f,), report, S(names, None, **defaults), handler)
     # torch.optim's fused steps (and the steps' increment) on canna's optimizer kernels
     from . import _offload_optim
     _offload_optim.table_entries(m, S)
@@ -407,9 +333,8 @@ def _canna_custom_ops():
     """The ``torch.ops.canna`` custom ops (packets and overloads) -> (report op, is a backward op):
     a compiled graph's calls of them reach the mode as such while it runs."""
     from . import _library
-    alias = {"add_scalar": "add", "sub_scalar": "sub", "rsub_scalar": "sub", "mul_scalar": "mul",
-             "div_scalar": "div", "rdiv_scalar": "div"}
     from . import _generated
+    alias = _generated.VARIANTS   # add_scalar -> add, ...
     m = {}
     ops = dict(_library.OPS)
     ops.update((q.split("::", 1)[1], c) for q, c in _generated._customs.items() if q.startswith("canna::"))

@@ -31,7 +31,7 @@ import torch
 
 import kernels
 
-from . import _functions as F
+from . import _generated
 from ._common import NoTorchFunction, Parameter, Tensor
 from ._offload import _Fallback, _inplace_target
 
@@ -150,6 +150,11 @@ def _h_fused_sgd(v):
     _run_all(len(params), step, touched)
 
 
+def _add_(x, y, alpha):
+    """``x.add_(y, alpha=alpha)``: the add entry's in-place form (canna_dl/torch/_generated.py)."""
+    return _generated.inplace_function(kernels.get_op("add"))(x, y, alpha)
+
+
 def _h_foreach_add_(v):
     """``torch._foreach_add_(tensors, scalar | tensors, alpha=1)`` → canna's in-place add per tensor."""
     xs, other, alpha = v
@@ -163,8 +168,8 @@ def _h_foreach_add_(v):
         raise _Fallback(f"a {type(other).__name__} operand")
 
     def step(i):
-        F._add_(xs[i], ys[i], alpha)
-    # F._add_ bumps the version counters itself
+        _add_(xs[i], ys[i], alpha)
+    # the in-place add bumps the version counters itself
     _run_all(len(xs), step, ())
     return None
 

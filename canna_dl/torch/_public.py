@@ -3,54 +3,17 @@
 Every function takes and returns ``torch.Tensor`` objects and runs canna's kernel; gradients flow
 through canna's backward kernels. In eager mode a call costs a plain ``torch.autograd.Function``
 (or, when no gradient is needed, the kernel call alone); under ``torch.compile`` it is the
-``torch.ops.canna.*`` custom op (see :mod:`canna_dl.torch._library`).
+``torch.ops.canna.*`` custom op (see :mod:`canna_dl.torch._library`). The arithmetic (add, sub,
+mul, div, pow) and the unary ops are generated from their registry entries
+(``canna_dl/torch/_generated.py``, exported by the package).
 """
 from __future__ import annotations
 
 from . import _functions as _F
 from ._common import NoTorchFunction as _NoTF
 
-__all__ = ["add", "sub", "mul", "div", "matmul", "sum", "mean", "relu", "relu_", "sigmoid", "tanh", "log",
+__all__ = ["matmul", "sum", "mean", "relu", "relu_", "sigmoid", "tanh", "log",
            "exp", "softmax", "log_softmax"]
-
-
-def add(input, other, *, alpha=1):
-    """``input + alpha * other`` with broadcasting (``torch.add``).
-
-    Args:
-        input, other: tensors (float16, bfloat16, float32, float64, int32, int64) or Python numbers
-            (at least one a tensor), on one device; broadcast with NumPy's rules.
-        alpha: a Python number (an int for integer results).
-
-    Returns:
-        A new tensor of the broadcast shape and the promoted dtype (``torch.result_type``). Its
-        gradient with respect to each tensor operand is reduced to that operand's shape and dtype.
-
-    Raises:
-        TypeError: an unsupported dtype, a complex tensor that requires grad, a non-number ``alpha``.
-        ValueError: shapes that do not broadcast, tensors on different devices.
-    """
-    with _NoTF():
-        return _F._add(input, other, alpha)
-
-
-def sub(input, other, *, alpha=1):
-    """``input - alpha * other`` with broadcasting (``torch.sub``). See :func:`add`."""
-    with _NoTF():
-        return _F._sub(input, other, alpha)
-
-
-def mul(input, other):
-    """``input * other`` with broadcasting (``torch.mul``). See :func:`add`."""
-    with _NoTF():
-        return _F._mul(input, other)
-
-
-def div(input, other):
-    """True division ``input / other`` with broadcasting (``torch.div`` without ``rounding_mode``):
-    integer operands give a float32 result. See :func:`add`."""
-    with _NoTF():
-        return _F._div(input, other)
 
 
 def matmul(input, other):

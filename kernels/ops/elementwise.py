@@ -1,8 +1,8 @@
 """Elementwise ops: one registry entry each (kernels/_registry.py). The unary math and activations
-and their backward kernels are generated from their entry (one aclnn call each, torch_npu's
-mapping: ``gelu`` → ``aclnnGeluV2``, relu's gradient → ``aclnnThresholdBackward``, ...); the
-broadcasting arithmetic (add, sub, mul, div, pow: scalar operands, ``alpha``, in place) is written
-in ``kernels/_elementwise.py`` and described here.
+and their backward kernels and the broadcasting arithmetic (add, sub, mul, div: a Python-number
+operand, ``alpha``, in place; pow with a number exponent) are generated from their entry (one
+aclnn call each, torch_npu's mapping: ``gelu`` → ``aclnnGeluV2``, relu's gradient →
+``aclnnThresholdBackward``, ``x + 2`` → ``aclnnAdds``, ...).
 
 Gradients (PyTorch's ``tools/autograd/derivatives.yaml``): from the input for log (``g / x``),
 silu, gelu, abs (``g * sign(x)``); from the output for exp (``g * y``), sigmoid, tanh, relu
@@ -10,9 +10,10 @@ silu, gelu, abs (``g * sign(x)``); from the output for exp (``g * y``), sigmoid,
 """
 from __future__ import annotations
 
+import numbers
+
 from .. import _core as C
-from .. import _elementwise as E
-from .._registry import Aclnn, Attr, Impl, Spec, Tensor, define, grad_like, same, same_float
+from .._registry import Aclnn, Attr, Spec, Tensor, TorchForm, define, grad_like, same, same_float
 
 ARITH, FLOATS = C.ARITH, C.FLOATS
 
@@ -24,28 +25,138 @@ def _binary_shape(x, y, **attrs):
     return Spec(C.broadcast_shapes("shape rule", xs, ys), C.result_type(x, y))
 
 
+def _alpha_shape(x, y, alpha=1):
+    s = _binary_shape(x, y)
+    if C.category(s.dtype) < 2 and isinstance(alpha, float):
+        raise TypeError(f"for integer arrays alpha must be an integer, not {alpha!r} (PyTorch's rule)")
+    return s
+
+
 def _div_shape(x, y, **attrs):
+    """True division: integer operands give float32 (``torch.div`` without ``rounding_mode``)."""
     s = _binary_shape(x, y)
     return s if C.category(s.dtype) == 2 else Spec(s.shape, C.DEFAULT_FLOAT)
 
 
-def _pow_shape(x, exponent, **attrs):
-    return Spec(x.shape, C.result_type(x, exponent))
+def _pow_shape(x, exponent):
+    dt = C.result_type(x, exponent)
+    if C.category(dt) < 2 and exponent < 0:
+        raise ValueError(f"integers to negative integer powers are not allowed (exponent {exponent})")
+    return Spec(x.shape, dt)
 
 
-# hand-written (scalars, alpha, in place); their framework shims are in canna_dl.*._ops
-define("add", inputs=(Tensor("x", ARITH), Tensor("y", ARITH)), attrs=(Attr("alpha", object, 1),),
-       shape=_binary_shape, forward=Impl(E.add), generate=False,
-       check_none=False)
-define("sub", inputs=(Tensor("x", ARITH), Tensor("y", ARITH)), attrs=(Attr("alpha", object, 1),),
-       shape=_binary_shape, forward=Impl(E.sub), generate=False,
-       check_none=False)
-define("mul", inputs=(Tensor("x", ARITH), Tensor("y", ARITH)), shape=_binary_shape, forward=Impl(E.mul),
-       generate=False, check_none=False)
-define("div", inputs=(Tensor("x", ARITH), Tensor("y", ARITH)), shape=_div_shape, forward=Impl(E.div),
-       generate=False, check_none=False)
-define("pow", inputs=(Tensor("x", ARITH),), attrs=(Attr("exponent", object),), shape=_pow_shape,
-       forward=Impl(E.pow), generate=False, check_none=False)
+def _scalar_param(name):
+    """An attribute passed to aclnn as an aclScalar (add's alpha, pow's exponent)."""
+    def params(lib, keep, **attrs):
+        v = attrs[name]
+        sv = C.Param.scalar(lib, int(v) if isinstance(v, bool) else v)
+        keep.append(sv)
+        return (sv,)
+    return params
+
+
+# gradients (PyTorch's tools/autograd/derivatives.yaml: add.Tensor, sub.Tensor, mul.Tensor,
+# div.Tensor, pow.Tensor_Scalar); a broadcast operand's gradient is summed to its shape by the shims
+def _add_bw(ops, g, alpha, grad_input_mask=(True, True)):
+    return g, ((g if alpha == 1 else ops.mul(g, alpha)) if grad_input_mask[1] else None)
+
+
+def _sub_bw(ops, g, alpha, grad_input_mask=(True, True)):
+    return g, (ops.mul(g, -alpha) if grad_input_mask[1] else None)
+
+
+def _mul_bw(ops, g, x, y, grad_input_mask=(True, True)):
+    return (ops.mul(g, y) if grad_input_mask[0] else None), (ops.mul(g, x) if grad_input_mask[1] else None)
+
+
+def _div_bw(ops, g, x, y, grad_input_mask=(True, True)):
+    t = ops.div(g, y)   # d/dx = 1 / y, d/dy = -x / y**2
+    return (t if grad_input_mask[0] else None), (ops.div(ops.mul(t, x), ops.mul(y, -1)) if grad_input_mask[1]
+                                                 else None)
+
+
+def _pow_bw(ops, g, x, exponent):
+    if exponent == 0:
+        return ops.mul(g, 0)
+    return ops.mul(g, ops.mul(ops.pow(x, exponent - 1), exponent))
+
+
+def _binary(name, aclnn, scalar, *, shape, backward, save=(), alpha=False, commute=None, torch, rtorch=(),
+            inplace=(), extras=None, more=(), doc):
+    """add / sub / mul / div: ``x`` and ``y`` arrays or (one of them) a Python number, broadcast;
+    ``alpha`` for add and sub; ``out=`` may be ``x`` or ``y`` (in place)."""
+    names = ("input", "other") + (("alpha",) if alpha else ())
+    forms = ([TorchForm(f, extras, names=names) for f in torch]
+             + [TorchForm(f, names=("input", "other"), reflected=True) for f in rtorch]
+             + [TorchForm(f, extras, names=names, inplace=True) for f in inplace] + list(more))
+    return define(name, inputs=(Tensor("x", ARITH, scalar=True), Tensor("y", ARITH, scalar=True)),
+                  attrs=(Attr("alpha", numbers.Number, 1),) if alpha else (), shape=shape,
+                  forward=Aclnn(aclnn, _scalar_param("alpha") if alpha else None, scalar=scalar, commute=commute),
+                  backward=backward, save=save, torch=forms, doc=doc, fast=True, elementwise=True)
+
+
+_ARGS = """
+
+    Args:
+        x, y: arrays (anything :func:`canna_dl.asarray` takes: torch/TF/JAX tensors, NumPy arrays,
+            DeviceArrays; read in place) or Python numbers (one of them may be: a "weak" scalar in
+            PyTorch's promotion, which keeps the array's dtype).{alpha}
+        out: an array of the result's shape whose dtype the result can be cast to; may be exactly
+            ``x`` or ``y`` (in place). Returned.
+        stream: the :class:`acl_rt.Stream` to run on (default: the current stream).
+
+    Dtypes: float32, float64, float16, bfloat16, int32, int64; the result dtype follows PyTorch's
+    promotion (:func:`kernels.result_type`){div}.
+
+    Returns:
+        An array of the inputs' kind (see :func:`kernels.result_kind`), or ``out``.
+
+    Raises:
+        TypeError: an unsupported dtype, two Python numbers{alpha_err}, an ``out`` dtype the result
+            cannot be cast to. ValueError: shapes that do not broadcast, a wrong-shaped, read-only
+            or overlapping ``out``, operands on another device than the stream.
+"""
+
+
+def _doc(head, alpha=False, div=False):
+    return head + _ARGS.format(
+        alpha="\n        alpha: a Python number multiplying ``y`` (an int for integer results)." if alpha else "",
+        alpha_err=", a float ``alpha`` for integer arrays" if alpha else "",
+        div="; integer operands give float32" if div else "")
+
+
+_T = "torch.Tensor."
+_binary("add", "Add", "Adds", shape=_alpha_shape, backward=_add_bw, alpha=True, commute=lambda alpha: alpha == 1,
+        torch=("torch.add", _T + "add"), rtorch=(_T + "__radd__",), inplace=(_T + "add_",),
+        doc=_doc("``x + alpha * y`` with NumPy broadcasting (``torch.add``; ``aclnnAdd`` / ``aclnnAdds``).",
+                 alpha=True))
+_binary("sub", "Sub", "Subs", shape=_alpha_shape, backward=_sub_bw, alpha=True,
+        torch=("torch.sub", "torch.subtract", _T + "sub", _T + "subtract"), rtorch=(_T + "__rsub__",),
+        inplace=(_T + "sub_", _T + "subtract_"),
+        more=(TorchForm("torch.rsub", names=("input", "other", "alpha"), reflected=True),),   # other - alpha * input
+        doc=_doc("``x - alpha * y`` with broadcasting (``torch.sub``; ``aclnnSub`` / ``aclnnSubs``; a number "
+                 "first is a 0-d array: aclnn has no reflected form).", alpha=True))
+_binary("mul", "Mul", "Muls", shape=_binary_shape, backward=_mul_bw, save=("x", "y"), commute=True,
+        torch=("torch.mul", "torch.multiply", _T + "mul", _T + "multiply"), rtorch=(_T + "__rmul__",),
+        inplace=(_T + "mul_", _T + "multiply_"),
+        doc=_doc("``x * y`` with broadcasting (``torch.mul``; ``aclnnMul`` / ``aclnnMuls``)."))
+_binary("div", "Div", "Divs", shape=_div_shape, backward=_div_bw, save=("x", "y"),
+        torch=("torch.div", "torch.divide", "torch.true_divide", _T + "div", _T + "divide", _T + "true_divide"),
+        rtorch=(_T + "__rdiv__", _T + "__rtruediv__"), inplace=(_T + "div_", _T + "divide_", _T + "true_divide_"),
+        extras={"rounding_mode": None},
+        doc=_doc("True division ``x / y`` with broadcasting (``torch.div`` without ``rounding_mode``; ``aclnnDiv`` "
+                 "/ ``aclnnDivs``); division by zero gives inf / NaN as IEEE 754 says.", div=True))
+define("pow", inputs=(Tensor("x", ARITH),), attrs=(Attr("exponent", numbers.Number),), shape=_pow_shape,
+       forward=Aclnn("PowTensorScalar", _scalar_param("exponent")), backward=_pow_bw, save=("x",),
+       torch=tuple(TorchForm(f, names=("input", "exponent")) for f in ("torch.pow", _T + "pow", _T + "__pow__"))
+       + (TorchForm(_T + "pow_", names=("input", "exponent"), inplace=True),),
+       fast=True, elementwise=True,
+       doc="``x ** exponent`` for a Python-number exponent (``torch.pow``; ``aclnnPowTensorScalar``).\n\n"
+           "The result dtype is ``result_type(x, exponent)``: an integer array to an integer power stays integer "
+           "(wrapping on overflow), to a float power becomes float32. The gradient is "
+           "``grad * exponent * x ** (exponent - 1)``.\n\n"
+           "Raises:\n    TypeError: ``exponent`` is not a Python number (array exponents are not supported).\n"
+           "    ValueError: an integer array to a negative integer power (as PyTorch refuses it).")
 
 
 # ---------------------------------------------------------------------------------------------

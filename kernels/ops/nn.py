@@ -118,7 +118,7 @@ def _three_d(a, b):
 
 _MM = "input, other:b, out=None"
 define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, forward=Impl(N.matmul),
-       backward=lambda ops, g, a, b, needs: ops.matmul_backward(g, a, b, needs), save=("a", "b"),
+       backward=lambda ops, g, a, b, grad_input_mask: ops.matmul_backward(g, a, b, grad_input_mask), save=("a", "b"),
        torch=(("torch.matmul", _MM, {"out": None}), ("torch.Tensor.matmul", _MM, {"out": None}),
               ("torch.mm", "input, mat2:b, out=None", {"out": None}, _two_d),
               ("torch.Tensor.mm", "input, mat2:b", _two_d),
@@ -229,18 +229,18 @@ def _matmul_bw_shape(g, a, b, output_mask=(True, True)):
     return (Spec(a.shape if output_mask[0] else (0,), a.dtype), Spec(b.shape if output_mask[1] else (0,), b.dtype))
 
 
-def _matmul_bw_bw(ops, gga, ggb, g, a, b, output_mask, needs):
+def _matmul_bw_bw(ops, gga, ggb, g, a, b, output_mask, grad_input_mask):
     """matmul's double backward, from ``grad_a = g @ b^T`` and ``grad_b = a^T @ g`` (each bilinear):
     d/dg = gga @ b + a @ ggb, d/da = g @ ggb^T, d/db = gga^T @ g (matmul_backward itself, with its
     operands swapped, sums broadcast batch dims and handles 1-D operands)."""
     m0, m1 = output_mask
     dg = da = db = None
-    if needs[0]:
+    if grad_input_mask[0]:
         parts = ([ops.matmul(gga, b)] if m0 else []) + ([ops.matmul(a, ggb)] if m1 else [])
         dg = parts[0] if len(parts) == 1 else ops.add(parts[0], parts[1]) if parts else None
-    if needs[1] and m1:
+    if grad_input_mask[1] and m1:
         da = ops.matmul_backward(g, a, ggb, (True, False))[0]
-    if needs[2] and m0:
+    if grad_input_mask[2] and m0:
         db = ops.matmul_backward(g, gga, b, (False, True))[1]
     return dg, da, db
 
