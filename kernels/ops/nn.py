@@ -126,7 +126,7 @@ define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, fo
               ("torch.Tensor.bmm", "input, mat2:b", _three_d)),
        doc=N.matmul.__doc__)
 define("linear", inputs=(Tensor("x", F), Tensor("weight", F), Tensor("bias", F, optional=True)), shape=linear_shape,
-       forward=Impl(N.linear), backward=lambda ops, g, x, w, needs: ops.linear_backward(g, x, w, needs),
+       forward=Impl(N.linear), backward=lambda ops, g, x, w, grad_input_mask: ops.linear_backward(g, x, w, grad_input_mask),
        save=("x", "weight"), torch=("torch.nn.functional.linear",), doc=N.linear.__doc__)
 
 
@@ -258,13 +258,13 @@ def _linear_bw_shape(g, x, w, output_mask=(True, True, True)):
     return tuple(Spec(s if m else (0,), x.dtype) for s, m in zip(shapes, output_mask))
 
 
-def _linear_bw_bw(ops, ggx, ggw, ggb, g, x, w, output_mask, needs):
+def _linear_bw_bw(ops, ggx, ggw, ggb, g, x, w, output_mask, grad_input_mask):
     """linear's double backward, from ``grad_x = g @ w``, ``grad_w = g^T x``, ``grad_b = sum(g)``:
     d/dg = linear(ggx, w, ggb) + linear(x, ggw), d/dx = g @ ggw, d/dw = g^T ggx (linear_backward
     itself with its operands swapped)."""
     mx, mw, mb = output_mask
     dg = dx = dw = None
-    if needs[0]:
+    if grad_input_mask[0]:
         parts = []
         if mx:
             parts.append(ops.linear(ggx, w, ggb if mb else None))
@@ -273,9 +273,9 @@ def _linear_bw_bw(ops, ggx, ggw, ggb, g, x, w, output_mask, needs):
         if mw:
             parts.append(ops.linear(x, ggw))
         dg = parts[0] if len(parts) == 1 else ops.add(parts[0], parts[1]) if parts else None
-    if needs[1] and mw:
+    if grad_input_mask[1] and mw:
         dx = ops.linear_backward(g, x, ggw, (True, False, False))[0]
-    if needs[2] and mx:
+    if grad_input_mask[2] and mx:
         dw = ops.linear_backward(g, ggx, w, (False, True, False))[1]
     return dg, dx, dw
 
