@@ -126,7 +126,8 @@ define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, fo
               ("torch.Tensor.bmm", "input, mat2:b", _three_d)),
        doc=N.matmul.__doc__)
 define("linear", inputs=(Tensor("x", F), Tensor("weight", F), Tensor("bias", F, optional=True)), shape=linear_shape,
-       forward=Impl(N.linear), backward=lambda ops, g, x, w, grad_input_mask: ops.linear_backward(g, x, w, grad_input_mask),
+       forward=Impl(N.linear),
+       backward=lambda ops, g, x, w, grad_input_mask: ops.linear_backward(g, x, w, grad_input_mask),
        save=("x", "weight"), torch=("torch.nn.functional.linear",), doc=N.linear.__doc__)
 
 
