@@ -96,7 +96,7 @@ def test_canna_columns(quick):
         assert op in tc["ops_on_canna"], op
         assert tc["ops"][op]["canna"] >= steps and tc["ops"][op]["backward"] == steps, (op, tc["ops"][op])
         assert tc["ops"][op]["fallback"] == 0
-    assert tc["ops"]["add_"]["canna"] > 0                      # the optimizer's in-place updates
+    assert tc["ops"]["fused_sgd"]["canna"] > 0                 # the optimizer step (one fused call per group)
     assert tc["fallback_calls"] == 0 and tc["fell_back"] == []
     assert tc["ops"]["log"]["canna"] == steps                  # nll_loss(torch.log(p)): log on canna too
     assert "torch.log" not in tc["framework_only"], tc["framework_only"]
