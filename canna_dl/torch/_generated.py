@@ -151,6 +151,22 @@ def _load(ctx):
     return saved if lay is None else R.unflatten(lay, saved)
 
 
+def _forward(ctx, op, arrays, attrs, traced, nd_names):
+    """The forward of an entry's autograd.Function (list inputs as lists): the kernel (or, traced,
+    the custom op), what the backward needs saved, the non-differentiable outputs marked."""
+    if traced:
+        outs = custom_op(op)(*arrays, **_torch_attrs(op, attrs))
+    else:
+        outs = op.kernel(*_plain_args(arrays), **attrs)
+    ot = _as_tuple(outs)
+    ctx.attrs = attrs
+    ctx.metas = _metas(op, arrays)
+    _save(ctx, op.saved(arrays, ot))
+    if nd_names:
+        ctx.mark_non_differentiable(*[o for o, nm in zip(ot, op.outputs) if nm in nd_names])
+    return outs
+
+
 def _list_function_class(op, traced=False):
     """The autograd.Function of an op with a list input: applied to the flat tensors (autograd
     tracks the tensors of ``apply``'s arguments, not those inside a list) after their layout."""
@@ -160,18 +176,8 @@ def _list_function_class(op, traced=False):
     def forward(ctx, lay, *args):
         nflat = sum(1 if n == -1 else n for n in lay if n is not None)
         arrays = R.unflatten(lay, args[:nflat])
-        attrs = dict(zip(names, args[nflat:]))
-        if traced:
-            outs = custom_op(op)(*arrays, **_torch_attrs(op, attrs))
-        else:
-            outs = op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays], **attrs)
-        ot = _as_tuple(outs)
-        ctx.lay, ctx.nflat, ctx.attrs = lay, nflat, attrs
-        ctx.metas = _metas(op, arrays)
-        _save(ctx, op.saved(arrays, ot))
-        if nd_names:
-            ctx.mark_non_differentiable(*[o for o, nm in zip(ot, op.outputs) if nm in nd_names])
-        return outs
+        ctx.lay, ctx.nflat = lay, nflat
+        return _forward(ctx, op, arrays, dict(zip(names, args[nflat:])), traced, nd_names)
 
     if op.backward is None:
         backward = _no_backward(op)
@@ -211,18 +217,7 @@ def _function_class(op, traced=False):
     nd_names = [o for o in op.outputs if o not in op.diff_outputs]
 
     def forward(ctx, *args):
-        arrays, attrs = args[:n], dict(zip(names, args[n:]))
-        if traced:
-            outs = custom_op(op)(*arrays, **_torch_attrs(op, attrs))
-        else:
-            outs = op.kernel(*[plain(a) for a in arrays], **attrs)
-        ot = _as_tuple(outs)
-        ctx.attrs = attrs
-        ctx.metas = _metas(op, arrays)
-        _save(ctx, op.saved(arrays, ot))
-        if nd_names:
-            ctx.mark_non_differentiable(*[o for o, nm in zip(ot, op.outputs) if nm in nd_names])
-        return outs
+        return _forward(ctx, op, args[:n], dict(zip(names, args[n:])), traced, nd_names)
 
     if op.backward is None:
         backward = _no_backward(op)
