@@ -397,14 +397,10 @@ NN_API aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *gradO
         (rc = nn_tensor_arg(api, "gradWeight", gradWeight, true, &gw)) ||
         (rc = nn_tensor_arg(api, "gradBias", gradBias, true, &gb)))
         return rc;
-    if (mk->n != 3)
-        return NN_PARAM("%s: outputMask must have 3 values (gradInput, gradWeight, gradBias), got %llu", api,
-                        (unsigned long long)mk->n);
     const nn_tensor_t *outs[3] = {gi, gw, gb};
     static const char *const onames[3] = {"gradInput", "gradWeight", "gradBias"};
-    for (int i = 0; i < 3; i++)
-        if (mk->v[i] && !outs[i])
-            return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: outputMask[%d] is true but %s is NULL", api, i, onames[i]);
+    if ((rc = nn_output_mask3(api, mk, outs, onames)))
+        return rc;
     int64_t C = x->shape[1];
     if ((rc = bn_same(api, "gradOut", g, "input", x)) || (rc = bn_chan(api, "weight", w, C)) ||
         (rc = bn_chan(api, "runningMean", rm, C)) || (rc = bn_chan(api, "runningVar", rv, C)) ||

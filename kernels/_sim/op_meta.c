@@ -213,6 +213,17 @@ aclnnStatus nn_boolarray_arg(const char *api, const char *name, const aclBoolArr
     return ACLNN_SUCCESS;
 }
 
+aclnnStatus nn_output_mask3(const char *api, const nn_boolarray_t *mask, const nn_tensor_t *const outs[3],
+                            const char *const names[3]) {
+    if (mask->n != 3)
+        return NN_PARAM("%s: outputMask must have 3 values (%s, %s, %s), got %llu", api, names[0], names[1], names[2],
+                        (unsigned long long)mask->n);
+    for (int i = 0; i < 3; i++)
+        if (mask->v[i] && !outs[i])
+            return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: outputMask[%d] is true but %s is NULL", api, i, names[i]);
+    return ACLNN_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ dtypes */
 
 bool nn_dtype_known(aclDataType dt)

@@ -1059,15 +1059,13 @@ NN_API aclnnStatus aclnnConvolutionBackwardGetWorkspaceSize(
         (rc = nn_tensor_arg(api, "gradWeight", gradWeight, true, &gw)) ||
         (rc = nn_tensor_arg(api, "gradBias", gradBias, true, &gb)))
         return rc;
-    if (mk->n != 3)
-        return NN_PARAM("%s: outputMask must have 3 values, got %llu", api, (unsigned long long)mk->n);
-    if (cubeMathType < 0 || cubeMathType > 4)
-        return NN_PARAM("%s: cubeMathType must be 0..4, got %d", api, cubeMathType);
     const nn_tensor_t *outs[3] = {gi, gw, gb};
     static const char *const on[3] = {"gradInput", "gradWeight", "gradBias"};
+    if ((rc = nn_output_mask3(api, mk, outs, on)))
+        return rc;
+    if (cubeMathType < 0 || cubeMathType > 4)
+        return NN_PARAM("%s: cubeMathType must be 0..4, got %d", api, cubeMathType);
     for (int i = 0; i < 3; i++) {
-        if (mk->v[i] && !outs[i])
-            return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: outputMask[%d] is true but %s is NULL", api, i, on[i]);
         if (mk->v[i] && (rc = float_t_(api, on[i], outs[i])))
             return rc;
     }

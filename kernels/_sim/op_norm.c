@@ -810,14 +810,10 @@ NN_API aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *gradO
         (rc = nn_tensor_arg(api, "gradWeightOut", gradWeightOut, true, &gw)) ||
         (rc = nn_tensor_arg(api, "gradBiasOut", gradBiasOut, true, &gb)))
         return rc;
-    if (mk->n != 3)
-        return NN_PARAM("%s: outputMask must have 3 values (gradInput, gradWeight, gradBias), got %llu", api,
-                        (unsigned long long)mk->n);
     const nn_tensor_t *outs[3] = {gi, gw, gb};
     static const char *const onames[3] = {"gradInputOut", "gradWeightOut", "gradBiasOut"};
-    for (int i = 0; i < 3; i++)
-        if (mk->v[i] && !outs[i])
-            return nn_err(ACLNN_ERR_PARAM_NULLPTR, "%s: outputMask[%d] is true but %s is NULL", api, i, onames[i]);
+    if ((rc = nn_output_mask3(api, mk, outs, onames)))
+        return rc;
     bool line[NN_MAX_DIMS];
     int32_t k = (int32_t)ns->n;
     if ((rc = norm_dims(api, x, ns->v, k, line)) || (rc = shape_eq(api, "gradOut", g, "input", x)) ||

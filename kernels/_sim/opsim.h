@@ -253,6 +253,10 @@ aclnnStatus nn_intarray_arg(const char *api, const char *name, const aclIntArray
                             const nn_intarray_t **out);
 aclnnStatus nn_boolarray_arg(const char *api, const char *name, const aclBoolArray *h, bool optional,
                              const nn_boolarray_t **out);
+/* The outputMask of a backward with three optional gradients (input, weight, bias): 3 values, and
+ * the output of each true one given (names: the outputs' parameter names, for the messages). */
+aclnnStatus nn_output_mask3(const char *api, const nn_boolarray_t *mask, const nn_tensor_t *const outs[3],
+                            const char *const names[3]);
 
 /* ------------------------------------------------------------------ views and executors */
 
