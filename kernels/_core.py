@@ -295,6 +295,30 @@ def is_scalar(x) -> bool:
     return isinstance(x, (builtins.bool, int, float)) and not hasattr(x, "__dlpack__")
 
 
+def scalar_operand(api, v, dt):
+    """Python number ``v`` as an operand of an op computing in dtype ``dt``, by NumPy 2's rule for
+    Python scalars (NEP 50, "Python integer out of bounds"): an int that does not fit an integer
+    ``dt`` raises rather than wrapping (PyTorch wraps it silently: ``int32 + 2**40`` adds 0); for a
+    floating ``dt`` an int beyond int64 is passed as the float it rounds to.
+
+    Raises:
+        OverflowError: ``v`` is an int out of ``dt``'s range (integer ``dt``) or beyond float64's.
+    """
+    if type(v) is not int:
+        return v
+    if dt.kind in "iu":
+        bits = dt.bits
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dt.kind == "i" else (0, (1 << bits) - 1)
+        if not lo <= v <= hi:
+            raise OverflowError(f"{api}: Python integer {v} out of bounds for {dt.name} (range [{lo}, {hi}])")
+    elif not -(1 << 63) <= v < (1 << 63):
+        try:
+            return float(v)
+        except OverflowError:
+            raise OverflowError(f"{api}: Python integer {v} is too large for {dt.name}") from None
+    return v
+
+
 def result_kind(*objs):
     """The kind of result an op returns for these arguments: the arguments' kind when every array
     among them is of one kind (``"torch"``, ``"numpy"``, ``"tf"``, ``"jax"``, ``"canna"`` for

@@ -514,6 +514,8 @@ def _conv_geometry(api, a, w, stride, padding, dilation, groups):
     groups = operator.index(groups)
     n, c, h, wd = a.shape
     o, cg, kh, kw = w.shape
+    if kh < 1 or kw < 1:   # (PyTorch: "kernel size should be greater than zero")
+        raise ValueError(f"{api}: the kernel size must be greater than zero, got weight of shape {w.shape}")
     if c % groups or o % groups:
         raise ValueError(f"{api}: input channels {c} and output channels {o} must both be divisible by groups {groups}")
     if cg != c // groups:

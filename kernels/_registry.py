@@ -864,6 +864,25 @@ def _none_error(op, values):
                             "NumPy array), not None")
 
 
+def _composed_inputs(op, arrays):
+    """The inputs of an op composed of other ops, as its ops take them: an array of a known kind
+    (DeviceArray, torch, NumPy, TensorFlow, JAX) as given, so the result keeps its kind; anything
+    else converted as every op converts it (a list of numbers becomes a DeviceArray; ``None`` for
+    a required input, a string or another non-array raises the TypeError naming the input)."""
+    out = list(arrays)
+    for i, (t, x) in enumerate(zip(op.inputs, arrays)):
+        if (x is None and t.optional) or (t.scalar and C.is_scalar(x)):
+            continue
+        if t.list:
+            if not isinstance(x, (list, tuple)):
+                raise TypeError(f"{op.api}: {t.name} must be a list or tuple of arrays, not {type(x).__name__}")
+            out[i] = [v if C._kind_of_type(type(v)) is not None else C.as_array(op.api, f"{t.name}[{j}]", v)
+                      for j, v in enumerate(x)]
+        elif C._kind_of_type(type(x)) is None:
+            out[i] = C.as_array(op.api, t.name, x)
+    return out
+
+
 def check_inputs(op, arrays):
     """The inputs as DeviceArrays (None for an absent optional one, a list for a list input, a
     Python number as given for a ``scalar`` input), checked: a required array is present and an
@@ -934,9 +953,7 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
         if out is not None or stream is not None:
             raise TypeError(f"{api}: out= and stream= are not supported by an op composed of other ops")
         from ._abstract import KOPS
-        if any(a is None and not t.optional for t, a in zip(op.inputs, arrays)):
-            _none_error(op, [a for t, a in zip(op.inputs, arrays) if not t.optional])
-        return op.forward(KOPS, *arrays, **attrs)
+        return op.forward(KOPS, *_composed_inputs(op, arrays), **attrs)
     for a in op.attrs:
         if a.choices is not None or a.type is not type(attrs[a.name]):
             attrs[a.name] = a.check(api, attrs[a.name])
@@ -1010,11 +1027,13 @@ def _mutated(op, api, arrays, ins, contiguous):
     return muts
 
 
-def _scalar_operands(f, ins, rs, attrs, s):
+def _scalar_operands(f, ins, rs, attrs, s, op=None):
     """(aclnn name, inputs, the aclScalar operand or None) of a call with Python-number inputs
     (see :class:`Aclnn`): the op's scalar form when the number is its second input (or its first,
     where the op commutes), else the number as a 0-d array of the result's compute dtype."""
     name, scalar = f.name, None
+    api = op.api if op is not None else name
+    ins = [C.scalar_operand(api, a, rs[0].dtype) if C.is_scalar(a) else a for a in ins]
     if f.scalar is not None and len(ins) == 2:
         x, y = ins
         if C.is_scalar(y) and not C.is_scalar(x):
@@ -1038,7 +1057,7 @@ def _run_aclnn(f, s, ins, outs, attrs, fin=None, op=None):
         ins = _flat(op, ins)
         nin = len(ins)
     elif any(C.is_scalar(a) for a in ins):   # (scalar= is for ops without order=)
-        name, ins, scalar = _scalar_operands(f, ins, rs, attrs, s)
+        name, ins, scalar = _scalar_operands(f, ins, rs, attrs, s, op)
         nin = len(ins)
     else:
         ins, nin = f.arrange(op, ins)

@@ -99,6 +99,42 @@ def test_kernels_number_operands_and_scalar_forms():
         kernels.sub(i, 1, alpha=0.5)
 
 
+@pytest.mark.parametrize("op", _SCALAR_OPS, ids=_IDS)
+def test_a_number_out_of_the_dtypes_range_raises_instead_of_wrapping(op):
+    """NumPy 2's rule for Python integers (NEP 50): ``int32 array + 2**40`` raised nothing and
+    added 0 (the scalar wrapped to int32); beyond int64 it was cffi's bare "int too big to
+    convert". Now an OverflowError names the number and the dtype, on either side; in range the
+    extremes still compute, and a floating result takes any int. Under offload() the call falls
+    back to PyTorch (which wraps), so a model's results do not change."""
+    kw = _kw(op)
+    i = np.array([1, 2, 3], np.int32)
+    for big in (2**31, -2**31 - 1, 2**40, 2**70):
+        for args in ((i, big), (big, i)):
+            if op.name == "pow" and args[0] is big:
+                continue
+            if op.kernel(*[i if a is i else 1 for a in args], **kw).dtype != np.int32:   # div: a float result
+                np.testing.assert_allclose(op.kernel(*args, **kw), _ref(op, *[a.astype(np.float64) if a is i
+                                                                            else float(a) for a in args], **kw))
+                continue
+            with pytest.raises(OverflowError, match=f"Python integer {big} out of bounds for int32"):
+                op.kernel(*args, **kw)
+    if op.name in ("add", "sub", "mul"):
+        for edge in (2**31 - 1, -2**31 + 1):
+            np.testing.assert_array_equal(op.kernel(np.zeros(2, np.int32), edge),
+                                          _ref(op, np.zeros(2, np.int64), edge))
+    f = np.array([1.0, 2.0], np.float64)
+    got = op.kernel(f, 2**70, **kw) if op.name != "pow" else op.kernel(f, 2**5)
+    want = _ref(op, f, float(2**70), **kw) if op.name != "pow" else f ** 32
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    x = torch.arange(3, dtype=torch.int32)
+    with ct.offload() as rep:
+        plain = {"add": lambda: x + 2**40, "sub": lambda: x - 2**40, "mul": lambda: x * 2**40,
+                 "div": lambda: x // 1, "pow": lambda: x ** 1}[op.name]()
+    if op.name in ("add", "sub", "mul"):
+        torch.testing.assert_close(plain, {"add": x + 2**40, "sub": x - 2**40, "mul": x * 2**40}[op.name])
+        assert "out of bounds" in str(rep)
+
+
 def test_inplace_fast_path_and_out_aliasing():
     from kernels import _core
     x, y = torch.ones(4), torch.full((4,), 2.0)

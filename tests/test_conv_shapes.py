@@ -177,3 +177,25 @@ def test_repeated_calls_reuse_nothing_stale():
         w = torch.randn(16, 16, 3, 3, generator=g, dtype=torch.float64)
         torch.testing.assert_close(kernels.conv2d(x, w, padding=1), A.convolution(x, w, None, [1, 1], [1, 1], [1, 1],
                                                                                     False, [0, 0], 1))
+
+
+def test_a_kernel_of_size_zero_is_refused():
+    """A weight with a zero kernel dimension: PyTorch refuses it ("kernel size should be greater
+    than zero"); canna returned zeros (the bias) of a made-up output shape. Refused by kernels'
+    shape check and by the simulator's aclnnConvolution itself (a C caller)."""
+    import numpy as np
+    from acl_rt._lib import ffi
+    from aclnn_util import ACLNN_ERR_PARAM_INVALID, DevTensor, OpError, int_array, run
+    x = np.ones((1, 2, 4, 4), np.float32)
+    for kshape in ((0, 0), (0, 3), (3, 0)):
+        w = np.ones((3, 2) + kshape, np.float32)
+        with pytest.raises(ValueError, match="kernel size must be greater than zero"):
+            kernels.conv2d(x, w)
+        with pytest.raises(ValueError, match="kernel size must be greater than zero"):
+            kernels.backward.conv2d(np.ones((1, 3, 4, 4), np.float32), x, w)
+        y = DevTensor((1, 3, 4, 4), np.float32)
+        with pytest.raises(OpError, match="kernel size must be greater than zero") as e:
+            run("Convolution", DevTensor.from_numpy(x).handle, DevTensor.from_numpy(w).handle, ffi.NULL,
+                int_array([1, 1]), int_array([0, 0]), int_array([1, 1]), False, int_array([0, 0]), 1,
+                y.handle, 0)
+        assert e.value.code == ACLNN_ERR_PARAM_INVALID

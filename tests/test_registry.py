@@ -47,6 +47,23 @@ def test_none_for_a_required_array_is_a_type_error(op, i):
             op.kernel(*args, **kw)
 
 
+@pytest.mark.parametrize("op,i", list(_required_inputs()))
+def test_a_string_for_a_required_array_is_a_type_error(op, i):
+    """A non-array (here a string) for a required array is a TypeError naming the input, in ops
+    run by the op library and in ops composed of other ops alike (the composed ones, such as
+    scaled_dot_product_attention, raised AttributeError: 'str' object has no attribute 'shape')."""
+    arr = np.ones((1, 1, 2, 2), np.float32)
+    args = ["abc" if j == i else (np.zeros(1, np.int64) if t.dtypes == kernels._core.INTS else arr)
+            for j, t in enumerate(op.inputs)]
+    kw = {a.name: _ATTR_STANDINS[a.name] for a in op.attrs if a.required}
+    name = re.escape(op.inputs[i].name)
+    with pytest.raises(TypeError, match=f"{name}(\\[0\\])? must be (an array|a list or tuple of arrays)"):
+        if isinstance(op.forward, R.Impl):
+            op.kernel(**dict(zip([t.name for t in op.inputs], args)), **kw)
+        else:
+            op.kernel(*args, **kw)
+
+
 def test_none_in_the_torch_functions_is_a_type_error():
     torch = pytest.importorskip("torch")
     import canna_dl.torch as ct

@@ -295,7 +295,9 @@ _offload_optim.install_hooks()   # default torch.optim groups take the fused pat
 #: in-place forms)
 OFFLOAD_OPS = tuple(sorted({v[0] for v in _TABLE.values()}))
 
-_CAUGHT = (TypeError, ValueError, NotImplementedError, BufferError, IndexError)
+#: the argument errors of canna's ops that make a call fall back to PyTorch (an OverflowError is a
+#: Python integer out of the tensor dtype's range, which PyTorch wraps: see kernels' scalar rule)
+_CAUGHT = (TypeError, ValueError, NotImplementedError, BufferError, IndexError, OverflowError)
 
 
 #: calls canna refused for a type reason (a dtype, an argument's type), by function and signature:

@@ -943,6 +943,9 @@ static aclnnStatus cv_geometry(const char *api, cv_params_t *p, const nn_tensor_
     p->N = x->shape[0]; p->C = x->shape[1]; p->H = x->shape[2]; p->W = x->shape[3];
     p->O = w->shape[0]; p->KH = w->shape[2]; p->KW = w->shape[3];
     p->G = groups;
+    if (p->KH < 1 || p->KW < 1)
+        return NN_PARAM("%s: the kernel size must be greater than zero, got %lld x %lld", api, (long long)p->KH,
+                        (long long)p->KW);
     if (p->C % groups || p->O % groups)
         return NN_PARAM("%s: input channels %lld and output channels %lld must both be divisible by groups %lld", api,
                         (long long)p->C, (long long)p->O, (long long)groups);
