@@ -116,6 +116,8 @@ class DType(_native.DTypeBase):
                 raise OverflowError(f"{v} is out of range for {self.name} ({lo}..{hi})")
             return v.to_bytes(self.itemsize, "little" if _LITTLE else "big", signed=(k == "i"))
         f = float(value)
+        if self.bits < 64 and f == f and abs(f) > 3.4028235677973366e38:
+            f = float("inf") if f > 0 else float("-inf")   # out of a float32's range: inf, as a cast gives
         if self.name == "bfloat16":
             (u,) = struct.unpack("=I", struct.pack("=f", f))
             if f != f:
@@ -123,10 +125,11 @@ class DType(_native.DTypeBase):
             else:  # round to nearest even on the upper 16 bits
                 b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
             return struct.pack("=H", b)
+        fmt = "=" + {2: "e", 4: "f", 8: "d"}[self.itemsize]
         try:
-            return struct.pack("=" + {2: "e", 4: "f", 8: "d"}[self.itemsize], f)
-        except OverflowError:  # float16 out of range -> inf, as a cast does
-            return struct.pack("=e", float("inf") if f > 0 else float("-inf"))
+            return struct.pack(fmt, f)
+        except OverflowError:  # out of float16's range (float32's is handled above): inf, as a cast gives
+            return struct.pack(fmt, float("inf") if f > 0 else float("-inf"))
 
     def unpack(self, data: bytes):
         """The Python value of one element of this type stored in ``data``."""

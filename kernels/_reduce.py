@@ -22,7 +22,7 @@ def _reduce(api, name, x, dim, keepdim, dtype, out, stream):
     C.check_dtype(api, "x", a.dtype, ARITH)
     if a.ndim > C.MAX_DIMS:
         raise ValueError(f"{api}: at most {C.MAX_DIMS} dimensions are supported, got {a.ndim}")
-    if dim is not None and not hasattr(dim, "__index__") and len(tuple(dim)) == 0:
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:
         dim = None   # dim=() reduces every dim, as in PyTorch
     dims = C.dims_arg(api, dim, a.ndim)
     if not isinstance(keepdim, bool):

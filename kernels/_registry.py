@@ -963,6 +963,9 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     else:
         kind = C.result_kind(*arrays) if out is None else None
     specs = op.specs(ins, attrs)
+    for a in op.attrs:   # a Python-number attribute (alpha, exponent) obeys the scalar operands' rule
+        if a.type is numbers.Number and specs:
+            attrs[a.name] = C.scalar_operand(api, attrs[a.name], specs[0].dtype)
     arrs = [None if C.is_scalar(a) else a for a in ins]
     s = C.device_and_stream(api, _flat(op, arrs), stream)
     muts = _mutated(op, api, arrays, ins, isinstance(op.forward, Launch)) if op.mutated else []

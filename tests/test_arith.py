@@ -118,6 +118,9 @@ def test_a_number_out_of_the_dtypes_range_raises_instead_of_wrapping(op):
                 continue
             with pytest.raises(OverflowError, match=f"Python integer {big} out of bounds for int32"):
                 op.kernel(*args, **kw)
+    if "alpha" in kw:   # a number attribute obeys the same rule (x + 2**40 * y added x)
+        with pytest.raises(OverflowError, match="Python integer 1099511627776 out of bounds for int32"):
+            op.kernel(i, i, alpha=2**40)
     if op.name in ("add", "sub", "mul"):
         for edge in (2**31 - 1, -2**31 + 1):
             np.testing.assert_array_equal(op.kernel(np.zeros(2, np.int32), edge),

@@ -523,6 +523,22 @@ def test_fill_setitem_and_readonly():
         r[0] = 1.0
 
 
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
+def test_fill_beyond_the_float_range_is_inf_as_a_cast_gives(name):
+    """A float beyond a 16/32-bit float's range stored by fill / full / setitem: inf (with its
+    sign), the value PyTorch's cast gives; the float32 fill raised "view out of bounds ... storage
+    of 2 bytes" (its overflow path packed a float16), bfloat16 a bare OverflowError. Values that
+    round to the largest finite float stay finite."""
+    torch = pytest.importorskip("torch")
+    dt = getattr(cd, name)
+    for v in (1e300, -1e300, 1e39, 3.4028235e38, 3.4028236e38, 65504.0, 65520.0, -7e4, 2.0**200):
+        want = torch.tensor([v], dtype=torch.float64).to(getattr(torch, name)).item()
+        assert cd.full((3,), v, dtype=dt).tolist() == [want] * 3, v
+        a = cd.zeros(2, dtype=dt)
+        a[1] = v
+        assert a.tolist() == [0.0, want], v
+
+
 @pytest.mark.parametrize("name", ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16",
                                   "float32", "float64", "complex64", "complex128"])
 def test_dtype_roundtrip_through_numpy(name):

@@ -208,6 +208,9 @@ def test_bad_shapes_dims_dtypes():
         assert isinstance(e.value, IndexError) and isinstance(e.value, ValueError)
     with pytest.raises(ValueError, match="more than once"):
         kernels.sum(a, (0, 0))
+    for bad in (0.5, [0.5], "a"):   # a float dim raised "'float' object is not iterable"
+        with pytest.raises(TypeError, match="dim must be an int"):
+            kernels.sum(a, bad)
     bad_dtypes = [lambda: kernels.add(torch.ones(2, dtype=torch.bool), torch.ones(2, dtype=torch.bool)),
                   lambda: kernels.exp(torch.ones(2, dtype=torch.int8)),
                   lambda: kernels.matmul(torch.ones(2, 2, dtype=torch.int32), torch.ones(2, 2, dtype=torch.int32)),
