@@ -46,8 +46,7 @@ from . import _core as C
 from . import _native
 
 __all__ = ["Tensor", "TensorList", "Attr", "Spec", "Aclnn", "Launch", "Impl", "OpDef", "TorchFn", "register_op",
-           "get_op", "registered_ops", "OpId", "op_id", "RegistrationError", "draw_seed",
-           "TorchForm"]
+           "get_op", "registered_ops", "OpId", "op_id", "RegistrationError", "draw_seed"]
 
 _REQ = object()     # a required attribute
 
@@ -384,38 +383,150 @@ class Launch:
 
 
 class TorchFn:
-    """How one torch function maps to an op in ``offload()`` (an item of an entry's ``torch=``),
-    where a dotted name or a ``(name, {arg: value})`` pair does not say enough.
+    """One torch function ``offload()`` maps to an op (an item of an entry's ``torch=``).
+
+    A plain item is sugar for one: a dotted name or a callable is ``TorchFn(fn)``; a tuple
+    ``(fn, *rest)`` takes, in any order, a dict (``fixed``), a signature string (``args``), an int
+    (``output``) and a function (``guard``).
 
     Args:
         fn: the torch function: a dotted name or the callable.
-        args: its parameters in positional order, names or ``(name, default)`` pairs: the first
-            binds the op's first input, the others the op's inputs and attributes of the same
-            name, or are parameters only ``fixed`` / ``identity`` look at (default: the op's
-            inputs and attributes).
-        fixed: ``{param: value}``: the call runs on canna only at that value (``inplace=False``),
-            other values fall back to PyTorch.
+        args: the torch function's parameters in positional order: a signature string
+            (``"input, dim=None, _stacklevel=3, dtype=None"``) or a sequence of names and
+            ``(name, default)`` pairs. The first binds the op's first input; the others bind the
+            op's inputs and attributes of the same name (``"other:y"``: torch's ``other`` is the
+            op's ``y``); parameters the op does not have are accepted and ignored unless ``fixed``
+            names them; an op argument missing from them takes its own default. Default: the op's
+            inputs and attributes in order, the first named ``input``.
+        fixed: ``{param: value}``: the call runs on canna only at that value (``inplace=False``);
+            other values fall back to PyTorch. A parameter not in ``args`` is appended to them.
+        guard: ``guard(*op arguments) -> None or a reason``: the cases the torch function refuses
+            that the op would take fall back (``torch.mm`` of operands that are not 2-D).
         identity: ``identity(**params) -> bool``: True when the torch function returns its first
             argument unchanged (dropout in eval mode or with ``p=0``): offload() returns it, no
             kernel runs, as in PyTorch.
         output: the index of the op's output the torch function returns (None: all of them).
+        reflected: the torch function takes the op's first two inputs swapped
+            (``Tensor.__rsub__(self, other)`` is ``sub(other, self)``).
+        inplace: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
+            with ``out=x``; reported as ``<name>_``).
+
+    A None where the op's int, float or str attribute is not optional falls back to PyTorch
+    (``implicit dim (dim=None)``: ``F.softmax``'s legacy default).
     """
 
-    __slots__ = ("fn", "args", "fixed", "identity", "output")
+    __slots__ = ("fn", "args", "fixed", "guard", "identity", "output", "reflected", "inplace")
 
-    def __init__(self, fn, args=None, *, fixed=None, identity=None, output=None):
+    def __init__(self, fn, args=None, *, fixed=None, guard=None, identity=None, output=None, reflected=False,
+                 inplace=False):
         if not (isinstance(fn, str) or callable(fn)):
             raise RegistrationError(f"TorchFn: fn must be a dotted name or a callable, not {fn!r}")
         self.fn = fn
-        self.args = None if args is None else tuple((a, _REQ) if isinstance(a, str) else tuple(a) for a in args)
+        self.args = None if args is None else _torch_params(fn, args)
         self.fixed = dict(fixed or {})
-        if identity is not None and not callable(identity):
-            raise RegistrationError("TorchFn: identity must be a function of the bound parameters")
-        self.identity = identity
-        self.output = output
+        for nm, f in (("guard", guard), ("identity", identity)):
+            if f is not None and not callable(f):
+                raise RegistrationError(f"TorchFn({fn!r}): {nm} must be a function")
+        if output is not None and (isinstance(output, builtins.bool) or not isinstance(output, int)):
+            raise RegistrationError(f"TorchFn({fn!r}): output must be an int index or None, not {output!r}")
+        self.guard, self.identity, self.output = guard, identity, output
+        self.reflected, self.inplace = builtins.bool(reflected), builtins.bool(inplace)
+
+    @classmethod
+    def of(cls, spec):
+        """The :class:`TorchFn` of an item of ``torch=`` (see the class for the plain forms)."""
+        if isinstance(spec, cls):
+            return spec
+        if isinstance(spec, tuple) and spec:
+            kw = {}
+            for r in spec[1:]:
+                key = ("fixed" if isinstance(r, dict) else "args" if isinstance(r, str)
+                       else "output" if isinstance(r, int) and not isinstance(r, builtins.bool)
+                       else "guard" if callable(r) else None)
+                if key is None or key in kw:
+                    raise RegistrationError(f"torch=: cannot read {r!r} in {spec!r} (a dict of fixed values, a "
+                                            "signature string, an output index and a guard function, once each)")
+                kw[key] = r
+            return cls(spec[0], kw.pop("args", None), **kw)
+        if isinstance(spec, str) or callable(spec):
+            return cls(spec)
+        raise RegistrationError(f"torch= takes torch functions (dotted names, callables, tuples or kernels.TorchFn), "
+                                f"not {spec!r}")
 
     def __repr__(self):
-        return f"TorchFn({self.fn!r})"
+        flags = "".join(f", {f}" for f in ("reflected", "inplace") if getattr(self, f))
+        return f"TorchFn({self.fn!r}{flags})"
+
+    def bind(self, op):
+        """How a call of the torch function binds to ``op`` (checked at registration):
+        ``(names, defaults, src, dflt, fixed, nonone)`` — the torch parameters' names and defaults;
+        per op argument (inputs, then attributes) the index of the parameter it comes from or None
+        and then its default; ``(index, name, value)`` of the fixed parameters; ``(index, name)``
+        of the op's non-optional int / float / str attributes (None there falls back).
+
+        Raises:
+            RegistrationError: an op argument without a default is bound by no parameter.
+        """
+        n = len(op.inputs)
+        own = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+        params = self.args
+        if params is None:
+            params = tuple((nm, nm, None if 0 < i < n and op.inputs[i].optional else
+                            _REQ if i < n or op.attrs[i - n].required else op.attrs[i - n].default)
+                           for i, nm in enumerate(own))
+        names = [p[0] for p in params]
+        defaults = {p[0]: p[2] for p in params if p[2] is not _REQ}
+        slot = {("input" if p[1] == op.inputs[0].name else p[1]): i for i, p in enumerate(params)}
+        slot.setdefault("input", 0)   # the first parameter binds the op's first input
+        fixed = []
+        for k, want in self.fixed.items():
+            if k not in names:
+                names.append(k)
+                defaults[k] = want
+            fixed.append((names.index(k), k, want))
+        src, dflt = [], []
+        for j, nm in enumerate(own):
+            i = slot.get(nm)
+            if i is None and (j == 0 or (j < n and not op.inputs[j].optional) or (j >= n and op.attrs[j - n].required)):
+                raise RegistrationError(f"{op.qualname}: the parameters {names} of torch function {self.fn!r} do not "
+                                        f"bind the op's {'input' if j < n else 'attribute'} {nm!r}")
+            src.append(i)
+            dflt.append(None if i is not None or j < n else op.attrs[j - n].default)
+        nonone = tuple((src[n + j], a.name) for j, a in enumerate(op.attrs)
+                       if src[n + j] is not None and a.type in (int, float, str) and not a.optional)
+        return names, defaults, src, dflt, tuple(fixed), nonone
+
+
+def _torch_params(fn, args):
+    """``((torch name, op argument name, default or _REQ), ...)`` of a TorchFn's ``args``."""
+    import ast
+    if isinstance(args, str):
+        items = []
+        for part in args.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            nm, eq, d = part.partition("=")
+            if eq:
+                try:
+                    items.append((nm.strip(), ast.literal_eval(d.strip())))
+                except (ValueError, SyntaxError):
+                    raise RegistrationError(f"TorchFn({fn!r}): the default of {nm.strip()} in {args!r} is not a "
+                                            "literal") from None
+            else:
+                items.append(nm.strip())
+    else:
+        items = list(args)
+    out = []
+    for a in items:
+        nm, d = (a, _REQ) if isinstance(a, str) else tuple(a)
+        if not isinstance(nm, str):
+            raise RegistrationError(f"TorchFn({fn!r}): parameters are names or (name, default) pairs, not {a!r}")
+        torch_name, _, own = nm.partition(":")   # "other:y": torch's other is the op's y
+        if not torch_name.isidentifier() or not (own or torch_name).isidentifier():
+            raise RegistrationError(f"TorchFn({fn!r}): parameters are names or (name, default) pairs, not {a!r}")
+        out.append((torch_name, own or torch_name, d))
+    return tuple(out)
 
 
 def draw_seed(arrays) -> int:
@@ -440,26 +551,6 @@ def draw_seed(arrays) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # what an entry answers to in PyTorch (its ``torch=`` mapping, beyond plain function names)
-
-class TorchForm:
-    """One torch function ``offload()`` maps to an op, in an entry's ``torch=``: ``fn`` (a dotted
-    name or a callable); ``extras`` (torch arguments accepted only at these values, e.g.
-    ``{"rounding_mode": None}``); ``names``: torch's names of the op's inputs and attributes, in
-    order (default ``"input"`` and the entry's own); ``reflected``: the torch function takes the
-    op's two inputs swapped (``Tensor.__rsub__(self, other)`` is ``sub(other, self)``);
-    ``inplace``: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
-    with ``out=x``; reported as ``<name>_``)."""
-
-    __slots__ = ("fn", "extras", "names", "reflected", "inplace")
-
-    def __init__(self, fn, extras=None, *, names=None, reflected=False, inplace=False):
-        self.fn, self.extras = fn, dict(extras or {})
-        self.names = None if names is None else tuple(names)
-        self.reflected, self.inplace = builtins.bool(reflected), builtins.bool(inplace)
-
-    def __repr__(self):
-        return f"TorchForm({self.fn!r}{', reflected' if self.reflected else ''}{', inplace' if self.inplace else ''})"
-
 
 # ---------------------------------------------------------------------------------------------
 # the backward, as every shim runs it
@@ -589,7 +680,9 @@ class OpDef:
         self.forward = forward
         self.backward = backward
         self.save = tuple(save)
-        self.torch = tuple(torch)
+        self.torch = tuple(TorchFn.of(t) for t in torch)
+        for t in self.torch:   # refused now, not when offload() first builds its table
+            t.bind(self)
         # tf= / jax=: the name in canna_dl.tf / canna_dl.jax, or (name, {argument: that framework's name
         # for it}) (TensorFlow's ``logits`` / ``axis`` for softmax's ``x`` / ``dim``)
         self.tf, self.tf_args = _fw_name(name, tf)
@@ -1249,8 +1342,10 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
         save: what the backward needs, by name: inputs and/or outputs.
         namespace: ``torch.ops.<namespace>.<name>``; the kernel-level name is
             ``<namespace>.<name>`` in messages.
-        torch: torch functions (callables) that ``canna_dl.torch.offload()`` maps to this op
-            (their arguments must bind to the op's inputs and attrs by position).
+        torch: the torch functions ``canna_dl.torch.offload()`` maps to this op: callables or
+            dotted names whose arguments bind to the op's inputs and attrs by position, or
+            :class:`TorchFn` s saying how they bind (their own parameters, fixed values, a guard,
+            reflected and in-place forms).
         example_shapes: one shape per input on which the rules are checked (default all (2, 3); for
             a :class:`TensorList`, a list of shapes, default two (2, 3)).
 
@@ -1297,9 +1392,10 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
             raise RegistrationError(f"register_op({name!r}): attribute {a.name} needs a type (int, float, bool, str "
                                     "or list[int]) for the framework schemas")
     for f in torch:
-        if not (callable(f) or isinstance(f, (TorchFn, TorchForm))
-                or (isinstance(f, tuple) and len(f) == 2 and callable(f[0]))):
-            raise RegistrationError(f"register_op({name!r}): torch= takes torch functions (callables), not {f!r}")
+        try:
+            TorchFn.of(f)
+        except RegistrationError as e:
+            raise RegistrationError(f"register_op({name!r}): {e}") from None
     q = f"{namespace}::{name}"
     if q in _REGISTRY:
         raise RegistrationError(f"register_op: an op named {q!r} is already registered; pick another name or "

@@ -175,6 +175,11 @@ def _launch():
     (dict(inputs=["x", "x"]), "used twice"),
     (dict(inputs=["not an id"]), "identifier"),
     (dict(namespace="canna"), "canna's own"),
+    (dict(torch=[42]), "torch= takes torch functions"),
+    (dict(torch=[("torch.square", {"a": 1}, {"b": 2})]), "cannot read"),
+    (dict(torch=[kernels.TorchFn("torch.square", ("input",))], attrs=[Attr("k", int)]),
+     "do not bind the op's attribute 'k'"),
+    (dict(torch=[("torch.square", "input, k=1, =2")]), "parameters are names"),
 ])
 def test_refused_at_registration(kw, match):
     args = dict(inputs=[Tensor("x", "float64")], shape=_same_shape, forward=_launch(), namespace=NS)

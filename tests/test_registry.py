@@ -123,11 +123,8 @@ _GEN_IDS = [op.name for op in _GEN]
 
 
 def _torch_form(spec):
-    """(torch function name, in place) of an entry's ``torch=`` item (a name, a tuple, a
-    ``kernels.TorchFn`` or a ``kernels._registry.TorchForm``)."""
-    if isinstance(spec, (R.TorchForm, R.TorchFn)):
-        return spec.fn, isinstance(spec, R.TorchForm) and spec.inplace
-    return (spec[0] if isinstance(spec, tuple) else spec), False
+    """(torch function name, in place) of an entry's ``torch=`` item (a ``kernels.TorchFn``)."""
+    return spec.fn, spec.inplace
 
 
 def _attrs(op):

@@ -704,217 +704,68 @@ def _resolve(spec):
 
 
 def offload_entries(op):
-    """``[(torch function, names, defaults, required extras, handler, report name)]`` for
-    ``offload()``: the torch functions the entry names. Each is a dotted name or a callable, or a
-    tuple of one and:
-
-    - ``{arg: value}``: extra torch arguments accepted only at those values (e.g. ``inplace=False``;
-      another value falls back to PyTorch);
-    - an int: the output the torch function returns when the op has several (``F.batch_norm``
-      returns ``native_batch_norm``'s first);
-    - a signature string, the torch function's own parameters in order with their defaults
-      (``"input, dim=None, _stacklevel=3, dtype=None"``): the entry's arguments bind by these names
-      (the first input is ``input``; ``other:b`` is torch's ``other`` for the entry's ``b``),
-      parameters the entry does not have are ignored unless they are extras; a None where the
-      entry's int / float / str attribute is not optional falls back (``implicit dim (dim=None)``:
-      PyTorch's legacy default, e.g. ``F.softmax``'s);
-    - a function ``guard(*entry arguments)`` returning None or the reason the call falls back (the
-      cases a torch function refuses that the op would take: ``torch.mm`` of operands not 2-D).
-
-    A :class:`kernels.TorchFn` instead of the tuple says the same with names (the torch function's
-    own parameters, fixed values, an identity case, which output it returns); a
-    :class:`kernels._registry.TorchForm` names the reflected (``Tensor.__rsub__``) and in-place
-    (``Tensor.add_``, reported as ``<name>_``) forms.
-    """
-    out = []
+    """``[(torch function, names, defaults, fixed values, handler, report name)]`` for
+    ``offload()``: one per torch function the entry names (its ``torch=`` items, each a
+    :class:`kernels.TorchFn`; see it for how the torch function's arguments bind to the op's), built
+    by :func:`_offload_entry`."""
     fn = function(op)
-    entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+    out = []
     for spec in op.torch:
-        if isinstance(spec, R.TorchFn):
-            f = _resolve(spec.fn)
-            if f is not None:
-                out.append(_torchfn_entry(op, fn, f, spec) + (op.name,))
-            continue
-        if isinstance(spec, R.TorchForm):
-            f = _resolve(spec.fn)
-            if f is not None:
-                out.append(_form_entry(op, f, spec))
-            continue
-        extras, sig, guard, pick = {}, None, None, None
-        if isinstance(spec, tuple):
-            spec, rest = spec[0], spec[1:]
-            for r in rest:
-                if isinstance(r, dict):
-                    extras = r
-                elif isinstance(r, str):
-                    sig = r
-                elif isinstance(r, int):
-                    pick = r
-                else:
-                    guard = r
-        f = _resolve(spec)
-        if f is None:
-            continue
-        defaults = {t.name: None for t in op.inputs[1:] if t.optional}
-        defaults.update({a.name: a.default for a in op.attrs if not a.required})
-        aliases = {}
-        if sig is None:
-            names = entry + list(extras)
-            defaults.update(extras)
-        else:
-            names, defaults, aliases = _parse_sig(op, sig)
-            missing = [nm for nm in entry if aliases.get(nm, nm) not in names]
-            if missing:
-                raise R.RegistrationError(f"{op.qualname}: the torch signature {sig!r} lacks {missing}")
-        h = _handler(op, fn, names, extras, guard, aliases)
-        out.append((f, names, defaults, extras, h if pick is None else _picked(h, pick), op.name))
+        f = _resolve(spec.fn)
+        if f is not None:
+            out.append(_offload_entry(op, fn, f, spec))
     return out
 
 
-def _form_entry(op, f, form):
-    """The offload() entry of a :class:`kernels._registry.TorchForm`."""
+def _offload_entry(op, fn, f, spec):
+    """The offload() table entry of one :class:`kernels.TorchFn` of ``op``: the torch function's
+    parameter names and defaults (for binding a call) and the handler ``h(bound values)``: the
+    fixed values, the non-optional attributes given as None, the identity case, the operands
+    (``_chk``) and the guard decide whether the call runs on canna (raising ``_Fallback`` with the
+    reason otherwise), then the op's routing function runs on the op's arguments in order."""
     from ._offload import _Fallback, _chk, _inplace_target
-    n = len(op.inputs)
-    extras = form.extras
-    own = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
-    base = list(form.names) if form.names is not None else own
-    names = base + list(extras)
-    nattrs = len(base) - n
-    defaults = {base[i]: None for i, t in enumerate(op.inputs) if i < len(base) and i > 0 and t.optional}
-    defaults.update({base[n + j]: a.default for j, a in enumerate(op.attrs[:nattrs]) if not a.required})
-    defaults.update(extras)
-    if form.inplace:
-        fn, report = inplace_function(op), f"{op.name}_"
+    n, k = len(op.inputs), len(op.inputs) + len(op.attrs)
+    names, defaults, src, dflt, fixed, nonone = spec.bind(op)
+    if spec.inplace:
+        run, report = inplace_function(op), f"{op.name}_"
     else:
-        fn, report = function(op), op.name
-    keys = list(extras.items())
-    k = n + nattrs
-
-    def extras_ok(v):
-        for i, (name, want) in enumerate(keys):
-            if v[k + i] != want:
-                raise _Fallback(f"{name}={v[k + i]!r}")
-
-    if form.inplace:
-        def h(v):
-            if keys:
-                extras_ok(v)
-            _inplace_target(v[0])
-            _chk(*v[1:n])
-            return fn(*v[:k])
-    elif form.reflected:   # torch's (self, other) is the op's (other, self)
-        def h(v):
-            if keys:
-                extras_ok(v)
+        run, report = fn, op.name
+    guard, identity, output, reflected, inplace = spec.guard, spec.identity, spec.output, spec.reflected, spec.inplace
+    lists = op.lists
+    if (src == list(range(k)) and not (fixed or nonone or guard or identity or reflected or inplace or lists)
+            and output is None):
+        def h(v):   # the op's own order: the common case in two steps
             _chk(*v[:n])
-            return fn(v[1], v[0], *v[2:k])
-    else:
-        def h(v):
-            if keys:
-                extras_ok(v)
-            _chk(*v[:n])
-            return fn(*v[:k])
-    return (f, names, defaults, extras, h, report)
-
-
-def _torchfn_entry(op, fn, f, spec):
-    """The offload() entry of a :class:`kernels.TorchFn` mapping."""
-    from ._offload import _Fallback, _chk
-    args = spec.args
-    if args is None:
-        args = [("input", _REQ_ARG)] + [(t.name, None if t.optional else _REQ_ARG) for t in op.inputs[1:]] + \
-            [(a.name, _REQ_ARG if a.required else a.default) for a in op.attrs]
-    names = [a[0] for a in args]
-    defaults = {a[0]: a[1] for a in args if len(a) > 1 and a[1] is not _REQ_ARG and a[1] is not R._REQ}
-    pos = {nm: i for i, nm in enumerate(names)}
-    # where each op argument comes from: a bound parameter's index, or the op's default
-    src = [0] + [pos.get(t.name) for t in op.inputs[1:]] + [pos.get(a.name) for a in op.attrs]
-    dflt = [None] + [None for _t in op.inputs[1:]] + [a.default for a in op.attrs]
-    tensors = [0] + [pos[t.name] for t in op.inputs[1:] if t.name in pos]
-    fixed = [(pos[k], k, v) for k, v in spec.fixed.items()]
-    identity, output = spec.identity, spec.output
+            return run(*v[:k])
+        return (f, names, defaults, dict(spec.fixed), h, report)
 
     def h(v):
-        if identity is not None and identity(**dict(zip(names, v))):
-            _chk(v[0])
-            return v[0]
-        for i, k, want in fixed:
-            got = v[i]   # compared by identity or as values of want's type (a tensor is not compared with ==)
+        for i, name, want in fixed:   # compared by identity or as values of want's type (never a tensor's ==)
+            got = v[i]
             if got is not want and not (type(got) is type(want) and got == want):
-                raise _Fallback(f"{k}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
-        _chk(*[v[i] for i in tensors])
-        r = fn(*[v[i] if i is not None else d for i, d in zip(src, dflt)])
-        return r if output is None else r[output]
-    return (f, names, defaults, spec.fixed, h)
-
-
-_REQ_ARG = object()
-
-
-def _picked(h, i):
-    def p(v):
-        return h(v)[i]
-    return p
-
-
-def _parse_sig(op, sig):
-    """Names, defaults and aliases (the entry's name -> torch's) of a torch signature string."""
-    import ast
-    names, defaults, aliases = [], {}, {}
-    for part in sig.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        nm, eq, d = part.partition("=")
-        nm, _, entry_name = nm.strip().partition(":")   # "other:b": torch's name for the entry's argument b
-        if entry_name:
-            aliases[entry_name] = nm
-        names.append(nm)
-        if eq:
-            try:
-                defaults[nm] = ast.literal_eval(d.strip())
-            except (ValueError, SyntaxError):
-                raise R.RegistrationError(f"{op.qualname}: the default of {nm} in {sig!r} is not a literal") from None
-    return names, defaults, aliases
-
-
-def _handler(op, fn, names, extras, guard=None, aliases=None):
-    from ._offload import _Fallback, _chk
-    n = len(op.inputs)
-    entry = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
-    flat = _flat_chk if op.lists else (lambda xs: xs)
-    if list(names) == entry + list(extras) and guard is None:   # the entry's own order (no torch signature)
-        keys = list(extras.items())
-        k = len(entry)
-
-        def h(v):
-            for i, (name, want) in enumerate(keys):
-                if v[k + i] != want:
-                    raise _Fallback(f"{name}={v[k + i]!r}")
-            _chk(*flat(v[:n]))
-            return fn(*v[:k])
-        return h
-    aliases = aliases or {}
-    idx = [names.index(aliases.get(nm, nm)) for nm in entry]
-    ext = [(names.index(nm), nm, want) for nm, want in extras.items()]
-    nonone = [(names.index(aliases.get(a.name, a.name)), a.name) for a in op.attrs
-              if a.type in (int, float, str) and not a.optional]
-
-    def h(v):
-        for i, name, want in ext:
-            if v[i] != want:
-                raise _Fallback(f"{name}={v[i]!r}")
+                raise _Fallback(f"{name}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
         for i, name in nonone:
             if v[i] is None:
                 raise _Fallback(f"implicit {name} ({name}=None)")
-        args = [v[i] for i in idx]
-        _chk(*flat(args[:n]))
+        if identity is not None and identity(**dict(zip(names, v))):
+            _chk(v[0])
+            return v[0]
+        args = [v[i] if i is not None else d for i, d in zip(src, dflt)]
+        if reflected:   # torch's (self, other) is the op's (other, self)
+            args[0], args[1] = args[1], args[0]
+        ins = _flat_chk(args[:n]) if lists else args[:n]
+        if inplace:
+            _inplace_target(ins[0])
+            _chk(*ins[1:])
+        else:
+            _chk(*ins)
         if guard is not None:
             why = guard(*args)
             if why:
                 raise _Fallback(why)
-        return fn(*args)
-    return h
+        r = run(*args)
+        return r if output is None else r[output]
+    return (f, names, defaults, dict(spec.fixed), h, report)
 
 
 def _flat_chk(xs):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numbers
 
 from .. import _core as C
-from .._registry import Aclnn, Attr, Spec, Tensor, TorchForm, define, grad_like, same, same_float
+from .._registry import Aclnn, Attr, Spec, Tensor, TorchFn, define, grad_like, same, same_float
 
 ARITH, FLOATS = C.ARITH, C.FLOATS
 
@@ -85,10 +85,10 @@ def _binary(name, aclnn, scalar, *, shape, backward, save=(), alpha=False, commu
             inplace=(), extras=None, more=(), doc):
     """add / sub / mul / div: ``x`` and ``y`` arrays or (one of them) a Python number, broadcast;
     ``alpha`` for add and sub; ``out=`` may be ``x`` or ``y`` (in place)."""
-    names = ("input", "other") + (("alpha",) if alpha else ())
-    forms = ([TorchForm(f, extras, names=names) for f in torch]
-             + [TorchForm(f, names=("input", "other"), reflected=True) for f in rtorch]
-             + [TorchForm(f, extras, names=names, inplace=True) for f in inplace] + list(more))
+    names = ("input", "other:y") + ((("alpha", 1),) if alpha else ())
+    forms = ([TorchFn(f, names, fixed=extras) for f in torch]
+             + [TorchFn(f, ("input", "other:y"), reflected=True) for f in rtorch]
+             + [TorchFn(f, names, fixed=extras, inplace=True) for f in inplace] + list(more))
     return define(name, inputs=(Tensor("x", ARITH, scalar=True), Tensor("y", ARITH, scalar=True)),
                   attrs=(Attr("alpha", numbers.Number, 1),) if alpha else (), shape=shape,
                   forward=Aclnn(aclnn, _scalar_param("alpha") if alpha else None, scalar=scalar, commute=commute),
@@ -133,7 +133,7 @@ _binary("add", "Add", "Adds", shape=_alpha_shape, backward=_add_bw, alpha=True, 
 _binary("sub", "Sub", "Subs", shape=_alpha_shape, backward=_sub_bw, alpha=True,
         torch=("torch.sub", "torch.subtract", _T + "sub", _T + "subtract"), rtorch=(_T + "__rsub__",),
         inplace=(_T + "sub_", _T + "subtract_"),
-        more=(TorchForm("torch.rsub", names=("input", "other", "alpha"), reflected=True),),   # other - alpha * input
+        more=(TorchFn("torch.rsub", ("input", "other:y", ("alpha", 1)), reflected=True),),   # other - alpha * input
         doc=_doc("``x - alpha * y`` with broadcasting (``torch.sub``; ``aclnnSub`` / ``aclnnSubs``; a number "
                  "first is a 0-d array: aclnn has no reflected form).", alpha=True))
 _binary("mul", "Mul", "Muls", shape=_binary_shape, backward=_mul_bw, save=("x", "y"), commute=True,
@@ -148,8 +148,8 @@ _binary("div", "Div", "Divs", shape=_div_shape, backward=_div_bw, save=("x", "y"
                  "/ ``aclnnDivs``); division by zero gives inf / NaN as IEEE 754 says.", div=True))
 define("pow", inputs=(Tensor("x", ARITH),), attrs=(Attr("exponent", numbers.Number),), shape=_pow_shape,
        forward=Aclnn("PowTensorScalar", _scalar_param("exponent")), backward=_pow_bw, save=("x",),
-       torch=tuple(TorchForm(f, names=("input", "exponent")) for f in ("torch.pow", _T + "pow", _T + "__pow__"))
-       + (TorchForm(_T + "pow_", names=("input", "exponent"), inplace=True),),
+       torch=tuple(TorchFn(f, ("input", "exponent")) for f in ("torch.pow", _T + "pow", _T + "__pow__"))
+       + (TorchFn(_T + "pow_", ("input", "exponent"), inplace=True),),
        fast=True, elementwise=True,
        doc="``x ** exponent`` for a Python-number exponent (``torch.pow``; ``aclnnPowTensorScalar``).\n\n"
            "The result dtype is ``result_type(x, exponent)``: an integer array to an integer power stays integer "
