@@ -38,6 +38,7 @@ import keyword
 import math
 import numbers
 import operator
+import sys
 import threading
 
 import canna_dl
@@ -680,6 +681,7 @@ class OpDef:
         self.forward = forward
         self.backward = backward
         self.save = tuple(save)
+        self._fw = {}   # the framework functions made so far (see torch_fn)
         self.torch = tuple(TorchFn.of(t) for t in torch)
         for t in self.torch:   # refused now, not when offload() first builds its table
             t.bind(self)
@@ -708,6 +710,16 @@ class OpDef:
         self.backward_masked = _takes_mask(backward)
 
     @property
+    def grad_inputs(self):
+        """The names of the inputs that get a gradient: the differentiable ones (``Tensor(...,
+        diff=True)``, the default) of an op with a backward or differentiated through its parts;
+        none for an op without a backward (its inputs may then be of any of their dtypes in every
+        framework, integers too)."""
+        if self.backward is None and not self.through_parts:
+            return frozenset()
+        return frozenset(t.name for t in self.inputs if t.diff)
+
+    @property
     def through_parts(self):
         """A forward composed of registered ops with no backward of its own: each framework
         differentiates it through those ops (their backward), running the composition with its
@@ -724,26 +736,35 @@ class OpDef:
     def __call__(self, *args, **kwargs):
         return self.kernel(*args, **kwargs)
 
-    # the framework functions (generated on first use: importing a framework is the caller's choice)
+    # the framework functions (generated on first use: importing a framework is the caller's choice),
+    # kept on the entry: reading one again is an attribute lookup, which torch.compile traces (a
+    # model's forward calling ``op.torch_fn(x)`` inside a compiled region; Dynamo refuses to trace
+    # the import that finds the shim)
+    def _framework(self, key, framework, what):
+        f = self._fw.get(key)
+        if f is None:
+            f = self._fw[key] = getattr(_shim(framework), what)(self)
+        return f
+
     @property
     def torch_fn(self):
         """The PyTorch function (eager autograd, ``torch.compile``-able; ``canna_dl.torch``)."""
-        return _shim("torch").function(self)
+        return self._framework("torch_fn", "torch", "function")
 
     @property
     def torch_op(self):
         """The ``torch.ops.<namespace>.<name>`` custom op."""
-        return _shim("torch").custom_op(self)
+        return self._framework("torch_op", "torch", "custom_op")
 
     @property
     def tf_fn(self):
         """The TensorFlow function (GradientTape, ``tf.function``; ``canna_dl.tf``)."""
-        return _shim("tf").function(self)
+        return self._framework("tf_fn", "tf", "function")
 
     @property
     def jax_fn(self):
         """The JAX function (``custom_vjp``: ``jax.grad``, ``jax.jit``; ``canna_dl.jax``)."""
-        return _shim("jax").function(self)
+        return self._framework("jax_fn", "jax", "function")
 
     # helpers the shims share
     def bind(self, api, args, kwargs, renames=None):
@@ -1249,7 +1270,7 @@ def _run_launch(op, f, s, ins, outs, attrs, fin=None):
 # ---------------------------------------------------------------------------------------------
 # public registration
 
-def _check_registration(op: OpDef, example):
+def _check_registration(op: OpDef, example, example_attrs=None):
     """Run the op's rules on abstract inputs: the shape rule gives one Spec per declared output,
     the backward (run on the shape rules of the ops it calls) one gradient per differentiable input
     of that input's shape. Raises RegistrationError naming the problem."""
@@ -1262,10 +1283,21 @@ def _check_registration(op: OpDef, example):
     ins = [[Spec(sh, t.dtypes[0]) for sh in shape] if t.list else Spec(shape, t.dtypes[0])
            for shape, t in zip(example, op.inputs)]
     attrs = {a.name: a.default for a in op.attrs if not a.required}
-    missing = [a.name for a in op.attrs if a.required]
+    given = dict(example_attrs or {})
+    unknown = sorted(set(given) - {a.name for a in op.attrs})
+    if unknown:
+        raise RegistrationError(f"{where}: example_attrs names {unknown}, which are not attributes of the op")
+    for a in op.attrs:
+        if a.name in given:
+            try:
+                attrs[a.name] = a.check(where, given[a.name])
+            except (TypeError, ValueError) as e:
+                raise RegistrationError(f"{where}: example_attrs: {e}") from None
+    missing = [a.name for a in op.attrs if a.required and a.name not in given]
     if missing:
-        raise RegistrationError(f"{where}: required attributes {missing} need defaults to check the registration "
-                                "(give them a default)")
+        raise RegistrationError(f"{where}: the required attributes {missing} need example values to check the "
+                                "registration: pass example_attrs={name: value} (values the shape rule accepts "
+                                "with example_shapes)")
     try:
         outs = op.shape(*ins, **attrs)
     except Exception as e:
@@ -1321,8 +1353,27 @@ def _check_registration(op: OpDef, example):
                                     f"shape {by[n].shape}")
 
 
+#: the operator namespaces of PyTorch itself (torch.ops.aten, ...): a user op there would shadow or
+#: collide with PyTorch's operators
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "torch", "quantized", "_quantized", "inductor", "c10d",
+                               "_c10d_functional", "_c10d_functional_autograd", "profiler", "higher_order", "rngprims",
+                               "debugprims", "_dtensor", "mkldnn", "mkl", "xnnpack", "onednn", "cuda", "npu"})
+
+
+def _torch_has_op(namespace, name):
+    """``torch.ops.<namespace>.<name>`` exists already (only asked when PyTorch is loaded)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        getattr(getattr(torch.ops, namespace), name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
 def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, backward=None, save=(),
-                namespace="user", torch=(), example_shapes=None, doc=None, fast=False):
+                namespace="user", torch=(), example_shapes=None, example_attrs=None, doc=None, fast=False):
     """Register an op once; get a kernel-level function and PyTorch, TensorFlow and JAX ops with
     gradients (docs/DESIGN.md §11; README "Your own ops").
 
@@ -1348,6 +1399,8 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
             reflected and in-place forms).
         example_shapes: one shape per input on which the rules are checked (default all (2, 3); for
             a :class:`TensorList`, a list of shapes, default two (2, 3)).
+        example_attrs: ``{attribute: value}`` for those checks: required for an attribute without
+            a default, else its default is used.
 
     Returns:
         The :class:`OpDef`: call it like a kernel (any array kind in, the same kind out), or use
@@ -1400,25 +1453,34 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
     if q in _REGISTRY:
         raise RegistrationError(f"register_op: an op named {q!r} is already registered; pick another name or "
                                 "namespace")
+    if namespace in _TORCH_NAMESPACES or _torch_has_op(namespace, name):
+        why = "a namespace of PyTorch's own" if namespace in _TORCH_NAMESPACES else "an operator that exists"
+        raise RegistrationError(f"register_op: {q!r} would be torch.ops.{namespace}.{name}, {why}; pick another "
+                                "namespace")
     op = OpDef(name, inputs=ins, attrs=tuple(attrs), outputs=tuple(outputs), shape=shape, forward=forward,
                backward=backward, save=save, namespace=namespace, torch=torch, doc=doc, fast=fast)
     _checking.op = op
     try:
-        _check_registration(op, example_shapes)
+        _check_registration(op, example_shapes, example_attrs)
     finally:
         _checking.op = None
     _add(op)
-    _notify(op)
+    _notify(op, user=True)
     return op
 
 
-def _notify(op):
+def _notify(op, user=False):
     """Make the framework forms now for the frameworks whose shim is loaded (a custom op must exist
-    before ``torch.compile`` traces a call of it; offload() maps the entry's torch functions)."""
+    before ``torch.compile`` traces a call of it; offload() maps the entry's torch functions). A
+    user's op registered with PyTorch loaded gets its PyTorch forms now, loading the shim: the
+    first call of ``op.torch_fn`` may be inside a region ``torch.compile`` traces, which cannot
+    import it."""
     import sys
+    if user and "torch" in sys.modules and "canna_dl.torch._generated" not in sys.modules:
+        _shim("torch")
     if "canna_dl.torch._generated" in sys.modules:
         g = sys.modules["canna_dl.torch._generated"]
-        g.function(op)
+        op.torch_fn
         if op.torch and "canna_dl.torch._offload" in sys.modules:
             g.offload_register(op)
 

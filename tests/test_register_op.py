@@ -602,3 +602,114 @@ def test_tensor_list_jax(listops):
         np.testing.assert_allclose(np.asarray(p1), -0.5 * _three()[1])
         p0j, _ = jax.jit(lambda p, g: sgd2.jax_fn(p, g, 0.5))([jnp.ones(6), jnp.zeros(6)], xs[:2])
         np.testing.assert_allclose(np.asarray(p0j), 1 - 0.5 * _three()[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# what a user meets beyond the README's example
+
+SINCOS = r"""
+#include "canna_kernel.h"
+#include <math.h>
+CANNA_KERNEL void sincos_k(const GM_ADDR x, GM_ADDR s, GM_ADDR c, uint64_t n, double scale) {
+    for (uint64_t i = GetBlockIdx(); i < n; i += GetBlockNum()) {
+        double v = ((const double *)x)[i] * scale;
+        ((double *)s)[i] = sin(v);
+        ((double *)c)[i] = cos(v);
+    }
+}
+CANNA_KERNEL void clamp_k(const GM_ADDR x, GM_ADDR y, uint64_t n, int64_t lo, int64_t hi) {
+    for (uint64_t i = GetBlockIdx(); i < n; i += GetBlockNum()) {
+        int32_t v = ((const int32_t *)x)[i];
+        ((int32_t *)y)[i] = v < lo ? (int32_t)lo : v > hi ? (int32_t)hi : v;
+    }
+}
+"""
+
+
+def _sincos_bw(ops, gs, gc, s, c, scale):
+    parts = ([ops.mul(ops.mul(gs, c), scale)] if gs is not None else []) + \
+        ([ops.mul(ops.mul(gc, s), -scale)] if gc is not None else [])
+    return parts[0] if len(parts) == 1 else ops.add(*parts)
+
+
+def _register_sincos(name):
+    k = kernels.RawModule(SINCOS).get_function("sincos_k")
+    return kernels.register_op(
+        name, namespace=NS, inputs=[Tensor("x", "float64")], attrs=[Attr("scale", float, 1.0)], outputs=("s", "c"),
+        shape=lambda x, scale=1.0: (Spec(x.shape, x.dtype), Spec(x.shape, x.dtype)),
+        forward=Launch(k, lambda x, s, c, scale=1.0: (4, (math.prod(x.shape), scale))), backward=_sincos_bw,
+        save=("s", "c"))
+
+
+def test_two_outputs_compiled_inside_a_function_that_reads_torch_fn():
+    """A model's forward calling ``op.torch_fn(x)`` inside a region torch.compile traces: reading
+    the property imported the shim there, which Dynamo refuses to trace ("import_module ... should
+    not be traced"); the README's torch.compile(op.torch_fn) read it outside. Two outputs, an
+    attribute, the gradient of either output."""
+    torch = pytest.importorskip("torch")
+    op = _register_sincos("sincos_in")
+    x = torch.linspace(-2, 2, 9, dtype=torch.float64, requires_grad=True)
+    f = torch.compile(lambda a: op.torch_fn(a, 0.5)[1].sum() + op.torch_fn(a, scale=0.5)[0].sum(), fullgraph=True)
+    f(x).backward()
+    torch.testing.assert_close(x.grad, 0.5 * torch.cos(0.5 * x.detach()) - 0.5 * torch.sin(0.5 * x.detach()))
+    assert torch.autograd.gradcheck(lambda a: op.torch_fn(a, 0.5), (x.detach().requires_grad_(),))
+
+
+def test_first_use_inside_torch_compile_in_a_fresh_process():
+    """PyTorch loaded, canna's torch shim not yet: the op's first use is inside the compiled region."""
+    pytest.importorskip("torch")
+    from conftest import run_python
+    r = run_python(f"""
+        import math, torch, kernels, sys
+        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
+        from test_register_op import _register_sincos
+        op = _register_sincos("sincos_fresh")
+        assert "canna_dl.torch._generated" in sys.modules   # made at registration, PyTorch being loaded
+        x = torch.linspace(-1, 1, 5, dtype=torch.float64)
+        y = torch.compile(lambda a: op.torch_fn(a, 2.0)[0], fullgraph=True)(x)
+        torch.testing.assert_close(y, torch.sin(2 * x))
+        print("ok")
+    """)
+    assert "ok" in r.stdout
+
+
+def test_required_attributes_are_checked_with_example_attrs():
+    """An attribute without a default was refused outright ("need defaults"); example_attrs= gives
+    the values the registration checks run with. An integer op without a backward takes its
+    integer dtypes in every framework (TF and JAX refused ints: "canna's differentiable ops take
+    floating tensors")."""
+    k = kernels.RawModule(SINCOS).get_function("clamp_k")
+    kw = dict(namespace=NS, inputs=[Tensor("x", "int32")], attrs=[Attr("lo", int), Attr("hi", int)],
+              shape=lambda x, lo, hi: Spec(x.shape, x.dtype),
+              forward=Launch(k, lambda x, y, lo, hi: (2, (math.prod(x.shape), lo, hi))))
+    with pytest.raises(kernels.RegistrationError, match=r"required attributes \['lo', 'hi'\] need example values"):
+        kernels.register_op("clamp_noex", **kw)
+    with pytest.raises(kernels.RegistrationError, match=r"example_attrs names \['high'\]"):
+        kernels.register_op("clamp_badex", example_attrs={"lo": 0, "high": 1}, **kw)
+    with pytest.raises(kernels.RegistrationError, match="example_attrs: .*lo must be an int"):
+        kernels.register_op("clamp_badval", example_attrs={"lo": "0", "hi": 1}, **kw)
+    op = kernels.register_op("clamp", example_attrs={"lo": 0, "hi": 1}, **kw)
+    x = np.arange(-5, 6, dtype=np.int32)
+    want = np.clip(x, -2, 3)
+    np.testing.assert_array_equal(op(x, -2, 3), want)
+    torch = pytest.importorskip("torch")
+    assert torch.equal(op.torch_fn(torch.from_numpy(x), -2, 3), torch.from_numpy(want))
+    tf = pytest.importorskip("tensorflow")
+    np.testing.assert_array_equal(op.tf_fn(tf.constant(x), -2, 3).numpy(), want)
+    np.testing.assert_array_equal(tf.function(op.tf_fn)(tf.constant(x), -2, 3).numpy(), want)
+    jnp = pytest.importorskip("jax.numpy")
+    np.testing.assert_array_equal(np.asarray(op.jax_fn(jnp.asarray(x), -2, 3)), want)
+    with pytest.raises(TypeError, match="has dtype float32, which this op does not support"):
+        op.jax_fn(jnp.ones(3, jnp.float32), 0, 1)
+
+
+def test_pytorch_namespaces_are_refused():
+    """``aten::add`` would be PyTorch's own operator."""
+    torch = pytest.importorskip("torch")
+    kw = dict(inputs=[Tensor("x", "float64")], shape=_same_shape, forward=_launch())
+    for ns, name in (("aten", "add"), ("prims", "mine"), ("npu", "thing")):
+        with pytest.raises(kernels.RegistrationError, match=f"would be torch.ops.{ns}.{name}"):
+            kernels.register_op(name, namespace=ns, **kw)
+    torch.library.define(f"{NS}_lib::already", "(Tensor x) -> Tensor")
+    with pytest.raises(kernels.RegistrationError, match="an operator that exists"):
+        kernels.register_op("already", namespace=f"{NS}_lib", **kw)

@@ -145,11 +145,12 @@ def _make(op):
         return f
 
     through = op.through_parts
+    grads = op.grad_inputs   # the inputs that get a gradient (floating ones)
 
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs, op.jax_args)
         if through:   # differentiated through the registered ops it is made of
-            return op.forward(JOPS, *[a if a is None or (t.scalar and _is_pyscalar(a)) else _operand(api, t, t.name, a)
+            return op.forward(JOPS, *[a if a is None or (t.scalar and _is_pyscalar(a)) else _operand(api, t, t.name, a, t.name in grads)
                                       for t, a in zip(inputs, arrays)], **attrs)
         vals, consts = [], []
         for i, (t, a) in enumerate(zip(inputs, arrays)):
@@ -163,9 +164,9 @@ def _make(op):
             elif t.list:
                 if not isinstance(a, (list, tuple)):
                     raise TypeError(f"{api}: {t.name} must be a list or tuple of JAX arrays, not {type(a).__name__}")
-                vals.append([_operand(api, t, f"{t.name}[{j}]", b) for j, b in enumerate(a)])
+                vals.append([_operand(api, t, f"{t.name}[{j}]", b, t.name in grads) for j, b in enumerate(a)])
             else:
-                vals.append(_operand(api, t, t.name, a))
+                vals.append(_operand(api, t, t.name, a, t.name in grads))
         xs, lay = R.flatten(op, vals)
         if not xs and consts:
             raise TypeError(f"{api}: at least one operand must be an array, got {len(consts)} Python numbers")
@@ -189,10 +190,11 @@ def _owners(op, lay):
     return [(op.inputs[i], j) for i, n in enumerate(lay) if n is not None for j in range(1 if n < 0 else n)]
 
 
-def _operand(api, t, name, a):
-    """One operand: a floating JAX array for a differentiable (or all-float) input; an integer input
-    that gets no gradient (labels, indices) may be of its own dtypes."""
-    if t.diff or all(d.kind == "f" for d in t.dtypes):
+def _operand(api, t, name, a, grad):
+    """One operand: a floating JAX array for an input that gets a gradient (``grad``:
+    ``OpDef.grad_inputs``) or takes floats only; an input that gets none (labels, indices, every
+    input of an op without a backward) may be of its own dtypes."""
+    if grad or all(d.kind == "f" for d in t.dtypes):
         return _array(api, name, a)
     if a is None or isinstance(a, (str, bytes)):
         raise TypeError(f"{api}: {name} must be a JAX array, not {type(a).__name__}")

@@ -90,15 +90,16 @@ def _tf_out(specs):
     return [(tf.as_dtype(s.dtype.name), tf.TensorShape(s.shape)) for s in specs]
 
 
-def _input(api, t, name, a, variables):
-    """One tensor operand, checked (a mutated one must be a tf.Variable, recorded in ``variables``)."""
+def _input(api, t, name, a, variables, grad):
+    """One tensor operand, checked (a mutated one must be a tf.Variable, recorded in ``variables``):
+    floating where it gets a gradient (``grad``: ``OpDef.grad_inputs``) or takes floats only."""
     if t.mutated:
         if not isinstance(a, tf.Variable):
             raise TypeError(f"{api}: {name} is updated in place, and TensorFlow tensors are immutable: pass a "
                             f"tf.Variable (it is assigned the new value), not {type(a).__name__}")
         variables.append(a)
     x = tensor(api, name, a)
-    if all(d.kind == "f" for d in t.dtypes) or t.diff:
+    if grad or all(d.kind == "f" for d in t.dtypes):
         floating(api, name, x)
     elif canna_dl.dtype(x.dtype.name) not in t.dtypes:
         raise TypeError(f"{api}: {name} has dtype {x.dtype.name}, which this op does not support "
@@ -129,6 +130,7 @@ def _make(op):
     nout = len(op.outputs)
 
     through = op.through_parts
+    grads = op.grad_inputs   # the inputs that get a gradient (floating ones)
 
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs, op.tf_args)
@@ -151,9 +153,9 @@ def _make(op):
             if t.list:
                 if not isinstance(a, (list, tuple)):
                     raise TypeError(f"{api}: {t.name} must be a list or tuple of tensors, not {type(a).__name__}")
-                ts.append([_input(api, t, f"{t.name}[{j}]", b, variables) for j, b in enumerate(a)])
+                ts.append([_input(api, t, f"{t.name}[{j}]", b, variables, t.name in grads) for j, b in enumerate(a)])
             else:
-                ts.append(_input(api, t, t.name, a, variables))
+                ts.append(_input(api, t, t.name, a, variables, t.name in grads))
         same_dtype(api, *[(t.name, x) for t, x in zip(inputs, ts) if x is not None and t.diff and not t.list])
         if consts and all(x is None for x in ts):
             raise TypeError(f"{api}: at least one operand must be a tensor, got {len(consts)} Python numbers")
