@@ -150,7 +150,8 @@ def _make(op):
     def fn(*args, **kwargs):
         arrays, attrs = op.bind(api, args, kwargs, op.jax_args)
         if through:   # differentiated through the registered ops it is made of
-            return op.forward(JOPS, *[a if a is None or (t.scalar and _is_pyscalar(a)) else _operand(api, t, t.name, a, t.name in grads)
+            return op.forward(JOPS, *[a if a is None or (t.scalar and _is_pyscalar(a))
+                                      else _operand(api, t, t.name, a, t.name in grads)
                                       for t, a in zip(inputs, arrays)], **attrs)
         vals, consts = [], []
         for i, (t, a) in enumerate(zip(inputs, arrays)):
