@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Compile (and, for the samples it knows, run) public Ascend C vector samples unchanged in canna's
+simulator, and list what fails and why (issue 16: "an independent check will compile and run
+further unchanged public Ascend C vector samples").
+
+    python tools/try_ascendc_samples.py [--src DIR_OR_GIT_DIR ...] [--clone URL ...] [--only SUBSTR]
+                                        [--no-run] [-v]
+
+Sources: each ``--src`` is a checkout or a bare git directory (read with ``git archive``); each
+``--clone`` is a git URL cloned shallowly into a temporary directory. With neither, it clones the
+official sample repository (https://gitee.com/ascend/samples, ``operator/ascendc``); offline, it
+says so and exits 0 -- nothing in the test suite depends on this tool or on the network.
+
+Every ``.cpp`` / ``.asc`` file that includes ``kernel_operator.h`` and holds a ``__global__`` kernel
+is a sample. Cube samples (``Matmul``, ``Mmad``, the A1/B1/CO1 buffers -- not supported yet) are
+listed as skipped. An op project's kernel (``op_kernel/x.cpp``) is built the way canna's README
+says: ``-include op_host/x_tiling.h -DCANNA_TILING_DATA_TYPE=optiling::<its struct>`` and
+``-DDTYPE_X=...`` from the first data type of each input/output in ``op_host/x.cpp``. The samples
+listed in ``RUNNERS`` below are launched on NumPy inputs with the shapes of their host code and
+compared with NumPy in float64. The sample sources stay in the temporary directory: nothing is
+copied into canna.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import acl_rt  # noqa: E402
+import kernels  # noqa: E402
+
+DEFAULT_CLONE = "https://gitee.com/ascend/samples"
+
+_CUBE = re.compile(r"\bMatmul(Impl|Type)?\b|\bMmad\b|matmul_intf\.h|TPosition::(A1|A2|B1|B2|CO1|CO2)\b|"
+                   r"QuePosition::(A1|A2|B1|B2|CO1|CO2)\b|\bLoadData\b|\bFixpipe\b|hccl|Hccl")
+_KERNEL = re.compile(r"__global__\s+__aicore__\s+void\s+(\w+)\s*\(")
+_GE_DTYPES = {"DT_FLOAT": "float", "DT_FLOAT16": "half", "DT_BF16": "bfloat16_t", "DT_INT32": "int32_t",
+              "DT_INT16": "int16_t", "DT_INT8": "int8_t", "DT_UINT8": "uint8_t", "DT_INT64": "int64_t",
+              "DT_UINT32": "uint32_t", "DT_BOOL": "bool"}
+
+
+# -- where the samples come from ------------------------------------------------------------------
+
+def _materialize(src: str, tmp: Path) -> Path:
+    p = Path(src).expanduser().resolve()
+    if (p / "HEAD").is_file() and (p / "objects").is_dir():          # a bare git directory
+        # only the C/C++ sources and headers (a snapshot may lack its large binary blobs)
+        out = tmp / p.parent.name
+        out.mkdir()
+        ls = subprocess.run(["git", f"--git-dir={p}", "ls-tree", "-r", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout
+        want = [(line.split()[2], line.split("\t", 1)[1]) for line in ls.splitlines()
+                if line.split("\t", 1)[1].endswith((".cpp", ".h", ".hpp", ".asc", ".cc", ".inc"))]
+        batch = subprocess.run(["git", f"--git-dir={p}", "cat-file", "--batch"], capture_output=True, check=True,
+                               input="".join(f"{sha}\n" for sha, _ in want).encode()).stdout
+        pos = 0
+        for sha, path in want:
+            head_end = batch.index(b"\n", pos)
+            head = batch[pos:head_end].split()
+            pos = head_end + 1
+            if len(head) < 3 or head[1] == b"missing":
+                continue
+            size = int(head[2])
+            dst = out / path
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(batch[pos:pos + size])
+            pos += size + 1
+        return out
+    return p
+
+
+def _clone(url: str, tmp: Path) -> Path | None:
+    out = tmp / re.sub(r"\W+", "_", url)
+    r = subprocess.run(["git", "clone", "-q", "--depth", "1", url, str(out)], capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode:
+        print(f"skipped {url}: cannot clone (offline?): {r.stderr.strip().splitlines()[-1:]}")
+        return None
+    return out
+
+
+def find_samples(root: Path):
+    for f in sorted(list(root.rglob("*.cpp")) + list(root.rglob("*.asc"))):
+        if "/.git/" in str(f):
+            continue
+        try:
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        if "kernel_operator.h" not in text or not _KERNEL.search(text):
+            continue
+        if f.name in ("main.cpp",) or "/op_host/" in str(f):
+            continue
+        yield f, text
+
+
+# -- how an op project's kernel is built ----------------------------------------------------------
+
+def _op_project_options(f: Path, text: str) -> tuple:
+    """-include the op_host tiling header, name its struct, define DTYPE_<NAME> from op_host/x.cpp."""
+    if f.parent.name != "op_kernel":
+        return ()
+    host = f.parent.parent / "op_host"
+    opts = []
+    if "GET_TILING_DATA(" in text and host.is_dir():
+        for h in sorted(host.glob("*tiling*.h")):
+            m = re.search(r"BEGIN_TILING_DATA_DEF\((\w+)\)", h.read_text(errors="replace"))
+            if m:
+                opts += ["-include", str(h), f"-DCANNA_TILING_DATA_TYPE=optiling::{m.group(1)}"]
+                break
+    if host.is_dir():
+        for c in sorted(host.glob("*.cpp")):
+            ct = c.read_text(errors="replace")
+            for m in re.finditer(r'(?:Input|Output)\("(\w+)"\)(.*?);', ct, re.S):
+                d = re.search(r"ge::(DT_\w+)", m.group(2))
+                if d and d.group(1) in _GE_DTYPES:
+                    name = m.group(1).upper()
+                    opts += [f"-DDTYPE_{name}={_GE_DTYPES[d.group(1)]}",
+                             f"-DORIG_DTYPE_{name}=ge::{d.group(1)}"]
+    return tuple(dict.fromkeys(opts))
+
+
+# -- the samples this tool knows how to run (inputs and shapes from their host code) -----------------
+
+def _sync():
+    acl_rt.current_stream().synchronize()
+
+
+def _f16(*shape):
+    return np.random.uniform(-1, 1, shape).astype(np.float16)
+
+
+def _check(name, got, want, tol):
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        raise AssertionError(f"{name}: shape {got.shape} != {want.shape}")
+    if not np.allclose(got, want, rtol=tol, atol=tol):
+        raise AssertionError(f"{name}: max |diff| {np.max(np.abs(got - want)):.3g} (tolerance {tol})")
+
+
+def _tiling(**fields):
+    """A tiling struct of uint32 fields as the op_host header lays it out, as bytes."""
+    return np.array(list(fields.values()), np.uint32).tobytes()
+
+
+def _run_add_tiled(k, tiling_arg):
+    # 1_add_frameworklaunch / 3_add_kernellaunch: z = x + y, 8 x 2048 half, 8 blocks, 8 tiles
+    x, y = _f16(8, 2048), _f16(8, 2048)
+    z = np.empty_like(x)
+    if tiling_arg == "args":
+        k.launch(8, x, y, z)
+    elif tiling_arg == "struct":
+        k.launch(8, x, y, z, {"totalLength": x.size, "tileNum": 8})
+    else:
+        ws = np.zeros(1024, np.uint8)
+        k.launch(8, x, y, z, ws, np.frombuffer(_tiling(totalLength=x.size, tileNum=8), np.uint8).copy())
+    _sync()
+    _check("z", z, x.astype(np.float64) + y, 1e-3)
+
+
+def run_sample(rel: str, k) -> str | None:
+    """Run a known sample; return None if it is not one this tool knows."""
+    n = k.num_params
+    if k.name == "add_custom" and n == 3:
+        _run_add_tiled(k, "args")
+    elif k.name == "add_custom" and n == 5 and "GM_ADDR" in str(k.params[3:]):
+        _run_add_tiled(k, "gm")
+    else:
+        return None
+    return "ok"
+
+
+# -- the trial ------------------------------------------------------------------------------------
+
+def _first_error(e: BaseException) -> str:
+    msg = str(e)
+    for line in msg.splitlines():
+        if "error:" in line:
+            return re.sub(r"^.*?(error:)", r"\1", line).strip()
+    return msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+
+
+def trial(root: Path, only: str | None, run: bool, verbose: bool) -> dict:
+    res = {"compiled": 0, "failed": 0, "skipped": 0, "ran": 0, "run_failed": 0, "rows": []}
+    for f, text in find_samples(root):
+        rel = str(f.relative_to(root))
+        if only and only not in rel:
+            continue
+        if _CUBE.search(text):
+            res["skipped"] += 1
+            res["rows"].append((rel, "skip", "cube unit / Matmul API (not supported yet)"))
+            continue
+        try:
+            mod = kernels.RawModule(path=f, options=_op_project_options(f, text)).compile()
+        except Exception as e:  # noqa: BLE001 -- a trial reports every failure
+            res["failed"] += 1
+            res["rows"].append((rel, "FAIL", _first_error(e)))
+            if verbose:
+                print(str(e)[:4000])
+            continue
+        res["compiled"] += 1
+        status = "compiles"
+        if run:
+            for name in mod.kernel_names:
+                try:
+                    r = run_sample(rel, mod.get_function(name))
+                except Exception as e:  # noqa: BLE001
+                    res["run_failed"] += 1
+                    status = f"compiles; run {name} FAILED: {_first_error(e)}"
+                    if verbose:
+                        traceback.print_exc()
+                    break
+                if r is not None:
+                    res["ran"] += 1
+                    status = f"compiles; run {name} matches NumPy"
+        res["rows"].append((rel, "ok", status))
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", action="append", default=[], help="a checkout or bare git directory")
+    ap.add_argument("--clone", action="append", default=[], help="a git URL to clone shallowly")
+    ap.add_argument("--only", help="only samples whose path contains this")
+    ap.add_argument("--no-run", action="store_true", help="compile only")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    np.random.seed(0)
+    with tempfile.TemporaryDirectory(prefix="canna_ascendc_samples_") as tmpd:
+        tmp = Path(tmpd)
+        roots = [_materialize(s, tmp) for s in a.src]
+        for url in a.clone or ([] if a.src else [DEFAULT_CLONE]):
+            r = _clone(url, tmp)
+            if r is not None:
+                roots.append(r)
+        if not roots:
+            print("no sources: nothing tried")
+            return 0
+        total = {"compiled": 0, "failed": 0, "skipped": 0, "ran": 0, "run_failed": 0}
+        for root in roots:
+            res = trial(root, a.only, not a.no_run, a.verbose)
+            for rel, st, why in res["rows"]:
+                print(f"{st:5} {rel}: {why}")
+            for key in total:
+                total[key] += res[key]
+        print(f"\n{total['compiled']} compile, {total['failed']} fail to compile, {total['skipped']} skipped (cube); "
+              f"{total['ran']} run and match NumPy, {total['run_failed']} run wrong or fault")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
