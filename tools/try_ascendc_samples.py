@@ -107,9 +107,10 @@ def find_samples(root: Path):
 
 def _op_project_options(f: Path, text: str) -> tuple:
     """-include the op_host tiling header, name its struct, define DTYPE_<NAME> from op_host/x.cpp."""
-    if f.parent.name != "op_kernel":
+    host = f.parent.parent / "op_host" if f.parent.name == "op_kernel" else f.parent
+    if not any(host.glob("*tiling*.h")) and not (host / "op_host").is_dir() and host == f.parent \
+            and "DTYPE_" not in text and "TILING_KEY_IS(" not in text:
         return ()
-    host = f.parent.parent / "op_host"
     opts = []
     if "GET_TILING_DATA(" in text and host.is_dir():
         for h in sorted(host.glob("*tiling*.h")):
@@ -119,13 +120,20 @@ def _op_project_options(f: Path, text: str) -> tuple:
                 break
     if host.is_dir():
         for c in sorted(host.glob("*.cpp")):
+            if c == f:
+                continue
             ct = c.read_text(errors="replace")
+            key = re.search(r"SetTilingKey\((\d+)", ct)
+            if key and "TILING_KEY_IS(" in text and not any(o.startswith("-DCANNA_TILING_KEY") for o in opts):
+                opts.append(f"-DCANNA_TILING_KEY={key.group(1)}")
             for m in re.finditer(r'(?:Input|Output)\("(\w+)"\)(.*?);', ct, re.S):
                 d = re.search(r"ge::(DT_\w+)", m.group(2))
                 if d and d.group(1) in _GE_DTYPES:
                     name = m.group(1).upper()
                     opts += [f"-DDTYPE_{name}={_GE_DTYPES[d.group(1)]}",
                              f"-DORIG_DTYPE_{name}=ge::{d.group(1)}"]
+    if "TILING_KEY_IS(" in text and not any(o.startswith("-DCANNA_TILING_KEY") for o in opts):
+        opts.append("-DCANNA_TILING_KEY=1")      # the host picks it at run time: try the first key
     return tuple(dict.fromkeys(opts))
 
 

@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <new>
 #include <type_traits>
@@ -103,6 +104,13 @@ struct bfloat16_t {
 
 /* ------------------------------------------------------------------ the simulator's side */
 namespace canna_sim {
+
+inline int64_t now_ns()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 struct Loc {
     const char *file;
@@ -290,12 +298,18 @@ enum class HardEvent : uint8_t {
     MTE1_V, MTE2_M, M_MTE2, V_MTE1, M_FIX, FIX_M, MTE3_MTE2, MTE2_MTE3, S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S,
     MTE2_FIX, FIX_MTE2, FIX_S, M_S, FIX_MTE3, MTE1_FIX, FIX_MTE1, FIX_FIX, MAX,
 };
-enum event_t : int32_t { EVENT_ID0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
 enum class MemoryT : uint8_t { L1 = 0, L0A, L0B, L0C, UB, BIAS };
 
 }  // namespace AscendC
 
 /* pipe_t is a global name in Ascend C */
+/* the event ids of SetFlag / WaitFlag: global names in Ascend C, also found in AscendC:: */
+enum event_t : int32_t { EVENT_ID0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
+namespace AscendC {
+using ::event_t;
+using ::EVENT_ID0; using ::EVENT_ID1; using ::EVENT_ID2; using ::EVENT_ID3;
+using ::EVENT_ID4; using ::EVENT_ID5; using ::EVENT_ID6; using ::EVENT_ID7;
+}  // namespace AscendC
 enum pipe_t : uint8_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_MTE4, PIPE_MTE5,
                         PIPE_V2, PIPE_FIX };
 /* the intrinsic form of PipeBarrier */
@@ -317,9 +331,37 @@ template <bool isAIVOnly = true> inline void SyncAll(CANNA_LOC_)
 }
 
 inline int64_t GetTaskRation() { return 1; }
+/* resets the core's state before a kernel starts (static Tensor programming): nothing to reset here */
+inline void InitSocState() {}
+/* ceil(a / b) of unsigned integers */
+template <class T, class U> constexpr T DivCeil(T a, U b) { return (T)((a + (T)b - 1) / (T)b); }
+/* the software SyncAll (a global workspace and a UB scratch tensor): the same fault as SyncAll() */
+template <bool isAIVOnly = true, class G, class L>
+inline void SyncAll(const G &gmWorkspace, const L &ubWorkspace, int32_t usedCores = 0, CANNA_LOC_)
+{
+    (void)gmWorkspace; (void)ubWorkspace;
+    long long n = usedCores > 0 ? usedCores : (long long)::GetBlockNum();
+    if (n > 1 && ::GetBlockNum() > 1)
+        canna_sim::fault(loc, "SyncAll: synchronizing %lld blocks of a launch is not supported by the simulator "
+                         "(split the kernel in two launches)", n);
+}
 inline uint32_t GetRuntimeUBSize() { return (uint32_t)canna_sim::ub().cap; }
 inline int64_t GetSubBlockIdx() { return 0; }
 inline int64_t GetSubBlockNum() { return 1; }
+/* a cycle counter for timing a stretch of a kernel: here the host's steady clock in nanoseconds
+ * (differences are meaningful, the unit is not the AI core's cycle) */
+inline int64_t GetSystemCycle() { return canna_sim::now_ns(); }
+
+/* the physical buffers of LocalMemAllocator (only the Unified Buffer exists here) */
+enum class Hardware : uint8_t { GM, UB, L1, L0A, L0B, L0C, BIAS, FIXBUF, MAX };
+/* GlobalTensor::SetL2CacheHint's modes: a hint for the L2 cache, which the simulator has not */
+enum class CacheMode : uint8_t { CACHE_MODE_DISABLE = 0, CACHE_MODE_NORMAL, CACHE_MODE_LAST, CACHE_MODE_PERSISTENT };
+
+/* AscendC::Std: the scalar helpers of the C++ standard library kernels use */
+namespace Std {
+template <class T, class U> constexpr T max(const T a, const U b) { return a < (T)b ? (T)b : a; }
+template <class T, class U> constexpr T min(const T a, const U b) { return (T)b < a ? (T)b : a; }
+}  // namespace Std
 
 template <class T> class LocalTensor;
 
@@ -363,6 +405,26 @@ template <class T> class LocalTensor {
 public:
     using PrimType = T;
     LocalTensor() = default;
+    /* static Tensor programming: `tileSize` elements at byte `addr` of the Unified Buffer, no TPipe
+     * (Ascend C: not to be mixed with TPipe / TQue in one kernel) */
+    LocalTensor(TPosition pos, uint32_t addr, uint32_t tileSize, CANNA_LOC_)
+    {
+        canna_sim::UB &u = canna_sim::ub();
+        if (addr % canna_sim::kBlock)
+            canna_sim::fault(loc, "LocalTensor: UB address %u is not 32-byte aligned", addr);
+        if ((uint64_t)addr + (uint64_t)tileSize * sizeof(T) > u.cap)
+            canna_sim::fault(loc, "LocalTensor: %u %s elements at UB address %u exceed the Unified Buffer of %llu "
+                             "bytes", tileSize, canna_sim::type_name<T>::value, addr, (unsigned long long)u.cap);
+        static thread_local canna_sim::Slot whole;   /* the whole UB: a static tensor is never freed */
+        whole.addr = u.base;
+        whole.bytes = (uint32_t)u.cap;
+        whole.state = 1;
+        ptr_ = reinterpret_cast<T *>(u.base + addr);
+        size_ = tileSize;
+        slot_ = &whole;
+        gen_ = whole.gen;
+        pos_ = pos;
+    }
 
     T GetValue(uint32_t index, CANNA_LOC_) const
     {
@@ -687,6 +749,32 @@ private:
 
 inline TPipe *GetTPipePtr() { return TPipe::Current(); }
 
+/* static Tensor programming: hands out consecutive 32-byte aligned LocalTensors of the Unified
+ * Buffer from address 0 (public Ascend C API reference, LocalMemAllocator) */
+template <Hardware hard = Hardware::UB> class LocalMemAllocator {
+    static_assert(hard == Hardware::UB, "LocalMemAllocator: the simulator has only the Unified Buffer (Hardware::UB)");
+public:
+    LocalMemAllocator() = default;
+    uint32_t GetCurAddr() const { return cur_; }
+    template <class T, uint32_t tileSize> LocalTensor<T> Alloc(CANNA_LOC_) { return Take<T>(TPosition::VECCALC, tileSize, loc); }
+    template <TPosition pos, class T, uint32_t tileSize> LocalTensor<T> Alloc(CANNA_LOC_) { return Take<T>(pos, tileSize, loc); }
+    template <class T> LocalTensor<T> Alloc(uint32_t tileSize, CANNA_LOC_) { return Take<T>(TPosition::VECCALC, tileSize, loc); }
+    template <TPosition pos, class T> LocalTensor<T> Alloc(uint32_t tileSize, CANNA_LOC_) { return Take<T>(pos, tileSize, loc); }
+private:
+    template <class T> LocalTensor<T> Take(TPosition pos, uint32_t n, const canna_sim::Loc &loc)
+    {
+        uint64_t bytes = ((uint64_t)n * sizeof(T) + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
+        if (cur_ + bytes > canna_sim::ub().cap)
+            canna_sim::fault(loc, "LocalMemAllocator::Alloc: %u %s elements at UB address %u exceed the Unified Buffer "
+                             "of %llu bytes", n, canna_sim::type_name<T>::value, cur_,
+                             (unsigned long long)canna_sim::ub().cap);
+        LocalTensor<T> t(pos, cur_, n, loc);
+        cur_ += (uint32_t)bytes;
+        return t;
+    }
+    uint32_t cur_ = 0;
+};
+
 /* ------------------------------------------------------------------ data movement */
 struct DataCopyParams {
     uint16_t blockCount = 1;
@@ -809,6 +897,11 @@ void InitGlobalMemory(const GlobalTensor<T> &gm, uint64_t size, const U value, C
     const T v = (T)value;
     for (uint64_t i = 0; i < size; i++)
         gm.ptr_[i] = v;
+}
+/* the older name of InitGlobalMemory */
+template <class T, class U> void Fill(const GlobalTensor<T> &gm, uint64_t size, const U value, CANNA_LOC_)
+{
+    InitGlobalMemory(gm, size, value, loc);
 }
 /* UB -> UB */
 template <class T> void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, CANNA_LOC_)
@@ -1274,9 +1367,10 @@ void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, const int32_t &c
     for (int32_t i = 0; i < count; i++)
         d[i] = s;
 }
-template <class T, bool isSetMask = true, class U = T>
-void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, const uint8_t repeatTimes,
-               const uint16_t dstBlockStride, const uint8_t dstRepeatStride, CANNA_LOC_)
+namespace internal_ {
+template <class T, bool isSetMask, class U, class M>
+void DuplicateRep(const canna_sim::Loc &loc, const LocalTensor<T> &dst, const U &scalarValue, M mask,
+                  const uint8_t repeatTimes, const uint16_t dstBlockStride, const uint8_t dstRepeatStride)
 {
     const T s = (T)scalarValue;
     internal_::Mask m = internal_::PickMask<T, isSetMask>(loc, "Duplicate", mask);
@@ -1287,6 +1381,20 @@ void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, c
         for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++)
             if (m.on(r, k))
                 d[internal_::RepOffset<T>(r, k, dstBlockStride, dstRepeatStride)] = s;
+}
+}  // namespace internal_
+/* the mask/repeat forms: a contiguous mask, or the bit mask of two uint64_t */
+template <class T, bool isSetMask = true, class U = T>
+void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, const uint8_t repeatTimes,
+               const uint16_t dstBlockStride, const uint8_t dstRepeatStride, CANNA_LOC_)
+{
+    internal_::DuplicateRep<T, isSetMask>(loc, dst, scalarValue, mask, repeatTimes, dstBlockStride, dstRepeatStride);
+}
+template <class T, bool isSetMask = true, class U = T>
+void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, const uint64_t mask[], const uint8_t repeatTimes,
+               const uint16_t dstBlockStride, const uint8_t dstRepeatStride, CANNA_LOC_)
+{
+    internal_::DuplicateRep<T, isSetMask>(loc, dst, scalarValue, mask, repeatTimes, dstBlockStride, dstRepeatStride);
 }
 
 /* ------------------------------------------------------------------ Cast */
@@ -1797,6 +1905,60 @@ template <class T> void DumpTensor(const GlobalTensor<T> &t, uint32_t desc, uint
     internal_::Dump("GM", t.ptr_, desc, dumpSize, (uint32_t)t.GetSize());
 }
 
+/* the shape DumpTensor prints a tensor with (up to 8 dimensions) */
+struct ShapeInfo {
+    ShapeInfo() = default;
+    ShapeInfo(uint8_t dim, const uint32_t *shape) : shapeDim(dim > 8 ? 8 : dim)
+    {
+        for (uint8_t i = 0; i < shapeDim; i++)
+            this->shape[i] = shape[i];
+    }
+    uint8_t shapeDim = 0;
+    uint32_t shape[8] = {};
+};
+namespace internal_ {
+inline const char *ShapeText(char *buf, size_t n, const ShapeInfo &s)
+{
+    size_t k = (size_t)std::snprintf(buf, n, "shape (");
+    for (uint8_t i = 0; i < s.shapeDim && k + 16 < n; i++)
+        k += (size_t)std::snprintf(buf + k, n - k, i ? ", %u" : "%u", s.shape[i]);
+    std::snprintf(buf + k, n - k, ")");
+    return buf;
+}
+}  // namespace internal_
+template <class T> void DumpTensor(const LocalTensor<T> &t, uint32_t desc, uint32_t dumpSize, const ShapeInfo &shape,
+                                   CANNA_LOC_)
+{
+    t.Live(loc, "DumpTensor");
+    char where[160], sh[128];
+    std::snprintf(where, sizeof where, "%s, %s", internal_::PosName(t.pos_), internal_::ShapeText(sh, sizeof sh, shape));
+    internal_::Dump(where, t.ptr_, desc, dumpSize < t.GetSize() ? dumpSize : t.GetSize(), t.GetSize());
+}
+template <class T> void DumpTensor(const GlobalTensor<T> &t, uint32_t desc, uint32_t dumpSize, const ShapeInfo &shape,
+                                   CANNA_LOC_)
+{
+    canna_sim::gm_check(loc, "DumpTensor", t.ptr_, (uint64_t)dumpSize * sizeof(T));
+    char where[160], sh[128];
+    std::snprintf(where, sizeof where, "GM, %s", internal_::ShapeText(sh, sizeof sh, shape));
+    internal_::Dump(where, t.ptr_, desc, dumpSize, (uint32_t)t.GetSize());
+}
+/* DumpTensor of the dumpSize elements from element countOff on */
+template <class T> void DumpAccChkPoint(const LocalTensor<T> &t, uint32_t index, uint32_t countOff, uint32_t dumpSize,
+                                        CANNA_LOC_)
+{
+    t.Live(loc, "DumpAccChkPoint");
+    if (countOff > t.GetSize())
+        canna_sim::fault(loc, "DumpAccChkPoint: offset %u is past the LocalTensor of %u elements", countOff, t.GetSize());
+    uint32_t left = t.GetSize() - countOff;
+    internal_::Dump(internal_::PosName(t.pos_), t.ptr_ + countOff, index, dumpSize < left ? dumpSize : left, left);
+}
+template <class T> void DumpAccChkPoint(const GlobalTensor<T> &t, uint32_t index, uint32_t countOff, uint32_t dumpSize,
+                                        CANNA_LOC_)
+{
+    canna_sim::gm_check(loc, "DumpAccChkPoint", t.ptr_ + countOff, (uint64_t)dumpSize * sizeof(T));
+    internal_::Dump("GM", t.ptr_ + countOff, index, dumpSize, dumpSize);
+}
+
 template <class T> void LocalTensor<T>::Print(uint32_t len) const
 {
     Live(canna_sim::kNoLoc, "LocalTensor::Print");
@@ -1816,20 +1978,46 @@ template <class T> T ReadTiling(const void *tiling, const canna_sim::Loc &loc)
     return t;
 }
 template <class T> constexpr bool kNeedsTilingType = false;
+struct CannaNoTilingType_ {};
+template <class T> constexpr bool NeedsTilingKey()
+{
+    static_assert(kNeedsTilingType<T>, "TILING_KEY_IS needs the tiling key the host chose: compile with "
+                                       "-DCANNA_TILING_KEY=<key>");
+    return false;
+}
 }  // namespace internal_
 #ifndef GET_TILING_DATA_WITH_STRUCT
 #define GET_TILING_DATA_WITH_STRUCT(type, name, tiling) \
     type name = ::AscendC::internal_::ReadTiling<type>((const void *)(tiling), ::canna_sim::Loc::here())
+#endif
+/* REGISTER_TILING_DEFAULT(T) in the kernel names the struct GET_TILING_DATA reads (it shadows this
+ * placeholder in the kernel's scope) */
+#ifndef REGISTER_TILING_DEFAULT
+#define REGISTER_TILING_DEFAULT(type) using CannaTilingDefault_ = type
+#endif
+#ifndef REGISTER_TILING_FOR_TILINGKEY
+#define REGISTER_TILING_FOR_TILINGKEY(key, type)
 #endif
 #ifndef GET_TILING_DATA
 #ifdef CANNA_TILING_DATA_TYPE
 #define GET_TILING_DATA(name, tiling) GET_TILING_DATA_WITH_STRUCT(CANNA_TILING_DATA_TYPE, name, tiling)
 #else
 #define GET_TILING_DATA(name, tiling)                                                                           \
-    static_assert(::AscendC::internal_::kNeedsTilingType<decltype(tiling)>,                                     \
-                  "GET_TILING_DATA needs the tiling struct: compile with -DCANNA_TILING_DATA_TYPE=<its type> "  \
-                  "and its header (see register/tilingdata_base.h), or use GET_TILING_DATA_WITH_STRUCT");       \
-    struct CannaNoTilingType_ {} name
+    static_assert(!std::is_same_v<CannaTilingDefault_, ::AscendC::internal_::CannaNoTilingType_>,               \
+                  "GET_TILING_DATA needs the tiling struct: REGISTER_TILING_DEFAULT(<its type>) before it, or "  \
+                  "compile with -DCANNA_TILING_DATA_TYPE=<its type> and its header (see "                       \
+                  "register/tilingdata_base.h), or use GET_TILING_DATA_WITH_STRUCT");                           \
+    GET_TILING_DATA_WITH_STRUCT(CannaTilingDefault_, name, tiling)
+#endif
+#endif
+/* the tiling key the host's tiling function chose (TilingContext::SetTilingKey): a build option here,
+ * -DCANNA_TILING_KEY=<key> (the same source built once per key, as the Ascend toolchain does) */
+#ifndef TILING_KEY_IS
+#ifdef CANNA_TILING_KEY
+#define TILING_KEY_IS(key) ((uint64_t)(key) == (uint64_t)(CANNA_TILING_KEY))
+#else
+#define TILING_KEY_IS(key)                                                                                      \
+    (::AscendC::internal_::NeedsTilingKey<decltype(key)>(), false)
 #endif
 #endif
 
@@ -1840,6 +2028,7 @@ template <class T> constexpr bool kNeedsTilingType = false;
 
 #undef CANNA_LOC_
 }  // namespace AscendC
+using CannaTilingDefault_ = ::AscendC::internal_::CannaNoTilingType_;
 
 #pragma GCC pop_options
 
