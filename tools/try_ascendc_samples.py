@@ -161,31 +161,137 @@ def _tiling(**fields):
     return np.array(list(fields.values()), np.uint32).tobytes()
 
 
-def _run_add_tiled(k, tiling_arg):
-    # 1_add_frameworklaunch / 3_add_kernellaunch: z = x + y, 8 x 2048 half, 8 blocks, 8 tiles
+def _launch(k, blocks, *args):
+    k.launch(blocks, *args)
+    _sync()
+
+
+def _ws():
+    return np.zeros(1 << 16, np.uint8)
+
+
+def _u32(*v):
+    return np.array(v, np.uint32)
+
+
+def _add_tiled(m):
+    # 1_add_frameworklaunch, 3_add_kernellaunch, tutorials/AddCustomSample: z = x + y on 8 x 2048 half,
+    # 8 blocks, 8 tiles (their host code)
+    k = m.get_function("add_custom")
     x, y = _f16(8, 2048), _f16(8, 2048)
     z = np.empty_like(x)
-    if tiling_arg == "args":
-        k.launch(8, x, y, z)
-    elif tiling_arg == "struct":
-        k.launch(8, x, y, z, {"totalLength": x.size, "tileNum": 8})
+    n = k.num_params
+    if n == 3:
+        _launch(k, 8, x, y, z)
+    elif n == 5 and k.params[4].kind == "pointer":
+        _launch(k, 8, x, y, z, _ws(), _u32(x.size, 8))
+    elif n == 4 and k.params[3].kind == "struct":
+        _launch(k, 8, x, y, z, {"totalLength": x.size, "tileNum": 8})
+    elif n == 4:
+        _launch(k, 8, x, y, z, _u32(x.size, 8))
     else:
-        ws = np.zeros(1024, np.uint8)
-        k.launch(8, x, y, z, ws, np.frombuffer(_tiling(totalLength=x.size, tileNum=8), np.uint8).copy())
-    _sync()
+        _launch(k, 8, x, y, z, x.size, 8)
     _check("z", z, x.astype(np.float64) + y, 1e-3)
 
 
-def run_sample(rel: str, k) -> str | None:
-    """Run a known sample; return None if it is not one this tool knows."""
-    n = k.num_params
-    if k.name == "add_custom" and n == 3:
-        _run_add_tiled(k, "args")
-    elif k.name == "add_custom" and n == 5 and "GM_ADDR" in str(k.params[3:]):
-        _run_add_tiled(k, "gm")
-    else:
-        return None
-    return "ok"
+def _add_single_core(m):
+    # 21_vectoradd_kernellaunch/VectorAddSingleCore[WithTmpbuf]: 2048 elements on one core
+    k = m.get_function("add_custom")
+    dt = np.float16
+    x, y = (np.random.uniform(-50, 50, 2048).astype(dt) for _ in range(2))
+    z = np.empty_like(x)
+    _launch(k, 1, x, y, z)
+    _check("z", z, x.astype(np.float64) + y, 5e-2)
+
+
+def _add_single_core_bf16(m):
+    # VectorAddSingleCoreWithTmpbuf: bfloat16 in and out, the sum in float (Cast, Add, Cast back)
+    import torch
+    k = m.get_function("add_custom")
+    x, y = (torch.empty(2048).uniform_(-50, 50).to(torch.bfloat16) for _ in range(2))
+    z = torch.empty_like(x)
+    _launch(k, 1, x, y, z)
+    want = (x.double() + y.double()).to(torch.bfloat16).double().numpy()
+    _check("z", z.double().numpy(), want, 1e-2)
+
+
+def _add_static(m):
+    # 23_static_tensor_programming: add_custom_v1..v4, 8 blocks of 9 tiles of 4096 float
+    for name in m.kernel_names:
+        k = m.get_function(name)
+        n = 4096 * 9 * 8
+        x, y = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+        z = np.empty_like(x)
+        _launch(k, 8, x, y, z, _u32(n // 8))
+        _check(f"{name}: z", z, x.astype(np.float64) + y, 1e-6)
+
+
+def _sub(m):
+    # 15_sub_frameworklaunch: z = x - y, half, 8 blocks of 2048 (formerNum, tailNum, formerLength, tailLength, alignNum)
+    k = m.get_function("sub_custom")
+    x, y = _f16(8 * 2048), _f16(8 * 2048)
+    z = np.empty_like(x)
+    _launch(k, 8, x, y, z, _ws(), _u32(8, 0, 2048, 0, 16))
+    _check("z", z, x.astype(np.float64) - y, 1e-3)
+
+
+def _leaky_relu(m):
+    # 9_leakyrelu_frameworklaunch: float, 8 blocks, 16 tiles; tiling (totalLength, tileNum, negativeSlope)
+    k = m.get_function("leaky_relu_custom")
+    x = np.random.uniform(-1, 1, 8 * 4096).astype(np.float32)
+    y = np.empty_like(x)
+    tiling = np.array([(x.size, 16, 0.1)], dtype=[("t", "<u4"), ("n", "<u4"), ("s", "<f4")])
+    _launch(k, 8, x, y, _ws(), np.frombuffer(tiling.tobytes(), np.uint8).copy())
+    x64 = x.astype(np.float64)
+    _check("y", y, np.where(x64 >= 0, x64, x64 * np.float64(np.float32(0.1))), 1e-6)
+
+
+def _whole_reduce_sum(m):
+    # 18/19 whole_reduce_sum: per-row sums of a 13 x 123 half matrix; tiling (totalLength, rows, cols)
+    k = m.get_function("whole_reduce_sum_custom")
+    rows, cols = 13, 123
+    x = np.random.uniform(1, 100, (rows, cols)).astype(np.float16)
+    y = np.zeros(rows, np.float16)
+    args = (x, y, _ws(), _u32(rows * cols, rows, cols)) if k.num_params == 4 else (x, y, _u32(rows * cols, rows, cols))
+    _launch(k, 1, *args)
+    _check("y", y, x.astype(np.float64).sum(axis=1), 5e-3)
+
+
+def _scatter(m):
+    # 3_libraries/0_scatter_kernellaunch: 128 half scattered by byte offsets 254, 252, ..., 0
+    k = m.get_function("scatter_custom")
+    x = np.arange(128, dtype=np.float16)
+    off = np.arange(254, -1, -2, dtype=np.uint32)
+    z = np.zeros(128, np.float16)
+    _launch(k, 1, x, off, z)
+    _check("z", z, np.arange(127, -1, -1, dtype=np.float64), 0)
+
+
+# a sample's path (its directory) -> how to run it
+RUNNERS = [
+    ("VectorAddSingleCoreWithTmpbuf/", _add_single_core_bf16),
+    ("VectorAddSingleCore/", _add_single_core),
+    ("23_static_tensor_programming", _add_static),
+    ("1_add_frameworklaunch/AddCustom/", _add_tiled),
+    ("2_add_frameworklaunchlite/AddCustom/", _add_tiled),
+    ("3_add_kernellaunch/AddKernelInvocation", _add_tiled),
+    ("AddCustomSample/FrameworkLaunch/AddCustom/", _add_tiled),
+    ("AddCustomSample/KernelLaunch/AddKernelInvocation", _add_tiled),
+    ("8_library_frameworklaunch/static_library/AddCustom/", _add_tiled),
+    ("15_sub_frameworklaunch", _sub),
+    ("9_leakyrelu_frameworklaunch", _leaky_relu),
+    ("wholereduces_", _whole_reduce_sum),
+    ("0_scatter_kernellaunch", _scatter),
+]
+
+
+def run_sample(rel: str, mod) -> str | None:
+    """Run a known sample; None if this tool does not know how."""
+    for key, fn in RUNNERS:
+        if key in rel:
+            fn(mod)
+            return fn.__name__
+    return None
 
 
 # -- the trial ------------------------------------------------------------------------------------
@@ -219,18 +325,17 @@ def trial(root: Path, only: str | None, run: bool, verbose: bool) -> dict:
         res["compiled"] += 1
         status = "compiles"
         if run:
-            for name in mod.kernel_names:
-                try:
-                    r = run_sample(rel, mod.get_function(name))
-                except Exception as e:  # noqa: BLE001
-                    res["run_failed"] += 1
-                    status = f"compiles; run {name} FAILED: {_first_error(e)}"
-                    if verbose:
-                        traceback.print_exc()
-                    break
+            try:
+                r = run_sample(rel, mod)
+            except Exception as e:  # noqa: BLE001
+                res["run_failed"] += 1
+                status = f"compiles; run FAILED: {_first_error(e)}"
+                if verbose:
+                    traceback.print_exc()
+            else:
                 if r is not None:
                     res["ran"] += 1
-                    status = f"compiles; run {name} matches NumPy"
+                    status = "compiles; runs and matches NumPy"
         res["rows"].append((rel, "ok", status))
     return res
 
