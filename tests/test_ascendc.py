@@ -989,3 +989,192 @@ def test_op_project_kernel_with_get_tiling_data(tmp_path):
     with pytest.raises(kernels.CompileError, match="GET_TILING_DATA needs the tiling struct: compile with "
                                                    "-DCANNA_TILING_DATA_TYPE"):
         kernels.RawModule(OP_KERNEL).compile()
+
+
+# ---------------------------------------------------------------------------------------------
+# the API the public Ascend C samples use beyond the basics (tools/try_ascendc_samples.py tries them)
+
+STATIC = r'''
+#include "kernel_operator.h"
+constexpr uint32_t TILE = 1024;
+
+// static Tensor programming: LocalTensors at fixed UB addresses, ordered by SetFlag/WaitFlag
+extern "C" __global__ __aicore__ void add_static(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t blockLength)
+{
+    AscendC::InitSocState();
+    AscendC::GlobalTensor<float> xGm, yGm, zGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x + AscendC::GetBlockIdx() * blockLength, blockLength);
+    yGm.SetGlobalBuffer((__gm__ float *)y + AscendC::GetBlockIdx() * blockLength, blockLength);
+    zGm.SetGlobalBuffer((__gm__ float *)z + AscendC::GetBlockIdx() * blockLength, blockLength);
+    AscendC::LocalTensor<float> xLocal(AscendC::TPosition::VECCALC, 0, TILE);
+    AscendC::LocalMemAllocator<AscendC::Hardware::UB> ub;
+    (void)ub.Alloc<float, TILE>();                                   // the bytes of xLocal
+    AscendC::LocalTensor<float> yLocal = ub.Alloc<AscendC::TPosition::VECIN, float>(TILE);
+    AscendC::LocalTensor<float> zLocal = ub.Alloc<float>(TILE);
+    for (uint32_t i = 0; i < AscendC::DivCeil(blockLength, TILE); i++) {
+        uint32_t n = AscendC::Std::min(TILE, blockLength - i * TILE);
+        AscendC::DataCopy(xLocal, xGm[i * TILE], n);
+        AscendC::DataCopy(yLocal, yGm[i * TILE], n);
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(EVENT_ID0);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(EVENT_ID0);
+        AscendC::Add(zLocal, xLocal, yLocal, n);
+        AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(AscendC::EVENT_ID1);
+        AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(AscendC::EVENT_ID1);
+        AscendC::DataCopy(zGm[i * TILE], zLocal, n);
+    }
+}
+
+extern "C" __global__ __aicore__ void static_over(uint32_t addr, uint32_t n, uint32_t allocs)
+{
+    if (allocs == 0) {
+        AscendC::LocalTensor<float> t(AscendC::TPosition::VECCALC, addr, n);    // L:ctor
+        (void)t;
+    }
+    AscendC::LocalMemAllocator<> ub;
+    for (uint32_t i = 0; i < allocs; i++)
+        (void)ub.Alloc<float>(n);                                              // L:alloc
+}
+
+// Fill (InitGlobalMemory's older name), Std::max, GetSystemCycle, the bit-mask Duplicate, DumpTensor
+// with a ShapeInfo, DumpAccChkPoint
+extern "C" __global__ __aicore__ void misc(GM_ADDR y, GM_ADDR cyc, uint32_t n)
+{
+    int64_t t0 = AscendC::GetSystemCycle();
+    AscendC::GlobalTensor<half> yGm;
+    yGm.SetGlobalBuffer((__gm__ half *)y, n);
+    AscendC::Fill(yGm, n, (half)AscendC::Std::max(2.5f, 1));
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 256 * sizeof(half));
+    AscendC::LocalTensor<half> t = buf.Get<half>();
+    AscendC::DataCopy(t, yGm, 256);
+    uint64_t mask[2] = {0xF0F0F0F0F0F0F0F0ull, 0x1ull};
+    AscendC::Duplicate<half>(t, (half)-1, mask, 2, 1, 8);
+    uint32_t shape[2] = {2, 4};
+    AscendC::ShapeInfo si(2, shape);
+    AscendC::DumpTensor(t, 5, 8, si);
+    AscendC::DumpAccChkPoint(t, 6, 128, 3);
+    AscendC::DataCopy(yGm, t, 256);
+    AscendC::GlobalTensor<int64_t> c;
+    c.SetGlobalBuffer((__gm__ int64_t *)cyc, 1);
+    c.SetValue(0, AscendC::GetSystemCycle() - t0);
+}
+
+extern "C" __global__ __aicore__ void sync_ws(GM_ADDR ws, uint32_t cores)
+{
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 256);
+    AscendC::GlobalTensor<int32_t> g;
+    g.SetGlobalBuffer((__gm__ int32_t *)ws, 64);
+    AscendC::LocalTensor<int32_t> l = buf.Get<int32_t>();
+    AscendC::SyncAll(g, l, (int32_t)cores);                                     // L:sync
+}
+'''
+
+TILING_KEYED = r'''
+#include "kernel_operator.h"
+struct ScaleTiling {
+    uint32_t n;
+    float factor;
+};
+extern "C" __global__ __aicore__ void keyed(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)
+{
+    REGISTER_TILING_DEFAULT(ScaleTiling);
+    GET_TILING_DATA(t, tiling);
+    AscendC::GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, t.n);
+    yGm.SetGlobalBuffer((__gm__ float *)y, t.n);
+    for (uint32_t i = 0; i < t.n; i++) {
+        if (TILING_KEY_IS(1))
+            yGm.SetValue(i, xGm.GetValue(i) * t.factor);
+        else if (TILING_KEY_IS(2))
+            yGm.SetValue(i, xGm.GetValue(i) + t.factor);
+    }
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def static():
+    acl_rt.init()
+    acl_rt.Device(0).set_current()
+    return kernels.RawModule(STATIC).compile()
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_static_tensor_programming_add(static, kind):
+    n = 4 * 2504   # a tail tile of 456 elements (57 blocks of 32 bytes) per block
+    rng = np.random.default_rng(20)
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    z = np.full(n, np.nan, np.float32)
+    xs, ys, zs = _as(kind, x), _as(kind, y), _as(kind, z)
+    static.get_function("add_static").launch(4, xs, ys, zs, n // 4)
+    sync()
+    np.testing.assert_array_equal(_back(zs), (x.astype(np.float64) + y).astype(np.float32))
+
+
+@pytest.mark.parametrize("args, tag, message", [
+    ((12, 8, 0), "ctor", r"LocalTensor: UB address 12 is not 32-byte aligned"),
+    ((196608 - 32, 16, 0), "ctor", r"LocalTensor: 16 float elements at UB address 196576 exceed the Unified Buffer "
+                                   r"of 196608 bytes"),
+    ((0, 16384, 4), "alloc", r"LocalMemAllocator::Alloc: 16384 float elements at UB address 196608 exceed the "
+                             r"Unified Buffer of 196608 bytes"),
+])
+def test_static_tensors_beyond_the_unified_buffer(static, args, tag, message):
+    static.get_function("static_over").launch(1, *args)
+    with pytest.raises(acl_rt.KernelError) as ei:
+        sync()
+    assert re.search(rf"kernel 'static_over' block 0 of 1: kernel.cpp:{_line(STATIC, tag)}: {message}",
+                     str(ei.value)), str(ei.value)
+    static.get_function("static_over").launch(1, 0, 16384, 3)   # exactly the UB: fine
+    sync()
+
+
+def test_fill_bitmask_duplicate_and_shaped_dumps(static, capfd):
+    n = 300
+    y = np.zeros(n, np.float16)
+    cyc = np.full(1, -1, np.int64)
+    static.get_function("misc").launch(1, y, cyc, n)
+    sync()
+    want = np.full(n, 2.5)
+    bits = np.zeros(128, bool)      # 128 half per repeat: bit k of the 128-bit mask (low word first)
+    for k in range(64):
+        bits[k] = (0xF0F0F0F0F0F0F0F0 >> k) & 1
+    bits[64] = True
+    want[:256][np.concatenate([bits, bits])] = -1.0
+    np.testing.assert_array_equal(y.astype(np.float64), want)
+    assert cyc[0] >= 0
+    out = capfd.readouterr().out
+    assert "[kernel 'misc' block 0 of 1] DumpTensor desc=5 (half, VECCALC, shape (2, 4), 8 of 256 elements): " \
+           "[2.5, 2.5, 2.5, 2.5, -1, -1, -1, -1]" in out, out
+    assert "[kernel 'misc' block 0 of 1] DumpTensor desc=6 (half, VECCALC, 3 of 128 elements): [2.5, 2.5, 2.5]" \
+           in out, out
+
+
+def test_syncall_with_a_workspace(static):
+    ws = np.zeros(64, np.int32)
+    static.get_function("sync_ws").launch(1, ws, 1)      # one block: nothing to wait for
+    sync()
+    static.get_function("sync_ws").launch(2, ws, 2)
+    with pytest.raises(acl_rt.KernelError, match=rf"kernel 'sync_ws' block \d of 2: kernel.cpp:{_line(STATIC, 'sync')}: "
+                                                 r"SyncAll: synchronizing 2 blocks of a launch is not supported"):
+        sync()
+
+
+@pytest.mark.parametrize("key, op", [(1, np.multiply), (2, np.add)])
+def test_register_tiling_default_and_tiling_key(key, op):
+    k = kernels.RawModule(TILING_KEYED, options=(f"-DCANNA_TILING_KEY={key}",)).get_function("keyed")
+    n = 100
+    x = np.random.default_rng(21).standard_normal(n).astype(np.float32)
+    y = np.full(n, np.nan, np.float32)
+    tiling = np.array([(n, 0.75)], np.dtype([("n", "<u4"), ("factor", "<f4")]))
+    k.launch(1, x, y, None, tiling)
+    sync()
+    np.testing.assert_array_equal(y, op(x.astype(np.float64), 0.75).astype(np.float32))
+
+
+def test_tiling_key_is_needs_the_key():
+    with pytest.raises(kernels.CompileError, match=r"TILING_KEY_IS needs the tiling key the host chose: compile with "
+                                                   r"-DCANNA_TILING_KEY=<key>"):
+        kernels.RawModule(TILING_KEYED).compile()

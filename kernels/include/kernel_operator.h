@@ -2004,9 +2004,9 @@ template <class T> constexpr bool NeedsTilingKey()
 #else
 #define GET_TILING_DATA(name, tiling)                                                                           \
     static_assert(!std::is_same_v<CannaTilingDefault_, ::AscendC::internal_::CannaNoTilingType_>,               \
-                  "GET_TILING_DATA needs the tiling struct: REGISTER_TILING_DEFAULT(<its type>) before it, or "  \
-                  "compile with -DCANNA_TILING_DATA_TYPE=<its type> and its header (see "                       \
-                  "register/tilingdata_base.h), or use GET_TILING_DATA_WITH_STRUCT");                           \
+                  "GET_TILING_DATA needs the tiling struct: compile with -DCANNA_TILING_DATA_TYPE=<its type> "  \
+                  "and its header (see register/tilingdata_base.h), name it with REGISTER_TILING_DEFAULT(<its "  \
+                  "type>) before, or use GET_TILING_DATA_WITH_STRUCT");                                         \
     GET_TILING_DATA_WITH_STRUCT(CannaTilingDefault_, name, tiling)
 #endif
 #endif
