@@ -1178,3 +1178,46 @@ def test_tiling_key_is_needs_the_key():
     with pytest.raises(kernels.CompileError, match=r"TILING_KEY_IS needs the tiling key the host chose: compile with "
                                                    r"-DCANNA_TILING_KEY=<key>"):
         kernels.RawModule(TILING_KEYED).compile()
+
+
+def test_sample_trial_tool_on_a_local_tree(tmp_path):
+    """tools/try_ascendc_samples.py on a tree in the layout of the public samples (no network): an op
+    project's kernel is built with its op_host tiling header, data types and tiling key; a cube kernel
+    is skipped; a compile failure is listed with its first error."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    proj = tmp_path / "ScaleCustom"
+    (proj / "op_host").mkdir(parents=True)
+    (proj / "op_kernel").mkdir()
+    (proj / "op_host" / "scale_custom_tiling.h").write_text(
+        '#include "register/tilingdata_base.h"\nnamespace optiling {\nBEGIN_TILING_DATA_DEF(ScaleTilingData)\n'
+        'TILING_DATA_FIELD_DEF(uint32_t, n);\nEND_TILING_DATA_DEF;\n'
+        'REGISTER_TILING_DATA_CLASS(ScaleCustom, ScaleTilingData)\n}\n')
+    (proj / "op_host" / "scale_custom.cpp").write_text(
+        'this->Input("x").ParamType(REQUIRED).DataType({ge::DT_FLOAT16});\n'
+        'this->Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT});\ncontext->SetTilingKey(3);\n')
+    (proj / "op_kernel" / "scale_custom.cpp").write_text(
+        '#include "kernel_operator.h"\nextern "C" __global__ __aicore__ void scale_custom(GM_ADDR x, GM_ADDR y, '
+        'GM_ADDR workspace, GM_ADDR tiling)\n{\n    GET_TILING_DATA(t, tiling);\n'
+        '    static_assert(sizeof(DTYPE_X) == 2 && sizeof(DTYPE_Y) == 4, "types");\n'
+        '    if (TILING_KEY_IS(3)) { AscendC::GlobalTensor<DTYPE_Y> g; g.SetGlobalBuffer((__gm__ DTYPE_Y *)y, t.n); }\n}\n')
+    (tmp_path / "mm").mkdir()
+    (tmp_path / "mm" / "matmul_custom.cpp").write_text(
+        '#include "kernel_operator.h"\n#include "lib/matmul_intf.h"\n'
+        'extern "C" __global__ __aicore__ void matmul_custom(GM_ADDR a) {}\n')
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "bad_custom.cpp").write_text(
+        '#include "kernel_operator.h"\nextern "C" __global__ __aicore__ void bad_custom(GM_ADDR a)\n'
+        '{ AscendC::NoSuchApi(a); }\n')
+    tool = Path(__file__).resolve().parent.parent / "tools" / "try_ascendc_samples.py"
+    r = subprocess.run([sys.executable, str(tool), "--src", str(tmp_path), "--no-run"], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "ok    ScaleCustom/op_kernel/scale_custom.cpp: compiles" in r.stdout, r.stdout
+    assert "skip  mm/matmul_custom.cpp: cube unit" in r.stdout, r.stdout
+    assert re.search(r"FAIL  bad/bad_custom.cpp: error: 'NoSuchApi' is not a member of 'AscendC'", r.stdout), r.stdout
+    assert "1 compile, 1 fail to compile, 1 skipped (cube)" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, str(tool), "--clone", str(tmp_path / "no-such-repo")], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "cannot clone" in r.stdout, (r.stdout, r.stderr)
