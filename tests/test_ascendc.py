@@ -1221,3 +1221,17 @@ def test_sample_trial_tool_on_a_local_tree(tmp_path):
     r = subprocess.run([sys.executable, str(tool), "--clone", str(tmp_path / "no-such-repo")], capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and "cannot clone" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_asc_source_file(tmp_path):
+    """A kernel in a .asc file (the Ascend C source suffix) builds from its path like a .cpp."""
+    src = tmp_path / "scale.asc"
+    src.write_text('#include "kernel_operator.h"\n'
+                   'extern "C" __global__ __aicore__ void scale(GM_ADDR x, uint32_t n)\n{\n'
+                   '    AscendC::GlobalTensor<float> g;\n    g.SetGlobalBuffer((__gm__ float *)x, n);\n'
+                   '    for (uint32_t i = 0; i < n; i++)\n        g.SetValue(i, g.GetValue(i) * 3.0f);\n}\n')
+    x = np.random.default_rng(22).standard_normal(40).astype(np.float32)
+    want = x.astype(np.float64) * 3
+    kernels.RawKernel(str(src), "scale").launch(1, x, x.size)
+    sync()
+    np.testing.assert_array_equal(x, want.astype(np.float32))

@@ -174,15 +174,15 @@ def _u32(*v):
     return np.array(v, np.uint32)
 
 
-def _add_tiled(m):
+def _add_tiled(m, dtype=np.float16, blocks=8):
     # 1_add_frameworklaunch, 3_add_kernellaunch, tutorials/AddCustomSample: z = x + y on 8 x 2048 half,
     # 8 blocks, 8 tiles (their host code)
     k = m.get_function("add_custom")
-    x, y = _f16(8, 2048), _f16(8, 2048)
+    x, y = (np.random.uniform(-1, 1, (8, 2048)).astype(dtype) for _ in range(2))
     z = np.empty_like(x)
     n = k.num_params
     if n == 3:
-        _launch(k, 8, x, y, z)
+        _launch(k, blocks, x, y, z)
     elif n == 5 and k.params[4].kind == "pointer":
         _launch(k, 8, x, y, z, _ws(), _u32(x.size, 8))
     elif n == 4 and k.params[3].kind == "struct":
@@ -223,6 +223,15 @@ def _add_static(m):
         x, y = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
         z = np.empty_like(x)
         _launch(k, 8, x, y, z, _u32(n // 8))
+        _check(f"{name}: z", z, x.astype(np.float64) + y, 1e-6)
+
+
+def _add_4096(m):
+    # 4_bank_conflict: add_custom_v1 / v2 on 1 x 4096 float, one block
+    for name in m.kernel_names:
+        x, y = (np.random.uniform(1, 100, 4096).astype(np.float32) for _ in range(2))
+        z = np.empty_like(x)
+        _launch(m.get_function(name), 1, x, y, z)
         _check(f"{name}: z", z, x.astype(np.float64) + y, 1e-6)
 
 
@@ -278,6 +287,9 @@ RUNNERS = [
     ("AddCustomSample/FrameworkLaunch/AddCustom/", _add_tiled),
     ("AddCustomSample/KernelLaunch/AddKernelInvocation", _add_tiled),
     ("8_library_frameworklaunch/static_library/AddCustom/", _add_tiled),
+    ("25_simple_add/", lambda m: _add_tiled(m, np.float32)),
+    ("7_dumptensor/KernelLaunch/", lambda m: _add_tiled(m, np.float16, blocks=1)),
+    ("4_bank_conflict/", _add_4096),
     ("15_sub_frameworklaunch", _sub),
     ("9_leakyrelu_frameworklaunch", _leaky_relu),
     ("wholereduces_", _whole_reduce_sum),
@@ -290,7 +302,7 @@ def run_sample(rel: str, mod) -> str | None:
     for key, fn in RUNNERS:
         if key in rel:
             fn(mod)
-            return fn.__name__
+            return key
     return None
 
 
