@@ -1060,6 +1060,48 @@ extern "C" __global__ __aicore__ void misc(GM_ADDR y, GM_ADDR cyc, uint32_t n)
     c.SetValue(0, AscendC::GetSystemCycle() - t0);
 }
 
+// TBufPool: two stages reuse the same bytes (pool2 shares pool1's); mode 1/2 break its rules
+extern "C" __global__ __aicore__ void pool_stages(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t mode)
+{
+    constexpr uint32_t N = 256;
+    AscendC::TPipe pipe;
+    AscendC::TBufPool<AscendC::TPosition::VECCALC> all, stage1, stage2;
+    AscendC::TQue<AscendC::TPosition::VECIN, 1> qx, qy, qy2;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 1> qz, qz2;
+    pipe.InitBufPool(all, 3 * N * sizeof(float));
+    all.InitBuffer(qx, 1, N * sizeof(float));
+    all.InitBufPool(stage1, 2 * N * sizeof(float));
+    all.InitBufPool(stage2, (mode == 2 ? 3 : 2) * N * sizeof(float), stage1);   // L:share
+    stage1.InitBuffer(qy, 1, N * sizeof(float));
+    stage1.InitBuffer(qz, 1, (mode == 1 ? 2 : 1) * N * sizeof(float));          // L:over
+    stage2.InitBuffer(qy2, 1, N * sizeof(float));
+    stage2.InitBuffer(qz2, 1, N * sizeof(float));
+    AscendC::GlobalTensor<float> xGm, yGm, zGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, 2 * N);
+    yGm.SetGlobalBuffer((__gm__ float *)y, 2 * N);
+    zGm.SetGlobalBuffer((__gm__ float *)z, 2 * N);
+    for (uint32_t s = 0; s < 2; s++) {
+        auto &in = s ? qy2 : qy;
+        auto &out = s ? qz2 : qz;
+        AscendC::LocalTensor<float> a = qx.AllocTensor<float>(), b = in.AllocTensor<float>();
+        AscendC::DataCopy(a, xGm[s * N], N);
+        AscendC::DataCopy(b, yGm[s * N], N);
+        AscendC::LocalTensor<float> c = out.AllocTensor<float>();
+        if (s)
+            AscendC::Sub(c, a, b, N);
+        else
+            AscendC::Mul(c, a, b, N);
+        AscendC::DataCopy(zGm[s * N], c, N);
+        qx.FreeTensor(a);
+        in.FreeTensor(b);
+        out.FreeTensor(c);
+        if (!s)
+            stage1.Reset();
+    }
+    stage2.Reset();
+    all.Reset();
+}
+
 extern "C" __global__ __aicore__ void sync_ws(GM_ADDR ws, uint32_t cores)
 {
     AscendC::TPipe pipe;
@@ -1235,3 +1277,30 @@ def test_asc_source_file(tmp_path):
     kernels.RawKernel(str(src), "scale").launch(1, x, x.size)
     sync()
     np.testing.assert_array_equal(x, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_tbufpool_stages_share_memory(static, kind):
+    rng = np.random.default_rng(23)
+    x, y = rng.standard_normal(512).astype(np.float32), rng.standard_normal(512).astype(np.float32)
+    z = np.full(512, np.nan, np.float32)
+    xs, ys, zs = _as(kind, x), _as(kind, y), _as(kind, z)
+    static.get_function("pool_stages").launch(1, xs, ys, zs, 0)
+    sync()
+    x64 = x.astype(np.float64)
+    np.testing.assert_array_equal(_back(zs), np.concatenate([x64[:256] * y[:256], x64[256:] - y[256:]])
+                                  .astype(np.float32))
+
+
+@pytest.mark.parametrize("mode, tag, message", [
+    (1, "over", r"TBufPool::InitBuffer: the TBufPool overflows: this queue needs 2048 bytes, 1024 of its 2048 bytes "
+                r"are already in use"),
+    (2, "share", r"InitBufPool: 3072 bytes exceed the 2048 bytes of the TBufPool to share"),
+])
+def test_tbufpool_rules(static, mode, tag, message):
+    x = np.zeros(512, np.float32)
+    static.get_function("pool_stages").launch(1, x, x, x, mode)
+    with pytest.raises(acl_rt.KernelError) as ei:
+        sync()
+    assert re.search(rf"kernel 'pool_stages' block 0 of 1: kernel.cpp:{_line(STATIC, tag)}: {message}",
+                     str(ei.value)), str(ei.value)

@@ -276,6 +276,17 @@ def _scatter(m):
     _check("z", z, np.arange(127, -1, -1, dtype=np.float64), 0)
 
 
+def _tbufpool(m):
+    # 2_features/2_tbufpool: stage 1 adds the first 1024 floats, stage 2 (pools reset and shared)
+    # subtracts the next 1024
+    k = m.get_function("tbufpool_custom")
+    a, b = (np.random.randint(0, 1000, 2048).astype(np.float32) for _ in range(2))
+    z = np.full(2048, np.nan, np.float32)
+    _launch(k, 1, a, b, z, {"totalLength": 2048})
+    a64 = a.astype(np.float64)
+    _check("z", z, np.concatenate([a64[:1024] + b[:1024], a64[1024:] - b[1024:]]), 0)
+
+
 # a sample's path (its directory) -> how to run it
 RUNNERS = [
     ("VectorAddSingleCoreWithTmpbuf/", _add_single_core_bf16),
@@ -294,6 +305,7 @@ RUNNERS = [
     ("9_leakyrelu_frameworklaunch", _leaky_relu),
     ("wholereduces_", _whole_reduce_sum),
     ("0_scatter_kernellaunch", _scatter),
+    ("2_tbufpool/", _tbufpool),
 ]
 
 

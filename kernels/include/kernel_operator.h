@@ -685,14 +685,40 @@ public:
     template <class Q>
     bool InitBuffer(Q &que, uint8_t num, uint32_t len, CANNA_LOC_)
     {
+        return InitQueue(loc, "TPipe::InitBuffer", que, num, len,
+                         [&](uint64_t bytes, const char *what) { return Take(loc, bytes, what, num, len); });
+    }
+    template <TPosition pos>
+    bool InitBuffer(TBuf<pos> &buf, uint32_t len, CANNA_LOC_)
+    {
+        return InitTBuf(loc, "TPipe::InitBuffer", buf, len,
+                        [&](uint64_t bytes, const char *what) { return Take(loc, bytes, what, 1, len); });
+    }
+    /* a TBufPool of `len` bytes of the Unified Buffer (or the bytes of `shareBuf`) */
+    template <class P> bool InitBufPool(P &pool, uint32_t len, CANNA_LOC_)
+    {
+        uint32_t each = (len + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
+        pool.Attach(loc, Take(loc, each, "TBufPool", 1, len), len);
+        return true;
+    }
+    template <class P, class S> bool InitBufPool(P &pool, uint32_t len, S &shareBuf, CANNA_LOC_)
+    {
+        pool.Share(loc, shareBuf, len);
+        return true;
+    }
+
+    /* the queue / TBuf set-up of TPipe and TBufPool::InitBuffer; take(bytes, what) gives the memory */
+    template <class Q, class F>
+    static bool InitQueue(const canna_sim::Loc &loc, const char *api, Q &que, uint8_t num, uint32_t len, F take)
+    {
         internal_::QueueBase &q = que;
         if (num == 0 || num > internal_::kMaxBuffers || len == 0)
-            canna_sim::fault(loc, "TPipe::InitBuffer: %u buffers of %u bytes (num must be 1..%u, len > 0)", num, len,
+            canna_sim::fault(loc, "%s: %u buffers of %u bytes (num must be 1..%u, len > 0)", api, num, len,
                              internal_::kMaxBuffers);
         if (q.num_)
-            canna_sim::fault(loc, "TPipe::InitBuffer: the queue already has its buffers");
+            canna_sim::fault(loc, "%s: the queue already has its buffers", api);
         uint32_t each = (len + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
-        uint8_t *p = Take(loc, (uint64_t)each * num, "queue", num, len);
+        uint8_t *p = take((uint64_t)each * num, "queue");
         for (uint32_t i = 0; i < num; i++) {
             q.slots_[i].addr = p + (uint64_t)i * each;
             q.slots_[i].bytes = len;
@@ -701,15 +727,15 @@ public:
         q.num_ = num;
         return true;
     }
-    template <TPosition pos>
-    bool InitBuffer(TBuf<pos> &buf, uint32_t len, CANNA_LOC_)
+    template <TPosition pos, class F>
+    static bool InitTBuf(const canna_sim::Loc &loc, const char *api, TBuf<pos> &buf, uint32_t len, F take)
     {
         if (len == 0)
-            canna_sim::fault(loc, "TPipe::InitBuffer: a TBuf of 0 bytes");
+            canna_sim::fault(loc, "%s: a TBuf of 0 bytes", api);
         if (buf.slot_.addr)
-            canna_sim::fault(loc, "TPipe::InitBuffer: the TBuf already has its buffer");
+            canna_sim::fault(loc, "%s: the TBuf already has its buffer", api);
         uint32_t each = (len + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
-        buf.slot_.addr = Take(loc, each, "TBuf", 1, len);
+        buf.slot_.addr = take(each, "TBuf");
         buf.slot_.bytes = len;
         buf.slot_.state = 1;
         return true;
@@ -748,6 +774,72 @@ private:
 };
 
 inline TPipe *GetTPipePtr() { return TPipe::Current(); }
+
+/* a part of the Unified Buffer that queues, TBufs and smaller pools are carved from, and that Reset
+ * hands back for reuse (public Ascend C API reference, TBufPool); InitBufPool(pool, len, shareBuf)
+ * makes a pool over the same bytes as shareBuf, for a later stage of the kernel */
+template <TPosition pos, uint32_t bufIDSize = 4> class TBufPool {
+public:
+    TBufPool() = default;
+    TBufPool(const TBufPool &) = delete;
+    TBufPool &operator=(const TBufPool &) = delete;
+    template <class Q> bool InitBuffer(Q &que, uint8_t num, uint32_t len, CANNA_LOC_)
+    {
+        return TPipe::InitQueue(loc, "TBufPool::InitBuffer", que, num, len,
+                                [&](uint64_t bytes, const char *what) { return Take(loc, bytes, what); });
+    }
+    template <TPosition p> bool InitBuffer(TBuf<p> &buf, uint32_t len, CANNA_LOC_)
+    {
+        return TPipe::InitTBuf(loc, "TBufPool::InitBuffer", buf, len,
+                               [&](uint64_t bytes, const char *what) { return Take(loc, bytes, what); });
+    }
+    template <class P> bool InitBufPool(P &pool, uint32_t len, CANNA_LOC_)
+    {
+        uint32_t each = (len + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
+        pool.Attach(loc, Take(loc, each, "TBufPool"), len);
+        return true;
+    }
+    template <class P, class S> bool InitBufPool(P &pool, uint32_t len, S &shareBuf, CANNA_LOC_)
+    {
+        pool.Share(loc, shareBuf, len);
+        return true;
+    }
+    /* the pool's bytes are free again for its next InitBuffer calls */
+    void Reset() { top_ = 0; }
+
+    /* -- for TPipe and other pools -- */
+    void Attach(const canna_sim::Loc &loc, uint8_t *base, uint32_t len)
+    {
+        if (base_)
+            canna_sim::fault(loc, "InitBufPool: the TBufPool already has its memory");
+        base_ = base;
+        len_ = len;
+        top_ = 0;
+    }
+    template <class S> void Share(const canna_sim::Loc &loc, S &other, uint32_t len)
+    {
+        if (!other.base_)
+            canna_sim::fault(loc, "InitBufPool: the TBufPool to share has no memory (initialize it first)");
+        if (len > other.len_)
+            canna_sim::fault(loc, "InitBufPool: %u bytes exceed the %u bytes of the TBufPool to share", len, other.len_);
+        Attach(loc, other.base_, len);
+    }
+    uint8_t *Take(const canna_sim::Loc &loc, uint64_t bytes, const char *what)
+    {
+        if (!base_)
+            canna_sim::fault(loc, "TBufPool::InitBuffer: the TBufPool has no memory (TPipe::InitBufPool first)");
+        if (top_ + bytes > len_)
+            canna_sim::fault(loc, "TBufPool::InitBuffer: the TBufPool overflows: this %s needs %llu bytes, %u of its "
+                             "%u bytes are already in use", what, (unsigned long long)bytes, top_, len_);
+        uint8_t *p = base_ + top_;
+        std::memset(p, 0xff, bytes);
+        top_ += (uint32_t)bytes;
+        return p;
+    }
+    uint8_t *base_ = nullptr;
+    uint32_t len_ = 0;
+    uint32_t top_ = 0;
+};
 
 /* static Tensor programming: hands out consecutive 32-byte aligned LocalTensors of the Unified
  * Buffer from address 0 (public Ascend C API reference, LocalMemAllocator) */
