@@ -1102,6 +1102,34 @@ extern "C" __global__ __aicore__ void pool_stages(GM_ADDR x, GM_ADDR y, GM_ADDR 
     all.Reset();
 }
 
+// Broadcast (BroadCast: its older name): mode 0 (m, 1) -> (m, k), 1 (1, k) -> (m, k), 2 (1,) -> (n,),
+// 3 a wrong source shape
+extern "C" __global__ __aicore__ void bcast(GM_ADDR x, GM_ADDR y, uint32_t m, uint32_t k, uint32_t mode)
+{
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> bx, by, tmp;
+    pipe.InitBuffer(bx, 1024 * sizeof(float));
+    pipe.InitBuffer(by, 4096 * sizeof(float));
+    pipe.InitBuffer(tmp, 1024);
+    AscendC::LocalTensor<float> xl = bx.Get<float>(), yl = by.Get<float>();
+    AscendC::LocalTensor<uint8_t> t = tmp.Get<uint8_t>();
+    AscendC::GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, 1024);
+    yGm.SetGlobalBuffer((__gm__ float *)y, m * k);
+    AscendC::DataCopy(xl, xGm, 1024);
+    const uint32_t dst2[] = {m, k}, col[] = {m, 1}, row[] = {1, k}, dst1[] = {m * k}, one[] = {1};
+    if (mode == 0)
+        AscendC::Broadcast<float, 2, 1>(yl, xl, dst2, col, t);
+    else if (mode == 1)
+        AscendC::BroadCast<float, 2, 0>(yl, xl, dst2, row);
+    else if (mode == 2)
+        AscendC::Broadcast<float, 1, 0>(yl, xl, dst1, one);
+    else
+        AscendC::Broadcast<float, 2, 1>(yl, xl, dst2, row);                    // L:bcast
+    AscendC::DataCopy(yGm, yl, m * k);
+    tmp.FreeTensor(t);
+}
+
 extern "C" __global__ __aicore__ void sync_ws(GM_ADDR ws, uint32_t cores)
 {
     AscendC::TPipe pipe;
@@ -1304,3 +1332,26 @@ def test_tbufpool_rules(static, mode, tag, message):
         sync()
     assert re.search(rf"kernel 'pool_stages' block 0 of 1: kernel.cpp:{_line(STATIC, tag)}: {message}",
                      str(ei.value)), str(ei.value)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_broadcast(static, mode):
+    m, k = 24, 40
+    x = np.random.default_rng(24 + mode).standard_normal(1024).astype(np.float32)
+    y = np.full(m * k, np.nan, np.float32)
+    static.get_function("bcast").launch(1, x, y, m, k, mode)
+    sync()
+    x64 = x.astype(np.float64)
+    want = {0: np.broadcast_to(x64[:m, None], (m, k)), 1: np.broadcast_to(x64[None, :k], (m, k)),
+            2: np.broadcast_to(x64[:1], (m * k,))}[mode]
+    np.testing.assert_array_equal(y, want.reshape(-1).astype(np.float32))
+
+
+def test_broadcast_source_shape_rule(static):
+    x = np.zeros(1024, np.float32)
+    y = np.zeros(24 * 40, np.float32)
+    static.get_function("bcast").launch(1, x, y, 24, 40, 3)
+    with pytest.raises(acl_rt.KernelError, match=rf"kernel 'bcast' block 0 of 1: kernel.cpp:{_line(STATIC, 'bcast')}: "
+                                                 r"Broadcast: source shape dimension 0 is 1, not the destination's 24 "
+                                                 r"\(only the broadcast axis 1 may differ"):
+        sync()

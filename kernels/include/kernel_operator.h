@@ -659,6 +659,12 @@ public:
         t.size_ = size;
         return t;
     }
+    /* a TBuf's tensor goes back nowhere (the buffer stays the TBuf's): only checked to be its own */
+    template <class T> void FreeTensor(const LocalTensor<T> &t, CANNA_LOC_)
+    {
+        if (t.slot_ != &slot_)
+            canna_sim::fault(loc, "TBuf::FreeTensor: the LocalTensor is not from this TBuf");
+    }
 
     canna_sim::Slot slot_;
 };
@@ -1940,6 +1946,60 @@ void Select(const LocalTensor<T> &dst, const LocalTensor<U> &selMask, const Loca
     (void)selMode;
     const T s = (T)src1Scalar;
     internal_::SelectBits(loc, dst, selMask, src0, count, [s](uint32_t) { return s; });
+}
+
+/* ------------------------------------------------------------------ Broadcast (advanced API) */
+/* dst (dstShape, row-major, no row padding) = src (srcShape) repeated along `axis`, where srcShape has
+ * 1 (NumPy broadcasting; dim 1 or 2, as in the public Ascend C API reference). The temporary
+ * buffer of the device's algorithm is not needed here. BroadCast is its older name. */
+namespace internal_ {
+template <class T, int32_t dim, int32_t axis>
+void BroadcastImpl(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &src,
+                   const uint32_t *dstShape, const uint32_t *srcShape)
+{
+    static_assert(dim == 1 || dim == 2, "Broadcast: dim is 1 or 2");
+    static_assert(axis >= 0 && axis < dim, "Broadcast: axis is 0 .. dim - 1");
+    uint64_t rows = dim == 2 ? dstShape[0] : 1, cols = dstShape[dim - 1];
+    for (int32_t i = 0; i < dim; i++)
+        if (srcShape[i] != dstShape[i] && !(i == axis && srcShape[i] == 1))
+            canna_sim::fault(loc, "%s: source shape dimension %d is %u, not the destination's %u (only the "
+                             "broadcast axis %d may differ, and there the source has 1)", api, i, srcShape[i],
+                             dstShape[i], (int)axis);
+    uint64_t srcCount = dim == 2 ? (uint64_t)srcShape[0] * srcShape[1] : srcShape[0];
+    T *d = dst.Operand(loc, api, "destination", rows * cols);
+    const T *a = src.Operand(loc, api, "source", srcCount);
+    const bool rowsFromSrc = dim == 2 && srcShape[0] != 1, colsFromSrc = srcShape[dim - 1] != 1;
+    const uint64_t srcCols = srcShape[dim - 1];
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint64_t c = 0; c < cols; c++)
+            d[r * cols + c] = a[(rowsFromSrc ? r : 0) * srcCols + (colsFromSrc ? c : 0)];
+}
+}  // namespace internal_
+template <class T, int32_t dim, int32_t axis, bool isReuseSource = false>
+void Broadcast(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t dstShape[dim],
+               const uint32_t srcShape[dim], CANNA_LOC_)
+{
+    internal_::BroadcastImpl<T, dim, axis>(loc, "Broadcast", dst, src, dstShape, srcShape);
+}
+template <class T, int32_t dim, int32_t axis, bool isReuseSource = false>
+void Broadcast(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t dstShape[dim],
+               const uint32_t srcShape[dim], const LocalTensor<uint8_t> &sharedTmpBuffer, CANNA_LOC_)
+{
+    sharedTmpBuffer.Live(loc, "Broadcast");
+    internal_::BroadcastImpl<T, dim, axis>(loc, "Broadcast", dst, src, dstShape, srcShape);
+}
+template <class T, int32_t dim, int32_t axis, bool isReuseSource = false>
+void BroadCast(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t dstShape[dim],
+               const uint32_t srcShape[dim], CANNA_LOC_)
+{
+    internal_::BroadcastImpl<T, dim, axis>(loc, "BroadCast", dst, src, dstShape, srcShape);
+}
+template <class T, int32_t dim, int32_t axis, bool isReuseSource = false>
+void BroadCast(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t dstShape[dim],
+               const uint32_t srcShape[dim], const LocalTensor<uint8_t> &sharedTmpBuffer, CANNA_LOC_)
+{
+    sharedTmpBuffer.Live(loc, "BroadCast");
+    internal_::BroadcastImpl<T, dim, axis>(loc, "BroadCast", dst, src, dstShape, srcShape);
 }
 
 /* ------------------------------------------------------------------ debugging */
