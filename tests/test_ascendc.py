@@ -1130,6 +1130,35 @@ extern "C" __global__ __aicore__ void bcast(GM_ADDR x, GM_ADDR y, uint32_t m, ui
     tmp.FreeTensor(t);
 }
 
+// GatherMask: a built-in pattern over `repeats` repeats of 64 floats (normal mode), or a user pattern
+// (the words in pat) over `count` elements (counter mode); y[0] gets rsvdCnt, the gathered from y[8] on
+extern "C" __global__ __aicore__ void gather_mask(GM_ADDR x, GM_ADDR pat, GM_ADDR y, uint32_t pattern, uint32_t repeats,
+                                                  uint32_t count)
+{
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> bx, bp, by;
+    pipe.InitBuffer(bx, 512 * sizeof(float));
+    pipe.InitBuffer(bp, 8 * sizeof(uint32_t));
+    pipe.InitBuffer(by, 512 * sizeof(float));
+    AscendC::LocalTensor<float> xl = bx.Get<float>(), yl = by.Get<float>();
+    AscendC::LocalTensor<uint32_t> pl = bp.Get<uint32_t>();
+    AscendC::GlobalTensor<float> xGm, yGm;
+    AscendC::GlobalTensor<uint32_t> pGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, 512);
+    pGm.SetGlobalBuffer((__gm__ uint32_t *)pat, 8);
+    yGm.SetGlobalBuffer((__gm__ float *)y, 520);
+    AscendC::DataCopy(xl, xGm, 512);
+    AscendC::DataCopy(pl, pGm, 8);
+    AscendC::Duplicate(yl, -7.0f, 512);
+    uint64_t kept = 0;
+    if (pattern)
+        AscendC::GatherMask(yl, xl, (uint8_t)pattern, false, 0, {1, (uint16_t)repeats, 8, 0}, kept);   // L:gm
+    else
+        AscendC::GatherMask(yl, xl, pl, true, count, {1, 1, 8, 8}, kept);                              // L:gmu
+    yGm.SetValue(0, (float)kept);
+    AscendC::DataCopy(yGm[8], yl, 512);
+}
+
 extern "C" __global__ __aicore__ void sync_ws(GM_ADDR ws, uint32_t cores)
 {
     AscendC::TPipe pipe;
@@ -1355,3 +1384,47 @@ def test_broadcast_source_shape_rule(static):
                                                  r"Broadcast: source shape dimension 0 is 1, not the destination's 24 "
                                                  r"\(only the broadcast axis 1 may differ"):
         sync()
+
+
+def _gather(static, pattern, repeats=0, count=0, words=(0,) * 8):
+    x = np.random.default_rng(25 + pattern).standard_normal(512).astype(np.float32)
+    pat = np.array(words, np.uint32)
+    y = np.full(520, np.nan, np.float32)
+    static.get_function("gather_mask").launch(1, x, pat, y, pattern, repeats, count)
+    sync()
+    return x, y
+
+
+@pytest.mark.parametrize("pattern", range(1, 8))
+def test_gather_mask_builtin_patterns(static, pattern):
+    x, y = _gather(static, pattern, repeats=3)
+    k = np.arange(3 * 64) % 64
+    keep = {1: k % 2 == 0, 2: k % 2 == 1, 3: k % 4 == 0, 4: k % 4 == 1, 5: k % 4 == 2, 6: k % 4 == 3,
+            7: np.ones_like(k, bool)}[pattern]
+    want = x[:3 * 64][keep].astype(np.float64)
+    assert y[0] == want.size
+    np.testing.assert_array_equal(y[8:8 + want.size], want)
+    np.testing.assert_array_equal(y[8 + want.size:], -7.0)    # nothing written past the gathered
+
+
+def test_gather_mask_user_pattern_counter_mode(static):
+    words = (0b1011 << 28 | 0x3, 0x0000FFFF, 0, 0, 0, 0, 0, 0)
+    x, y = _gather(static, 0, count=48, words=words)
+    bits = np.array([(words[i // 32] >> (i % 32)) & 1 for i in range(48)], bool)
+    want = x[:48][bits].astype(np.float64)
+    assert y[0] == want.size == 2 + 3 + 16
+    np.testing.assert_array_equal(y[8:8 + want.size], want)
+
+
+@pytest.mark.parametrize("pattern, repeats, count, tag, message", [
+    (9, 1, 0, "gm", r"GatherMask: the built-in pattern is 1..7, not 9"),
+    (0, 0, 100, "gmu", r"GatherMask: a user pattern over 2 repeats is not supported by the simulator yet"),
+    (0, 0, 0, "gmu", r"GatherMask: mask \(the element count in counter mode\) is 0"),
+])
+def test_gather_mask_rules(static, pattern, repeats, count, tag, message):
+    static.get_function("gather_mask").launch(1, np.zeros(512, np.float32), np.zeros(8, np.uint32),
+                                              np.zeros(520, np.float32), pattern, repeats, count)
+    with pytest.raises(acl_rt.KernelError) as ei:
+        sync()
+    assert re.search(rf"kernel 'gather_mask' block 0 of 1: kernel.cpp:{_line(STATIC, tag)}: {message}",
+                     str(ei.value)), str(ei.value)

@@ -287,6 +287,16 @@ def _tbufpool(m):
     _check("z", z, np.concatenate([a64[:1024] + b[:1024], a64[1024:] - b[1024:]]), 0)
 
 
+def _abs_gather_mask(m):
+    # 16_unaligned_abs_kernellaunch/AbsGatherMask: |x| of 8 blocks x 16 tiles of 18 half, the unaligned
+    # tail of each tile gathered (GatherMask) into a 32-byte block
+    k = m.get_function("abs_gather_mask_custom")
+    x = _f16(8 * 8 * 2 * 18)
+    y = np.zeros_like(x)
+    _launch(k, 8, x, y)
+    _check("y", y, np.abs(x.astype(np.float64)), 0)
+
+
 # a sample's path (its directory) -> how to run it
 RUNNERS = [
     ("VectorAddSingleCoreWithTmpbuf/", _add_single_core_bf16),
@@ -306,6 +316,7 @@ RUNNERS = [
     ("wholereduces_", _whole_reduce_sum),
     ("0_scatter_kernellaunch", _scatter),
     ("2_tbufpool/", _tbufpool),
+    ("AbsGatherMaskKernelInvocation/", _abs_gather_mask),
 ]
 
 

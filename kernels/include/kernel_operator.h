@@ -1948,6 +1948,86 @@ void Select(const LocalTensor<T> &dst, const LocalTensor<U> &selMask, const Loca
     internal_::SelectBits(loc, dst, selMask, src0, count, [s](uint32_t) { return s; });
 }
 
+/* ------------------------------------------------------------------ GatherMask */
+/* dst gets, packed from its start, the src0 elements whose gather-mask bit is 1; rsvdCnt the count.
+ * The mask is a built-in pattern (1: even elements, 2: odd, 3..6: element 0..3 of every four, 7:
+ * all) or a user pattern tensor (bit k of it for element k; uint16_t for 2-byte, uint32_t for 4-byte
+ * types). reduceMode false: repeatTimes repeats of 256 bytes (mask unused); true: `mask` elements
+ * (counter mode). Public Ascend C API reference, GatherMask. A user pattern over more than one
+ * repeat is not supported by the simulator yet (a fault, not a guess). */
+enum class GatherMaskMode : uint8_t { VERSION_V1 = 0, VERSION_V2 };
+constexpr GatherMaskMode defaultGatherMaskMode = GatherMaskMode::VERSION_V1;
+struct GatherMaskParams {
+    GatherMaskParams() = default;
+    GatherMaskParams(uint8_t src0BlockStride, uint16_t repeatTimes, uint16_t src0RepeatStride, uint8_t src1RepeatStride)
+        : src0BlockStride(src0BlockStride), repeatTimes(repeatTimes), src0RepeatStride(src0RepeatStride),
+          src1RepeatStride(src1RepeatStride) {}
+    uint8_t src0BlockStride = 1;
+    uint16_t repeatTimes = 0;
+    uint16_t src0RepeatStride = 0;
+    uint8_t src1RepeatStride = 0;
+};
+namespace internal_ {
+template <class T, class Bit>
+void GatherMaskImpl(const canna_sim::Loc &loc, const LocalTensor<T> &dst, const LocalTensor<T> &src0, bool reduceMode,
+                    uint32_t mask, const GatherMaskParams &p, uint64_t &rsvdCnt, bool userPattern, Bit bit)
+{
+    constexpr uint32_t per = canna_sim::kRepeat / sizeof(T);
+    uint64_t total = reduceMode ? mask : (uint64_t)p.repeatTimes * per;
+    if (reduceMode && mask == 0)
+        canna_sim::fault(loc, "GatherMask: mask (the element count in counter mode) is 0");
+    uint32_t repeats = (uint32_t)((total + per - 1) / per);
+    if (userPattern && repeats > 1)
+        canna_sim::fault(loc, "GatherMask: a user pattern over %u repeats is not supported by the simulator yet (one "
+                         "repeat of %u elements is)", repeats, per);
+    Mask m{~0ull, ~0ull};
+    m.counter = true;
+    m.count = total;
+    m.per = per;
+    const T *a = src0.Operand(loc, "GatherMask", "src0", repeats ? RepEnd<T>(repeats, m, p.src0BlockStride,
+                                                                           p.src0RepeatStride) : 0);
+    T *d = dst.Operand(loc, "GatherMask", "destination", 0);
+    uint64_t n = 0;
+    for (uint32_t r = 0; r < repeats; r++)
+        for (uint32_t k = 0; k < per && (uint64_t)r * per + k < total; k++)
+            if (bit(k)) {
+                if (n >= dst.GetSize())
+                    canna_sim::fault(loc, "GatherMask: the gathered elements exceed the %s LocalTensor destination of "
+                                     "%u elements", canna_sim::type_name<T>::value, dst.GetSize());
+                d[n++] = a[RepOffset<T>(r, k, p.src0BlockStride, p.src0RepeatStride)];
+            }
+    rsvdCnt = n;
+}
+}  // namespace internal_
+template <class T, class U, GatherMaskMode mode = defaultGatherMaskMode>
+void GatherMask(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const LocalTensor<U> &src1Pattern,
+                const bool reduceMode, const uint32_t mask, const GatherMaskParams &gatherMaskParams,
+                uint64_t &rsvdCnt, CANNA_LOC_)
+{
+    static_assert(std::is_unsigned_v<U> && sizeof(U) == sizeof(T) && (sizeof(T) == 2 || sizeof(T) == 4),
+                  "GatherMask: the pattern is uint16_t for 2-byte types and uint32_t for 4-byte types");
+    constexpr uint32_t per = canna_sim::kRepeat / sizeof(T);
+    const U *pat = src1Pattern.Operand(loc, "GatherMask", "src1Pattern", per / (8 * sizeof(U)) <
+                                       src1Pattern.GetSize() ? per / (8 * sizeof(U)) : src1Pattern.GetSize());
+    const uint32_t bits = src1Pattern.GetSize() * 8 * (uint32_t)sizeof(U);
+    internal_::GatherMaskImpl(loc, dst, src0, reduceMode, mask, gatherMaskParams, rsvdCnt, true, [&](uint32_t k) {
+        if (k >= bits)
+            canna_sim::fault(loc, "GatherMask: element %u needs bit %u of the src1Pattern of %u bits", k, k, bits);
+        return (pat[k / (8 * sizeof(U))] >> (k % (8 * sizeof(U)))) & 1;
+    });
+}
+template <class T, GatherMaskMode mode = defaultGatherMaskMode>
+void GatherMask(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const uint8_t src1Pattern, const bool reduceMode,
+                const uint32_t mask, const GatherMaskParams &gatherMaskParams, uint64_t &rsvdCnt, CANNA_LOC_)
+{
+    if (src1Pattern < 1 || src1Pattern > 7)
+        canna_sim::fault(loc, "GatherMask: the built-in pattern is 1..7, not %u", src1Pattern);
+    const uint8_t pt = src1Pattern;
+    internal_::GatherMaskImpl(loc, dst, src0, reduceMode, mask, gatherMaskParams, rsvdCnt, false, [pt](uint32_t k) {
+        return pt == 7 || (pt <= 2 ? k % 2 == (uint32_t)(pt - 1) : k % 4 == (uint32_t)(pt - 3));
+    });
+}
+
 /* ------------------------------------------------------------------ Broadcast (advanced API) */
 /* dst (dstShape, row-major, no row padding) = src (srcShape) repeated along `axis`, where srcShape has
  * 1 (NumPy broadcasting; dim 1 or 2, as in the public Ascend C API reference). The temporary
