@@ -174,10 +174,16 @@ def _u32(*v):
     return np.array(v, np.uint32)
 
 
-def _add_tiled(m, dtype=np.float16, blocks=8):
+_NP = {"half": np.float16, "float": np.float32}
+
+
+def _add_tiled(m, dtype=None, blocks=8):
     # 1_add_frameworklaunch, 3_add_kernellaunch, tutorials/AddCustomSample: z = x + y on 8 x 2048 half,
-    # 8 blocks, 8 tiles (their host code)
+    # 8 blocks, 8 tiles (their host code); an op project's element type is its DTYPE_X
     k = m.get_function("add_custom")
+    if dtype is None:
+        dx = next((o.split("=", 1)[1] for o in m.options if o.startswith("-DDTYPE_X=")), "half")
+        dtype = _NP[dx]
     x, y = (np.random.uniform(-1, 1, (8, 2048)).astype(dtype) for _ in range(2))
     z = np.empty_like(x)
     n = k.num_params
@@ -185,13 +191,15 @@ def _add_tiled(m, dtype=np.float16, blocks=8):
         _launch(k, blocks, x, y, z)
     elif n == 5 and k.params[4].kind == "pointer":
         _launch(k, 8, x, y, z, _ws(), _u32(x.size, 8))
+    elif n == 4 and k.params[3].kind == "scalar":
+        _launch(k, blocks, x, y, z, x.size)
     elif n == 4 and k.params[3].kind == "struct":
         _launch(k, 8, x, y, z, {"totalLength": x.size, "tileNum": 8})
     elif n == 4:
         _launch(k, 8, x, y, z, _u32(x.size, 8))
     else:
         _launch(k, 8, x, y, z, x.size, 8)
-    _check("z", z, x.astype(np.float64) + y, 1e-3)
+    _check("z", z, x.astype(np.float64) + y, 1e-3 if dtype == np.float16 else 1e-6)
 
 
 def _add_single_core(m):
@@ -297,6 +305,28 @@ def _abs_gather_mask(m):
     _check("y", y, np.abs(x.astype(np.float64)), 0)
 
 
+class Unsupported(Exception):
+    """A sample that needs what the simulator reports as not supported (a KernelError saying so)."""
+
+
+def _syncall_sample(name, blocks, n):
+    # 16 AbsDuplicate / 17 ReduceMin: SyncAll across the launch's blocks, a fault in the simulator
+    def run(m):
+        k = m.get_function(name)
+        x = _f16(n)
+        y = np.zeros_like(x)
+        args = (x, y) if k.num_params == 2 else (x, y, np.zeros(1024, np.int32))
+        k.launch(blocks, *args)
+        try:
+            _sync()
+        except acl_rt.KernelError as e:
+            if "SyncAll" in str(e) and "not supported" in str(e):
+                raise Unsupported(f"SyncAll across {blocks} blocks") from None
+            raise
+        raise AssertionError("SyncAll across blocks did not fault")
+    return run
+
+
 # a sample's path (its directory) -> how to run it
 RUNNERS = [
     ("VectorAddSingleCoreWithTmpbuf/", _add_single_core_bf16),
@@ -304,9 +334,11 @@ RUNNERS = [
     ("23_static_tensor_programming", _add_static),
     ("1_add_frameworklaunch/AddCustom/", _add_tiled),
     ("2_add_frameworklaunchlite/AddCustom/", _add_tiled),
-    ("3_add_kernellaunch/AddKernelInvocation", _add_tiled),
+    ("3_add_kernellaunch/", _add_tiled),
+    ("1_add_frameworklaunch/AddCustomTiny/", _add_tiled),
+    ("7_dumptensor/FrameworkLaunch/", _add_tiled),
     ("AddCustomSample/FrameworkLaunch/AddCustom/", _add_tiled),
-    ("AddCustomSample/KernelLaunch/AddKernelInvocation", _add_tiled),
+    ("AddCustomSample/KernelLaunch/", _add_tiled),
     ("8_library_frameworklaunch/static_library/AddCustom/", _add_tiled),
     ("25_simple_add/", lambda m: _add_tiled(m, np.float32)),
     ("7_dumptensor/KernelLaunch/", lambda m: _add_tiled(m, np.float16, blocks=1)),
@@ -317,6 +349,8 @@ RUNNERS = [
     ("0_scatter_kernellaunch", _scatter),
     ("2_tbufpool/", _tbufpool),
     ("AbsGatherMaskKernelInvocation/", _abs_gather_mask),
+    ("AbsDuplicateKernelInvocation/", _syncall_sample("abs_duplicate_custom", 8, 8 * 8 * 2 * 16 * 7)),
+    ("ReduceMinKernelInvocation/", _syncall_sample("reduce_min_custom", 4, 4 * 4 * 4)),
 ]
 
 
@@ -340,7 +374,7 @@ def _first_error(e: BaseException) -> str:
 
 
 def trial(root: Path, only: str | None, run: bool, verbose: bool) -> dict:
-    res = {"compiled": 0, "failed": 0, "skipped": 0, "ran": 0, "run_failed": 0, "rows": []}
+    res = {"compiled": 0, "failed": 0, "skipped": 0, "ran": 0, "run_failed": 0, "unsupported": 0, "rows": []}
     for f, text in find_samples(root):
         rel = str(f.relative_to(root))
         if only and only not in rel:
@@ -362,6 +396,10 @@ def trial(root: Path, only: str | None, run: bool, verbose: bool) -> dict:
         if run:
             try:
                 r = run_sample(rel, mod)
+            except Unsupported as e:
+                res["unsupported"] += 1
+                status = f"compiles; run stops: {e} is not supported by the simulator"
+                r = None
             except Exception as e:  # noqa: BLE001
                 res["run_failed"] += 1
                 status = f"compiles; run FAILED: {_first_error(e)}"
@@ -394,7 +432,7 @@ def main(argv=None) -> int:
         if not roots:
             print("no sources: nothing tried")
             return 0
-        total = {"compiled": 0, "failed": 0, "skipped": 0, "ran": 0, "run_failed": 0}
+        total = {"compiled": 0, "failed": 0, "skipped": 0, "ran": 0, "run_failed": 0, "unsupported": 0}
         for root in roots:
             res = trial(root, a.only, not a.no_run, a.verbose)
             for rel, st, why in res["rows"]:
@@ -402,7 +440,8 @@ def main(argv=None) -> int:
             for key in total:
                 total[key] += res[key]
         print(f"\n{total['compiled']} compile, {total['failed']} fail to compile, {total['skipped']} skipped (cube); "
-              f"{total['ran']} run and match NumPy, {total['run_failed']} run wrong or fault")
+              f"{total['ran']} run and match NumPy, {total['run_failed']} run wrong or fault, "
+              f"{total['unsupported']} stop at an unsupported feature")
     return 0
 
 
