@@ -15,10 +15,15 @@ Every ``.cpp`` / ``.asc`` file that includes ``kernel_operator.h`` and holds a `
 is a sample. Cube samples (``Matmul``, ``Mmad``, the A1/B1/CO1 buffers -- not supported yet) are
 listed as skipped. An op project's kernel (``op_kernel/x.cpp``) is built the way canna's README
 says: ``-include op_host/x_tiling.h -DCANNA_TILING_DATA_TYPE=optiling::<its struct>`` and
-``-DDTYPE_X=...`` from the first data type of each input/output in ``op_host/x.cpp``. The samples
-listed in ``RUNNERS`` below are launched on NumPy inputs with the shapes of their host code and
-compared with NumPy in float64. The sample sources stay in the temporary directory: nothing is
-copied into canna.
+``-DDTYPE_X=...`` from the first data type of each input/output in ``op_host/x.cpp`` and
+``-DCANNA_TILING_KEY=<key>`` from its ``SetTilingKey`` (else key 1). The samples listed in
+``RUNNERS`` below are launched on NumPy (or PyTorch, for bfloat16) inputs with the shapes of their
+host code and compared with NumPy in float64; one that reaches a feature the simulator reports as
+unsupported (``SyncAll`` across blocks) is counted apart. The sample sources stay in the
+temporary directory: nothing is copied into canna.
+
+Re-run on the public samples: ``git clone https://gitee.com/ascend/samples`` (or any copy of its
+``operator/ascendc`` folder) and ``python tools/try_ascendc_samples.py --src samples``.
 """
 from __future__ import annotations
 
