@@ -51,7 +51,7 @@ GENERATOR_VERSION = "1"
 HERE = Path(__file__).resolve().parent
 INCLUDE_DIR = HERE / "include"
 SIM_ABI_DIR = HERE.parent / "acl_rt" / "_sim"
-SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cce")
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cce", ".asc")   # .asc: an Ascend C source
 BINARY_SUFFIXES = (".so", ".o", ".bin")
 
 # SoC name prefix -> Ascend C core architecture (untested: public Ascend C build scripts)

@@ -92,7 +92,7 @@ class RawModule:
     Args:
         code: the kernel source (``str``), or a compiled binary (``bytes``: a simulator binary on
             the simulator, a device ``.o`` on a real install).
-        path: instead of ``code``, a file: a source (``.c``, ``.cc``, ``.cpp``, ``.cxx``, ``.cce``;
+        path: instead of ``code``, a file: a source (``.c``, ``.cc``, ``.cpp``, ``.cxx``, ``.cce``, ``.asc``;
             its directory is on the include path) or a binary (``.so`` / ``.o``).
         options: extra compiler options, e.g. ``("-DTILE=64", "-O3")`` (part of the cache key).
         backend: the toolchain: ``None`` (the host compiler ``"cc"`` on the simulator, ``"bisheng"``

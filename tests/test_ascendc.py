@@ -989,3 +989,442 @@ def test_op_project_kernel_with_get_tiling_data(tmp_path):
     with pytest.raises(kernels.CompileError, match="GET_TILING_DATA needs the tiling struct: compile with "
                                                    "-DCANNA_TILING_DATA_TYPE"):
         kernels.RawModule(OP_KERNEL).compile()
+
+
+# ---------------------------------------------------------------------------------------------
+# the API the public Ascend C samples use beyond the basics (tools/try_ascendc_samples.py tries them)
+
+STATIC = r'''
+#include "kernel_operator.h"
+constexpr uint32_t TILE = 1024;
+
+// static Tensor programming: LocalTensors at fixed UB addresses, ordered by SetFlag/WaitFlag
+extern "C" __global__ __aicore__ void add_static(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t blockLength)
+{
+    AscendC::InitSocState();
+    AscendC::GlobalTensor<float> xGm, yGm, zGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x + AscendC::GetBlockIdx() * blockLength, blockLength);
+    yGm.SetGlobalBuffer((__gm__ float *)y + AscendC::GetBlockIdx() * blockLength, blockLength);
+    zGm.SetGlobalBuffer((__gm__ float *)z + AscendC::GetBlockIdx() * blockLength, blockLength);
+    AscendC::LocalTensor<float> xLocal(AscendC::TPosition::VECCALC, 0, TILE);
+    AscendC::LocalMemAllocator<AscendC::Hardware::UB> ub;
+    (void)ub.Alloc<float, TILE>();                                   // the bytes of xLocal
+    AscendC::LocalTensor<float> yLocal = ub.Alloc<AscendC::TPosition::VECIN, float>(TILE);
+    AscendC::LocalTensor<float> zLocal = ub.Alloc<float>(TILE);
+    for (uint32_t i = 0; i < AscendC::DivCeil(blockLength, TILE); i++) {
+        uint32_t n = AscendC::Std::min(TILE, blockLength - i * TILE);
+        AscendC::DataCopy(xLocal, xGm[i * TILE], n);
+        AscendC::DataCopy(yLocal, yGm[i * TILE], n);
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(EVENT_ID0);
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(EVENT_ID0);
+        AscendC::Add(zLocal, xLocal, yLocal, n);
+        AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(AscendC::EVENT_ID1);
+        AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(AscendC::EVENT_ID1);
+        AscendC::DataCopy(zGm[i * TILE], zLocal, n);
+    }
+}
+
+extern "C" __global__ __aicore__ void static_over(uint32_t addr, uint32_t n, uint32_t allocs)
+{
+    if (allocs == 0) {
+        AscendC::LocalTensor<float> t(AscendC::TPosition::VECCALC, addr, n);    // L:ctor
+        (void)t;
+    }
+    AscendC::LocalMemAllocator<> ub;
+    for (uint32_t i = 0; i < allocs; i++)
+        (void)ub.Alloc<float>(n);                                              // L:alloc
+}
+
+// Fill (InitGlobalMemory's older name), Std::max, GetSystemCycle, the bit-mask Duplicate, DumpTensor
+// with a ShapeInfo, DumpAccChkPoint
+extern "C" __global__ __aicore__ void misc(GM_ADDR y, GM_ADDR cyc, uint32_t n)
+{
+    int64_t t0 = AscendC::GetSystemCycle();
+    AscendC::GlobalTensor<half> yGm;
+    yGm.SetGlobalBuffer((__gm__ half *)y, n);
+    AscendC::Fill(yGm, n, (half)AscendC::Std::max(2.5f, 1));
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 256 * sizeof(half));
+    AscendC::LocalTensor<half> t = buf.Get<half>();
+    AscendC::DataCopy(t, yGm, 256);
+    uint64_t mask[2] = {0xF0F0F0F0F0F0F0F0ull, 0x1ull};
+    AscendC::Duplicate<half>(t, (half)-1, mask, 2, 1, 8);
+    uint32_t shape[2] = {2, 4};
+    AscendC::ShapeInfo si(2, shape);
+    AscendC::DumpTensor(t, 5, 8, si);
+    AscendC::DumpAccChkPoint(t, 6, 128, 3);
+    AscendC::DataCopy(yGm, t, 256);
+    AscendC::GlobalTensor<int64_t> c;
+    c.SetGlobalBuffer((__gm__ int64_t *)cyc, 1);
+    c.SetValue(0, AscendC::GetSystemCycle() - t0);
+}
+
+// TBufPool: two stages reuse the same bytes (pool2 shares pool1's); mode 1/2 break its rules
+extern "C" __global__ __aicore__ void pool_stages(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t mode)
+{
+    constexpr uint32_t N = 256;
+    AscendC::TPipe pipe;
+    AscendC::TBufPool<AscendC::TPosition::VECCALC> all, stage1, stage2;
+    AscendC::TQue<AscendC::TPosition::VECIN, 1> qx, qy, qy2;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 1> qz, qz2;
+    pipe.InitBufPool(all, 3 * N * sizeof(float));
+    all.InitBuffer(qx, 1, N * sizeof(float));
+    all.InitBufPool(stage1, 2 * N * sizeof(float));
+    all.InitBufPool(stage2, (mode == 2 ? 3 : 2) * N * sizeof(float), stage1);   // L:share
+    stage1.InitBuffer(qy, 1, N * sizeof(float));
+    stage1.InitBuffer(qz, 1, (mode == 1 ? 2 : 1) * N * sizeof(float));          // L:over
+    stage2.InitBuffer(qy2, 1, N * sizeof(float));
+    stage2.InitBuffer(qz2, 1, N * sizeof(float));
+    AscendC::GlobalTensor<float> xGm, yGm, zGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, 2 * N);
+    yGm.SetGlobalBuffer((__gm__ float *)y, 2 * N);
+    zGm.SetGlobalBuffer((__gm__ float *)z, 2 * N);
+    for (uint32_t s = 0; s < 2; s++) {
+        auto &in = s ? qy2 : qy;
+        auto &out = s ? qz2 : qz;
+        AscendC::LocalTensor<float> a = qx.AllocTensor<float>(), b = in.AllocTensor<float>();
+        AscendC::DataCopy(a, xGm[s * N], N);
+        AscendC::DataCopy(b, yGm[s * N], N);
+        AscendC::LocalTensor<float> c = out.AllocTensor<float>();
+        if (s)
+            AscendC::Sub(c, a, b, N);
+        else
+            AscendC::Mul(c, a, b, N);
+        AscendC::DataCopy(zGm[s * N], c, N);
+        qx.FreeTensor(a);
+        in.FreeTensor(b);
+        out.FreeTensor(c);
+        if (!s)
+            stage1.Reset();
+    }
+    stage2.Reset();
+    all.Reset();
+}
+
+// Broadcast (BroadCast: its older name): mode 0 (m, 1) -> (m, k), 1 (1, k) -> (m, k), 2 (1,) -> (n,),
+// 3 a wrong source shape
+extern "C" __global__ __aicore__ void bcast(GM_ADDR x, GM_ADDR y, uint32_t m, uint32_t k, uint32_t mode)
+{
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> bx, by, tmp;
+    pipe.InitBuffer(bx, 1024 * sizeof(float));
+    pipe.InitBuffer(by, 4096 * sizeof(float));
+    pipe.InitBuffer(tmp, 1024);
+    AscendC::LocalTensor<float> xl = bx.Get<float>(), yl = by.Get<float>();
+    AscendC::LocalTensor<uint8_t> t = tmp.Get<uint8_t>();
+    AscendC::GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, 1024);
+    yGm.SetGlobalBuffer((__gm__ float *)y, m * k);
+    AscendC::DataCopy(xl, xGm, 1024);
+    const uint32_t dst2[] = {m, k}, col[] = {m, 1}, row[] = {1, k}, dst1[] = {m * k}, one[] = {1};
+    if (mode == 0)
+        AscendC::Broadcast<float, 2, 1>(yl, xl, dst2, col, t);
+    else if (mode == 1)
+        AscendC::BroadCast<float, 2, 0>(yl, xl, dst2, row);
+    else if (mode == 2)
+        AscendC::Broadcast<float, 1, 0>(yl, xl, dst1, one);
+    else
+        AscendC::Broadcast<float, 2, 1>(yl, xl, dst2, row);                    // L:bcast
+    AscendC::DataCopy(yGm, yl, m * k);
+    tmp.FreeTensor(t);
+}
+
+// GatherMask: a built-in pattern over `repeats` repeats of 64 floats (normal mode), or a user pattern
+// (the words in pat) over `count` elements (counter mode); y[0] gets rsvdCnt, the gathered from y[8] on
+extern "C" __global__ __aicore__ void gather_mask(GM_ADDR x, GM_ADDR pat, GM_ADDR y, uint32_t pattern, uint32_t repeats,
+                                                  uint32_t count)
+{
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> bx, bp, by;
+    pipe.InitBuffer(bx, 512 * sizeof(float));
+    pipe.InitBuffer(bp, 8 * sizeof(uint32_t));
+    pipe.InitBuffer(by, 512 * sizeof(float));
+    AscendC::LocalTensor<float> xl = bx.Get<float>(), yl = by.Get<float>();
+    AscendC::LocalTensor<uint32_t> pl = bp.Get<uint32_t>();
+    AscendC::GlobalTensor<float> xGm, yGm;
+    AscendC::GlobalTensor<uint32_t> pGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, 512);
+    pGm.SetGlobalBuffer((__gm__ uint32_t *)pat, 8);
+    yGm.SetGlobalBuffer((__gm__ float *)y, 520);
+    AscendC::DataCopy(xl, xGm, 512);
+    AscendC::DataCopy(pl, pGm, 8);
+    AscendC::Duplicate(yl, -7.0f, 512);
+    uint64_t kept = 0;
+    if (pattern)
+        AscendC::GatherMask(yl, xl, (uint8_t)pattern, false, 0, {1, (uint16_t)repeats, 8, 0}, kept);   // L:gm
+    else
+        AscendC::GatherMask(yl, xl, pl, true, count, {1, 1, 8, 8}, kept);                              // L:gmu
+    yGm.SetValue(0, (float)kept);
+    AscendC::DataCopy(yGm[8], yl, 512);
+}
+
+extern "C" __global__ __aicore__ void sync_ws(GM_ADDR ws, uint32_t cores)
+{
+    AscendC::TPipe pipe;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 256);
+    AscendC::GlobalTensor<int32_t> g;
+    g.SetGlobalBuffer((__gm__ int32_t *)ws, 64);
+    AscendC::LocalTensor<int32_t> l = buf.Get<int32_t>();
+    AscendC::SyncAll(g, l, (int32_t)cores);                                     // L:sync
+}
+'''
+
+TILING_KEYED = r'''
+#include "kernel_operator.h"
+struct ScaleTiling {
+    uint32_t n;
+    float factor;
+};
+extern "C" __global__ __aicore__ void keyed(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling)
+{
+    REGISTER_TILING_DEFAULT(ScaleTiling);
+    GET_TILING_DATA(t, tiling);
+    AscendC::GlobalTensor<float> xGm, yGm;
+    xGm.SetGlobalBuffer((__gm__ float *)x, t.n);
+    yGm.SetGlobalBuffer((__gm__ float *)y, t.n);
+    for (uint32_t i = 0; i < t.n; i++) {
+        if (TILING_KEY_IS(1))
+            yGm.SetValue(i, xGm.GetValue(i) * t.factor);
+        else if (TILING_KEY_IS(2))
+            yGm.SetValue(i, xGm.GetValue(i) + t.factor);
+    }
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def static():
+    acl_rt.init()
+    acl_rt.Device(0).set_current()
+    return kernels.RawModule(STATIC).compile()
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_static_tensor_programming_add(static, kind):
+    n = 4 * 2504   # a tail tile of 456 elements (57 blocks of 32 bytes) per block
+    rng = np.random.default_rng(20)
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    z = np.full(n, np.nan, np.float32)
+    xs, ys, zs = _as(kind, x), _as(kind, y), _as(kind, z)
+    static.get_function("add_static").launch(4, xs, ys, zs, n // 4)
+    sync()
+    np.testing.assert_array_equal(_back(zs), (x.astype(np.float64) + y).astype(np.float32))
+
+
+@pytest.mark.parametrize("args, tag, message", [
+    ((12, 8, 0), "ctor", r"LocalTensor: UB address 12 is not 32-byte aligned"),
+    ((196608 - 32, 16, 0), "ctor", r"LocalTensor: 16 float elements at UB address 196576 exceed the Unified Buffer "
+                                   r"of 196608 bytes"),
+    ((0, 16384, 4), "alloc", r"LocalMemAllocator::Alloc: 16384 float elements at UB address 196608 exceed the "
+                             r"Unified Buffer of 196608 bytes"),
+])
+def test_static_tensors_beyond_the_unified_buffer(static, args, tag, message):
+    static.get_function("static_over").launch(1, *args)
+    with pytest.raises(acl_rt.KernelError) as ei:
+        sync()
+    assert re.search(rf"kernel 'static_over' block 0 of 1: kernel.cpp:{_line(STATIC, tag)}: {message}",
+                     str(ei.value)), str(ei.value)
+    static.get_function("static_over").launch(1, 0, 16384, 3)   # exactly the UB: fine
+    sync()
+
+
+def test_fill_bitmask_duplicate_and_shaped_dumps(static, capfd):
+    n = 300
+    y = np.zeros(n, np.float16)
+    cyc = np.full(1, -1, np.int64)
+    static.get_function("misc").launch(1, y, cyc, n)
+    sync()
+    want = np.full(n, 2.5)
+    bits = np.zeros(128, bool)      # 128 half per repeat: bit k of the 128-bit mask (low word first)
+    for k in range(64):
+        bits[k] = (0xF0F0F0F0F0F0F0F0 >> k) & 1
+    bits[64] = True
+    want[:256][np.concatenate([bits, bits])] = -1.0
+    np.testing.assert_array_equal(y.astype(np.float64), want)
+    assert cyc[0] >= 0
+    out = capfd.readouterr().out
+    assert "[kernel 'misc' block 0 of 1] DumpTensor desc=5 (half, VECCALC, shape (2, 4), 8 of 256 elements): " \
+           "[2.5, 2.5, 2.5, 2.5, -1, -1, -1, -1]" in out, out
+    assert "[kernel 'misc' block 0 of 1] DumpTensor desc=6 (half, VECCALC, 3 of 128 elements): [2.5, 2.5, 2.5]" \
+           in out, out
+
+
+def test_syncall_with_a_workspace(static):
+    ws = np.zeros(64, np.int32)
+    static.get_function("sync_ws").launch(1, ws, 1)      # one block: nothing to wait for
+    sync()
+    static.get_function("sync_ws").launch(2, ws, 2)
+    with pytest.raises(acl_rt.KernelError, match=rf"kernel 'sync_ws' block \d of 2: kernel.cpp:{_line(STATIC, 'sync')}: "
+                                                 r"SyncAll: synchronizing 2 blocks of a launch is not supported"):
+        sync()
+
+
+@pytest.mark.parametrize("key, op", [(1, np.multiply), (2, np.add)])
+def test_register_tiling_default_and_tiling_key(key, op):
+    k = kernels.RawModule(TILING_KEYED, options=(f"-DCANNA_TILING_KEY={key}",)).get_function("keyed")
+    n = 100
+    x = np.random.default_rng(21).standard_normal(n).astype(np.float32)
+    y = np.full(n, np.nan, np.float32)
+    tiling = np.array([(n, 0.75)], np.dtype([("n", "<u4"), ("factor", "<f4")]))
+    k.launch(1, x, y, None, tiling)
+    sync()
+    np.testing.assert_array_equal(y, op(x.astype(np.float64), 0.75).astype(np.float32))
+
+
+def test_tiling_key_is_needs_the_key():
+    with pytest.raises(kernels.CompileError, match=r"TILING_KEY_IS needs the tiling key the host chose: compile with "
+                                                   r"-DCANNA_TILING_KEY=<key>"):
+        kernels.RawModule(TILING_KEYED).compile()
+
+
+def test_sample_trial_tool_on_a_local_tree(tmp_path):
+    """tools/try_ascendc_samples.py on a tree in the layout of the public samples (no network): an op
+    project's kernel is built with its op_host tiling header, data types and tiling key; a cube kernel
+    is skipped; a compile failure is listed with its first error."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    proj = tmp_path / "ScaleCustom"
+    (proj / "op_host").mkdir(parents=True)
+    (proj / "op_kernel").mkdir()
+    (proj / "op_host" / "scale_custom_tiling.h").write_text(
+        '#include "register/tilingdata_base.h"\nnamespace optiling {\nBEGIN_TILING_DATA_DEF(ScaleTilingData)\n'
+        'TILING_DATA_FIELD_DEF(uint32_t, n);\nEND_TILING_DATA_DEF;\n'
+        'REGISTER_TILING_DATA_CLASS(ScaleCustom, ScaleTilingData)\n}\n')
+    (proj / "op_host" / "scale_custom.cpp").write_text(
+        'this->Input("x").ParamType(REQUIRED).DataType({ge::DT_FLOAT16});\n'
+        'this->Output("y").ParamType(REQUIRED).DataType({ge::DT_FLOAT});\ncontext->SetTilingKey(3);\n')
+    (proj / "op_kernel" / "scale_custom.cpp").write_text(
+        '#include "kernel_operator.h"\nextern "C" __global__ __aicore__ void scale_custom(GM_ADDR x, GM_ADDR y, '
+        'GM_ADDR workspace, GM_ADDR tiling)\n{\n    GET_TILING_DATA(t, tiling);\n'
+        '    static_assert(sizeof(DTYPE_X) == 2 && sizeof(DTYPE_Y) == 4, "types");\n'
+        '    if (TILING_KEY_IS(3)) { AscendC::GlobalTensor<DTYPE_Y> g; g.SetGlobalBuffer((__gm__ DTYPE_Y *)y, t.n); }\n}\n')
+    (tmp_path / "mm").mkdir()
+    (tmp_path / "mm" / "matmul_custom.cpp").write_text(
+        '#include "kernel_operator.h"\n#include "lib/matmul_intf.h"\n'
+        'extern "C" __global__ __aicore__ void matmul_custom(GM_ADDR a) {}\n')
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "bad_custom.cpp").write_text(
+        '#include "kernel_operator.h"\nextern "C" __global__ __aicore__ void bad_custom(GM_ADDR a)\n'
+        '{ AscendC::NoSuchApi(a); }\n')
+    tool = Path(__file__).resolve().parent.parent / "tools" / "try_ascendc_samples.py"
+    r = subprocess.run([sys.executable, str(tool), "--src", str(tmp_path), "--no-run"], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "ok    ScaleCustom/op_kernel/scale_custom.cpp: compiles" in r.stdout, r.stdout
+    assert "skip  mm/matmul_custom.cpp: cube unit" in r.stdout, r.stdout
+    assert re.search(r"FAIL  bad/bad_custom.cpp: error: 'NoSuchApi' is not a member of 'AscendC'", r.stdout), r.stdout
+    assert "1 compile, 1 fail to compile, 1 skipped (cube)" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, str(tool), "--clone", str(tmp_path / "no-such-repo")], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "cannot clone" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_asc_source_file(tmp_path):
+    """A kernel in a .asc file (the Ascend C source suffix) builds from its path like a .cpp."""
+    src = tmp_path / "scale.asc"
+    src.write_text('#include "kernel_operator.h"\n'
+                   'extern "C" __global__ __aicore__ void scale(GM_ADDR x, uint32_t n)\n{\n'
+                   '    AscendC::GlobalTensor<float> g;\n    g.SetGlobalBuffer((__gm__ float *)x, n);\n'
+                   '    for (uint32_t i = 0; i < n; i++)\n        g.SetValue(i, g.GetValue(i) * 3.0f);\n}\n')
+    x = np.random.default_rng(22).standard_normal(40).astype(np.float32)
+    want = x.astype(np.float64) * 3
+    kernels.RawKernel(str(src), "scale").launch(1, x, x.size)
+    sync()
+    np.testing.assert_array_equal(x, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_tbufpool_stages_share_memory(static, kind):
+    rng = np.random.default_rng(23)
+    x, y = rng.standard_normal(512).astype(np.float32), rng.standard_normal(512).astype(np.float32)
+    z = np.full(512, np.nan, np.float32)
+    xs, ys, zs = _as(kind, x), _as(kind, y), _as(kind, z)
+    static.get_function("pool_stages").launch(1, xs, ys, zs, 0)
+    sync()
+    x64 = x.astype(np.float64)
+    np.testing.assert_array_equal(_back(zs), np.concatenate([x64[:256] * y[:256], x64[256:] - y[256:]])
+                                  .astype(np.float32))
+
+
+@pytest.mark.parametrize("mode, tag, message", [
+    (1, "over", r"TBufPool::InitBuffer: the TBufPool overflows: this queue needs 2048 bytes, 1024 of its 2048 bytes "
+                r"are already in use"),
+    (2, "share", r"InitBufPool: 3072 bytes exceed the 2048 bytes of the TBufPool to share"),
+])
+def test_tbufpool_rules(static, mode, tag, message):
+    x = np.zeros(512, np.float32)
+    static.get_function("pool_stages").launch(1, x, x, x, mode)
+    with pytest.raises(acl_rt.KernelError) as ei:
+        sync()
+    assert re.search(rf"kernel 'pool_stages' block 0 of 1: kernel.cpp:{_line(STATIC, tag)}: {message}",
+                     str(ei.value)), str(ei.value)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_broadcast(static, mode):
+    m, k = 24, 40
+    x = np.random.default_rng(24 + mode).standard_normal(1024).astype(np.float32)
+    y = np.full(m * k, np.nan, np.float32)
+    static.get_function("bcast").launch(1, x, y, m, k, mode)
+    sync()
+    x64 = x.astype(np.float64)
+    want = {0: np.broadcast_to(x64[:m, None], (m, k)), 1: np.broadcast_to(x64[None, :k], (m, k)),
+            2: np.broadcast_to(x64[:1], (m * k,))}[mode]
+    np.testing.assert_array_equal(y, want.reshape(-1).astype(np.float32))
+
+
+def test_broadcast_source_shape_rule(static):
+    x = np.zeros(1024, np.float32)
+    y = np.zeros(24 * 40, np.float32)
+    static.get_function("bcast").launch(1, x, y, 24, 40, 3)
+    with pytest.raises(acl_rt.KernelError, match=rf"kernel 'bcast' block 0 of 1: kernel.cpp:{_line(STATIC, 'bcast')}: "
+                                                 r"Broadcast: source shape dimension 0 is 1, not the destination's 24 "
+                                                 r"\(only the broadcast axis 1 may differ"):
+        sync()
+
+
+def _gather(static, pattern, repeats=0, count=0, words=(0,) * 8):
+    x = np.random.default_rng(25 + pattern).standard_normal(512).astype(np.float32)
+    pat = np.array(words, np.uint32)
+    y = np.full(520, np.nan, np.float32)
+    static.get_function("gather_mask").launch(1, x, pat, y, pattern, repeats, count)
+    sync()
+    return x, y
+
+
+@pytest.mark.parametrize("pattern", range(1, 8))
+def test_gather_mask_builtin_patterns(static, pattern):
+    x, y = _gather(static, pattern, repeats=3)
+    k = np.arange(3 * 64) % 64
+    keep = {1: k % 2 == 0, 2: k % 2 == 1, 3: k % 4 == 0, 4: k % 4 == 1, 5: k % 4 == 2, 6: k % 4 == 3,
+            7: np.ones_like(k, bool)}[pattern]
+    want = x[:3 * 64][keep].astype(np.float64)
+    assert y[0] == want.size
+    np.testing.assert_array_equal(y[8:8 + want.size], want)
+    np.testing.assert_array_equal(y[8 + want.size:], -7.0)    # nothing written past the gathered
+
+
+def test_gather_mask_user_pattern_counter_mode(static):
+    words = (0b1011 << 28 | 0x3, 0x0000FFFF, 0, 0, 0, 0, 0, 0)
+    x, y = _gather(static, 0, count=48, words=words)
+    bits = np.array([(words[i // 32] >> (i % 32)) & 1 for i in range(48)], bool)
+    want = x[:48][bits].astype(np.float64)
+    assert y[0] == want.size == 2 + 3 + 16
+    np.testing.assert_array_equal(y[8:8 + want.size], want)
+
+
+@pytest.mark.parametrize("pattern, repeats, count, tag, message", [
+    (9, 1, 0, "gm", r"GatherMask: the built-in pattern is 1..7, not 9"),
+    (0, 0, 100, "gmu", r"GatherMask: a user pattern over 2 repeats is not supported by the simulator yet"),
+    (0, 0, 0, "gmu", r"GatherMask: mask \(the element count in counter mode\) is 0"),
+])
+def test_gather_mask_rules(static, pattern, repeats, count, tag, message):
+    static.get_function("gather_mask").launch(1, np.zeros(512, np.float32), np.zeros(8, np.uint32),
+                                              np.zeros(520, np.float32), pattern, repeats, count)
+    with pytest.raises(acl_rt.KernelError) as ei:
+        sync()
+    assert re.search(rf"kernel 'gather_mask' block 0 of 1: kernel.cpp:{_line(STATIC, tag)}: {message}",
+                     str(ei.value)), str(ei.value)

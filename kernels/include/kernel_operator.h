@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <new>
 #include <type_traits>
@@ -103,6 +104,13 @@ struct bfloat16_t {
 
 /* ------------------------------------------------------------------ the simulator's side */
 namespace canna_sim {
+
+inline int64_t now_ns()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 struct Loc {
     const char *file;
@@ -290,12 +298,18 @@ enum class HardEvent : uint8_t {
     MTE1_V, MTE2_M, M_MTE2, V_MTE1, M_FIX, FIX_M, MTE3_MTE2, MTE2_MTE3, S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S,
     MTE2_FIX, FIX_MTE2, FIX_S, M_S, FIX_MTE3, MTE1_FIX, FIX_MTE1, FIX_FIX, MAX,
 };
-enum event_t : int32_t { EVENT_ID0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
 enum class MemoryT : uint8_t { L1 = 0, L0A, L0B, L0C, UB, BIAS };
 
 }  // namespace AscendC
 
 /* pipe_t is a global name in Ascend C */
+/* the event ids of SetFlag / WaitFlag: global names in Ascend C, also found in AscendC:: */
+enum event_t : int32_t { EVENT_ID0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
+namespace AscendC {
+using ::event_t;
+using ::EVENT_ID0; using ::EVENT_ID1; using ::EVENT_ID2; using ::EVENT_ID3;
+using ::EVENT_ID4; using ::EVENT_ID5; using ::EVENT_ID6; using ::EVENT_ID7;
+}  // namespace AscendC
 enum pipe_t : uint8_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_MTE4, PIPE_MTE5,
                         PIPE_V2, PIPE_FIX };
 /* the intrinsic form of PipeBarrier */
@@ -317,9 +331,37 @@ template <bool isAIVOnly = true> inline void SyncAll(CANNA_LOC_)
 }
 
 inline int64_t GetTaskRation() { return 1; }
+/* resets the core's state before a kernel starts (static Tensor programming): nothing to reset here */
+inline void InitSocState() {}
+/* ceil(a / b) of unsigned integers */
+template <class T, class U> constexpr T DivCeil(T a, U b) { return (T)((a + (T)b - 1) / (T)b); }
+/* the software SyncAll (a global workspace and a UB scratch tensor): the same fault as SyncAll() */
+template <bool isAIVOnly = true, class G, class L>
+inline void SyncAll(const G &gmWorkspace, const L &ubWorkspace, int32_t usedCores = 0, CANNA_LOC_)
+{
+    (void)gmWorkspace; (void)ubWorkspace;
+    long long n = usedCores > 0 ? usedCores : (long long)::GetBlockNum();
+    if (n > 1 && ::GetBlockNum() > 1)
+        canna_sim::fault(loc, "SyncAll: synchronizing %lld blocks of a launch is not supported by the simulator "
+                         "(split the kernel in two launches)", n);
+}
 inline uint32_t GetRuntimeUBSize() { return (uint32_t)canna_sim::ub().cap; }
 inline int64_t GetSubBlockIdx() { return 0; }
 inline int64_t GetSubBlockNum() { return 1; }
+/* a cycle counter for timing a stretch of a kernel: here the host's steady clock in nanoseconds
+ * (differences are meaningful, the unit is not the AI core's cycle) */
+inline int64_t GetSystemCycle() { return canna_sim::now_ns(); }
+
+/* the physical buffers of LocalMemAllocator (only the Unified Buffer exists here) */
+enum class Hardware : uint8_t { GM, UB, L1, L0A, L0B, L0C, BIAS, FIXBUF, MAX };
+/* GlobalTensor::SetL2CacheHint's modes: a hint for the L2 cache, which the simulator has not */
+enum class CacheMode : uint8_t { CACHE_MODE_DISABLE = 0, CACHE_MODE_NORMAL, CACHE_MODE_LAST, CACHE_MODE_PERSISTENT };
+
+/* AscendC::Std: the scalar helpers of the C++ standard library kernels use */
+namespace Std {
+template <class T, class U> constexpr T max(const T a, const U b) { return a < (T)b ? (T)b : a; }
+template <class T, class U> constexpr T min(const T a, const U b) { return (T)b < a ? (T)b : a; }
+}  // namespace Std
 
 template <class T> class LocalTensor;
 
@@ -363,6 +405,26 @@ template <class T> class LocalTensor {
 public:
     using PrimType = T;
     LocalTensor() = default;
+    /* static Tensor programming: `tileSize` elements at byte `addr` of the Unified Buffer, no TPipe
+     * (Ascend C: not to be mixed with TPipe / TQue in one kernel) */
+    LocalTensor(TPosition pos, uint32_t addr, uint32_t tileSize, CANNA_LOC_)
+    {
+        canna_sim::UB &u = canna_sim::ub();
+        if (addr % canna_sim::kBlock)
+            canna_sim::fault(loc, "LocalTensor: UB address %u is not 32-byte aligned", addr);
+        if ((uint64_t)addr + (uint64_t)tileSize * sizeof(T) > u.cap)
+            canna_sim::fault(loc, "LocalTensor: %u %s elements at UB address %u exceed the Unified Buffer of %llu "
+                             "bytes", tileSize, canna_sim::type_name<T>::value, addr, (unsigned long long)u.cap);
+        static thread_local canna_sim::Slot whole;   /* the whole UB: a static tensor is never freed */
+        whole.addr = u.base;
+        whole.bytes = (uint32_t)u.cap;
+        whole.state = 1;
+        ptr_ = reinterpret_cast<T *>(u.base + addr);
+        size_ = tileSize;
+        slot_ = &whole;
+        gen_ = whole.gen;
+        pos_ = pos;
+    }
 
     T GetValue(uint32_t index, CANNA_LOC_) const
     {
@@ -597,6 +659,12 @@ public:
         t.size_ = size;
         return t;
     }
+    /* a TBuf's tensor goes back nowhere (the buffer stays the TBuf's): only checked to be its own */
+    template <class T> void FreeTensor(const LocalTensor<T> &t, CANNA_LOC_)
+    {
+        if (t.slot_ != &slot_)
+            canna_sim::fault(loc, "TBuf::FreeTensor: the LocalTensor is not from this TBuf");
+    }
 
     canna_sim::Slot slot_;
 };
@@ -623,14 +691,40 @@ public:
     template <class Q>
     bool InitBuffer(Q &que, uint8_t num, uint32_t len, CANNA_LOC_)
     {
+        return InitQueue(loc, "TPipe::InitBuffer", que, num, len,
+                         [&](uint64_t bytes, const char *what) { return Take(loc, bytes, what, num, len); });
+    }
+    template <TPosition pos>
+    bool InitBuffer(TBuf<pos> &buf, uint32_t len, CANNA_LOC_)
+    {
+        return InitTBuf(loc, "TPipe::InitBuffer", buf, len,
+                        [&](uint64_t bytes, const char *what) { return Take(loc, bytes, what, 1, len); });
+    }
+    /* a TBufPool of `len` bytes of the Unified Buffer (or the bytes of `shareBuf`) */
+    template <class P> bool InitBufPool(P &pool, uint32_t len, CANNA_LOC_)
+    {
+        uint32_t each = (len + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
+        pool.Attach(loc, Take(loc, each, "TBufPool", 1, len), len);
+        return true;
+    }
+    template <class P, class S> bool InitBufPool(P &pool, uint32_t len, S &shareBuf, CANNA_LOC_)
+    {
+        pool.Share(loc, shareBuf, len);
+        return true;
+    }
+
+    /* the queue / TBuf set-up of TPipe and TBufPool::InitBuffer; take(bytes, what) gives the memory */
+    template <class Q, class F>
+    static bool InitQueue(const canna_sim::Loc &loc, const char *api, Q &que, uint8_t num, uint32_t len, F take)
+    {
         internal_::QueueBase &q = que;
         if (num == 0 || num > internal_::kMaxBuffers || len == 0)
-            canna_sim::fault(loc, "TPipe::InitBuffer: %u buffers of %u bytes (num must be 1..%u, len > 0)", num, len,
+            canna_sim::fault(loc, "%s: %u buffers of %u bytes (num must be 1..%u, len > 0)", api, num, len,
                              internal_::kMaxBuffers);
         if (q.num_)
-            canna_sim::fault(loc, "TPipe::InitBuffer: the queue already has its buffers");
+            canna_sim::fault(loc, "%s: the queue already has its buffers", api);
         uint32_t each = (len + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
-        uint8_t *p = Take(loc, (uint64_t)each * num, "queue", num, len);
+        uint8_t *p = take((uint64_t)each * num, "queue");
         for (uint32_t i = 0; i < num; i++) {
             q.slots_[i].addr = p + (uint64_t)i * each;
             q.slots_[i].bytes = len;
@@ -639,15 +733,15 @@ public:
         q.num_ = num;
         return true;
     }
-    template <TPosition pos>
-    bool InitBuffer(TBuf<pos> &buf, uint32_t len, CANNA_LOC_)
+    template <TPosition pos, class F>
+    static bool InitTBuf(const canna_sim::Loc &loc, const char *api, TBuf<pos> &buf, uint32_t len, F take)
     {
         if (len == 0)
-            canna_sim::fault(loc, "TPipe::InitBuffer: a TBuf of 0 bytes");
+            canna_sim::fault(loc, "%s: a TBuf of 0 bytes", api);
         if (buf.slot_.addr)
-            canna_sim::fault(loc, "TPipe::InitBuffer: the TBuf already has its buffer");
+            canna_sim::fault(loc, "%s: the TBuf already has its buffer", api);
         uint32_t each = (len + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
-        buf.slot_.addr = Take(loc, each, "TBuf", 1, len);
+        buf.slot_.addr = take(each, "TBuf");
         buf.slot_.bytes = len;
         buf.slot_.state = 1;
         return true;
@@ -686,6 +780,98 @@ private:
 };
 
 inline TPipe *GetTPipePtr() { return TPipe::Current(); }
+
+/* a part of the Unified Buffer that queues, TBufs and smaller pools are carved from, and that Reset
+ * hands back for reuse (public Ascend C API reference, TBufPool); InitBufPool(pool, len, shareBuf)
+ * makes a pool over the same bytes as shareBuf, for a later stage of the kernel */
+template <TPosition pos, uint32_t bufIDSize = 4> class TBufPool {
+public:
+    TBufPool() = default;
+    TBufPool(const TBufPool &) = delete;
+    TBufPool &operator=(const TBufPool &) = delete;
+    template <class Q> bool InitBuffer(Q &que, uint8_t num, uint32_t len, CANNA_LOC_)
+    {
+        return TPipe::InitQueue(loc, "TBufPool::InitBuffer", que, num, len,
+                                [&](uint64_t bytes, const char *what) { return Take(loc, bytes, what); });
+    }
+    template <TPosition p> bool InitBuffer(TBuf<p> &buf, uint32_t len, CANNA_LOC_)
+    {
+        return TPipe::InitTBuf(loc, "TBufPool::InitBuffer", buf, len,
+                               [&](uint64_t bytes, const char *what) { return Take(loc, bytes, what); });
+    }
+    template <class P> bool InitBufPool(P &pool, uint32_t len, CANNA_LOC_)
+    {
+        uint32_t each = (len + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
+        pool.Attach(loc, Take(loc, each, "TBufPool"), len);
+        return true;
+    }
+    template <class P, class S> bool InitBufPool(P &pool, uint32_t len, S &shareBuf, CANNA_LOC_)
+    {
+        pool.Share(loc, shareBuf, len);
+        return true;
+    }
+    /* the pool's bytes are free again for its next InitBuffer calls */
+    void Reset() { top_ = 0; }
+
+    /* -- for TPipe and other pools -- */
+    void Attach(const canna_sim::Loc &loc, uint8_t *base, uint32_t len)
+    {
+        if (base_)
+            canna_sim::fault(loc, "InitBufPool: the TBufPool already has its memory");
+        base_ = base;
+        len_ = len;
+        top_ = 0;
+    }
+    template <class S> void Share(const canna_sim::Loc &loc, S &other, uint32_t len)
+    {
+        if (!other.base_)
+            canna_sim::fault(loc, "InitBufPool: the TBufPool to share has no memory (initialize it first)");
+        if (len > other.len_)
+            canna_sim::fault(loc, "InitBufPool: %u bytes exceed the %u bytes of the TBufPool to share", len, other.len_);
+        Attach(loc, other.base_, len);
+    }
+    uint8_t *Take(const canna_sim::Loc &loc, uint64_t bytes, const char *what)
+    {
+        if (!base_)
+            canna_sim::fault(loc, "TBufPool::InitBuffer: the TBufPool has no memory (TPipe::InitBufPool first)");
+        if (top_ + bytes > len_)
+            canna_sim::fault(loc, "TBufPool::InitBuffer: the TBufPool overflows: this %s needs %llu bytes, %u of its "
+                             "%u bytes are already in use", what, (unsigned long long)bytes, top_, len_);
+        uint8_t *p = base_ + top_;
+        std::memset(p, 0xff, bytes);
+        top_ += (uint32_t)bytes;
+        return p;
+    }
+    uint8_t *base_ = nullptr;
+    uint32_t len_ = 0;
+    uint32_t top_ = 0;
+};
+
+/* static Tensor programming: hands out consecutive 32-byte aligned LocalTensors of the Unified
+ * Buffer from address 0 (public Ascend C API reference, LocalMemAllocator) */
+template <Hardware hard = Hardware::UB> class LocalMemAllocator {
+    static_assert(hard == Hardware::UB, "LocalMemAllocator: the simulator has only the Unified Buffer (Hardware::UB)");
+public:
+    LocalMemAllocator() = default;
+    uint32_t GetCurAddr() const { return cur_; }
+    template <class T, uint32_t tileSize> LocalTensor<T> Alloc(CANNA_LOC_) { return Take<T>(TPosition::VECCALC, tileSize, loc); }
+    template <TPosition pos, class T, uint32_t tileSize> LocalTensor<T> Alloc(CANNA_LOC_) { return Take<T>(pos, tileSize, loc); }
+    template <class T> LocalTensor<T> Alloc(uint32_t tileSize, CANNA_LOC_) { return Take<T>(TPosition::VECCALC, tileSize, loc); }
+    template <TPosition pos, class T> LocalTensor<T> Alloc(uint32_t tileSize, CANNA_LOC_) { return Take<T>(pos, tileSize, loc); }
+private:
+    template <class T> LocalTensor<T> Take(TPosition pos, uint32_t n, const canna_sim::Loc &loc)
+    {
+        uint64_t bytes = ((uint64_t)n * sizeof(T) + canna_sim::kBlock - 1) / canna_sim::kBlock * canna_sim::kBlock;
+        if (cur_ + bytes > canna_sim::ub().cap)
+            canna_sim::fault(loc, "LocalMemAllocator::Alloc: %u %s elements at UB address %u exceed the Unified Buffer "
+                             "of %llu bytes", n, canna_sim::type_name<T>::value, cur_,
+                             (unsigned long long)canna_sim::ub().cap);
+        LocalTensor<T> t(pos, cur_, n, loc);
+        cur_ += (uint32_t)bytes;
+        return t;
+    }
+    uint32_t cur_ = 0;
+};
 
 /* ------------------------------------------------------------------ data movement */
 struct DataCopyParams {
@@ -809,6 +995,11 @@ void InitGlobalMemory(const GlobalTensor<T> &gm, uint64_t size, const U value, C
     const T v = (T)value;
     for (uint64_t i = 0; i < size; i++)
         gm.ptr_[i] = v;
+}
+/* the older name of InitGlobalMemory */
+template <class T, class U> void Fill(const GlobalTensor<T> &gm, uint64_t size, const U value, CANNA_LOC_)
+{
+    InitGlobalMemory(gm, size, value, loc);
 }
 /* UB -> UB */
 template <class T> void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, CANNA_LOC_)
@@ -1274,9 +1465,10 @@ void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, const int32_t &c
     for (int32_t i = 0; i < count; i++)
         d[i] = s;
 }
-template <class T, bool isSetMask = true, class U = T>
-void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, const uint8_t repeatTimes,
-               const uint16_t dstBlockStride, const uint8_t dstRepeatStride, CANNA_LOC_)
+namespace internal_ {
+template <class T, bool isSetMask, class U, class M>
+void DuplicateRep(const canna_sim::Loc &loc, const LocalTensor<T> &dst, const U &scalarValue, M mask,
+                  const uint8_t repeatTimes, const uint16_t dstBlockStride, const uint8_t dstRepeatStride)
 {
     const T s = (T)scalarValue;
     internal_::Mask m = internal_::PickMask<T, isSetMask>(loc, "Duplicate", mask);
@@ -1287,6 +1479,20 @@ void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, c
         for (uint32_t k = 0; k < canna_sim::kRepeat / sizeof(T); k++)
             if (m.on(r, k))
                 d[internal_::RepOffset<T>(r, k, dstBlockStride, dstRepeatStride)] = s;
+}
+}  // namespace internal_
+/* the mask/repeat forms: a contiguous mask, or the bit mask of two uint64_t */
+template <class T, bool isSetMask = true, class U = T>
+void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, uint64_t mask, const uint8_t repeatTimes,
+               const uint16_t dstBlockStride, const uint8_t dstRepeatStride, CANNA_LOC_)
+{
+    internal_::DuplicateRep<T, isSetMask>(loc, dst, scalarValue, mask, repeatTimes, dstBlockStride, dstRepeatStride);
+}
+template <class T, bool isSetMask = true, class U = T>
+void Duplicate(const LocalTensor<T> &dst, const U &scalarValue, const uint64_t mask[], const uint8_t repeatTimes,
+               const uint16_t dstBlockStride, const uint8_t dstRepeatStride, CANNA_LOC_)
+{
+    internal_::DuplicateRep<T, isSetMask>(loc, dst, scalarValue, mask, repeatTimes, dstBlockStride, dstRepeatStride);
 }
 
 /* ------------------------------------------------------------------ Cast */
@@ -1742,6 +1948,140 @@ void Select(const LocalTensor<T> &dst, const LocalTensor<U> &selMask, const Loca
     internal_::SelectBits(loc, dst, selMask, src0, count, [s](uint32_t) { return s; });
 }
 
+/* ------------------------------------------------------------------ GatherMask */
+/* dst gets, packed from its start, the src0 elements whose gather-mask bit is 1; rsvdCnt the count.
+ * The mask is a built-in pattern (1: even elements, 2: odd, 3..6: element 0..3 of every four, 7:
+ * all) or a user pattern tensor (bit k of it for element k; uint16_t for 2-byte, uint32_t for 4-byte
+ * types). reduceMode false: repeatTimes repeats of 256 bytes (mask unused); true: `mask` elements
+ * (counter mode). Public Ascend C API reference, GatherMask. A user pattern over more than one
+ * repeat is not supported by the simulator yet (a fault, not a guess). */
+enum class GatherMaskMode : uint8_t { VERSION_V1 = 0, VERSION_V2 };
+constexpr GatherMaskMode defaultGatherMaskMode = GatherMaskMode::VERSION_V1;
+struct GatherMaskParams {
+    GatherMaskParams() = default;
+    GatherMaskParams(uint8_t src0BlockStride, uint16_t repeatTimes, uint16_t src0RepeatStride, uint8_t src1RepeatStride)
+        : src0BlockStride(src0BlockStride), repeatTimes(repeatTimes), src0RepeatStride(src0RepeatStride),
+          src1RepeatStride(src1RepeatStride) {}
+    uint8_t src0BlockStride = 1;
+    uint16_t repeatTimes = 0;
+    uint16_t src0RepeatStride = 0;
+    uint8_t src1RepeatStride = 0;
+};
+namespace internal_ {
+template <class T, class Bit>
+void GatherMaskImpl(const canna_sim::Loc &loc, const LocalTensor<T> &dst, const LocalTensor<T> &src0, bool reduceMode,
+                    uint32_t mask, const GatherMaskParams &p, uint64_t &rsvdCnt, bool userPattern, Bit bit)
+{
+    constexpr uint32_t per = canna_sim::kRepeat / sizeof(T);
+    uint64_t total = reduceMode ? mask : (uint64_t)p.repeatTimes * per;
+    if (reduceMode && mask == 0)
+        canna_sim::fault(loc, "GatherMask: mask (the element count in counter mode) is 0");
+    uint32_t repeats = (uint32_t)((total + per - 1) / per);
+    if (userPattern && repeats > 1)
+        canna_sim::fault(loc, "GatherMask: a user pattern over %u repeats is not supported by the simulator yet (one "
+                         "repeat of %u elements is)", repeats, per);
+    Mask m{~0ull, ~0ull};
+    m.counter = true;
+    m.count = total;
+    m.per = per;
+    const T *a = src0.Operand(loc, "GatherMask", "src0", repeats ? RepEnd<T>(repeats, m, p.src0BlockStride,
+                                                                           p.src0RepeatStride) : 0);
+    T *d = dst.Operand(loc, "GatherMask", "destination", 0);
+    uint64_t n = 0;
+    for (uint32_t r = 0; r < repeats; r++)
+        for (uint32_t k = 0; k < per && (uint64_t)r * per + k < total; k++)
+            if (bit(k)) {
+                if (n >= dst.GetSize())
+                    canna_sim::fault(loc, "GatherMask: the gathered elements exceed the %s LocalTensor destination of "
+                                     "%u elements", canna_sim::type_name<T>::value, dst.GetSize());
+                d[n++] = a[RepOffset<T>(r, k, p.src0BlockStride, p.src0RepeatStride)];
+            }
+    rsvdCnt = n;
+}
+}  // namespace internal_
+template <class T, class U, GatherMaskMode mode = defaultGatherMaskMode>
+void GatherMask(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const LocalTensor<U> &src1Pattern,
+                const bool reduceMode, const uint32_t mask, const GatherMaskParams &gatherMaskParams,
+                uint64_t &rsvdCnt, CANNA_LOC_)
+{
+    static_assert(std::is_unsigned_v<U> && sizeof(U) == sizeof(T) && (sizeof(T) == 2 || sizeof(T) == 4),
+                  "GatherMask: the pattern is uint16_t for 2-byte types and uint32_t for 4-byte types");
+    constexpr uint32_t per = canna_sim::kRepeat / sizeof(T);
+    const U *pat = src1Pattern.Operand(loc, "GatherMask", "src1Pattern", per / (8 * sizeof(U)) <
+                                       src1Pattern.GetSize() ? per / (8 * sizeof(U)) : src1Pattern.GetSize());
+    const uint32_t bits = src1Pattern.GetSize() * 8 * (uint32_t)sizeof(U);
+    internal_::GatherMaskImpl(loc, dst, src0, reduceMode, mask, gatherMaskParams, rsvdCnt, true, [&](uint32_t k) {
+        if (k >= bits)
+            canna_sim::fault(loc, "GatherMask: element %u needs bit %u of the src1Pattern of %u bits", k, k, bits);
+        return (pat[k / (8 * sizeof(U))] >> (k % (8 * sizeof(U)))) & 1;
+    });
+}
+template <class T, GatherMaskMode mode = defaultGatherMaskMode>
+void GatherMask(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const uint8_t src1Pattern, const bool reduceMode,
+                const uint32_t mask, const GatherMaskParams &gatherMaskParams, uint64_t &rsvdCnt, CANNA_LOC_)
+{
+    if (src1Pattern < 1 || src1Pattern > 7)
+        canna_sim::fault(loc, "GatherMask: the built-in pattern is 1..7, not %u", src1Pattern);
+    const uint8_t pt = src1Pattern;
+    internal_::GatherMaskImpl(loc, dst, src0, reduceMode, mask, gatherMaskParams, rsvdCnt, false, [pt](uint32_t k) {
+        return pt == 7 || (pt <= 2 ? k % 2 == (uint32_t)(pt - 1) : k % 4 == (uint32_t)(pt - 3));
+    });
+}
+
+/* ------------------------------------------------------------------ Broadcast (advanced API) */
+/* dst (dstShape, row-major, no row padding) = src (srcShape) repeated along `axis`, where srcShape has
+ * 1 (NumPy broadcasting; dim 1 or 2, as in the public Ascend C API reference). The temporary
+ * buffer of the device's algorithm is not needed here. BroadCast is its older name. */
+namespace internal_ {
+template <class T, int32_t dim, int32_t axis>
+void BroadcastImpl(const canna_sim::Loc &loc, const char *api, const LocalTensor<T> &dst, const LocalTensor<T> &src,
+                   const uint32_t *dstShape, const uint32_t *srcShape)
+{
+    static_assert(dim == 1 || dim == 2, "Broadcast: dim is 1 or 2");
+    static_assert(axis >= 0 && axis < dim, "Broadcast: axis is 0 .. dim - 1");
+    uint64_t rows = dim == 2 ? dstShape[0] : 1, cols = dstShape[dim - 1];
+    for (int32_t i = 0; i < dim; i++)
+        if (srcShape[i] != dstShape[i] && !(i == axis && srcShape[i] == 1))
+            canna_sim::fault(loc, "%s: source shape dimension %d is %u, not the destination's %u (only the "
+                             "broadcast axis %d may differ, and there the source has 1)", api, i, srcShape[i],
+                             dstShape[i], (int)axis);
+    uint64_t srcCount = dim == 2 ? (uint64_t)srcShape[0] * srcShape[1] : srcShape[0];
+    T *d = dst.Operand(loc, api, "destination", rows * cols);
+    const T *a = src.Operand(loc, api, "source", srcCount);
+    const bool rowsFromSrc = dim == 2 && srcShape[0] != 1, colsFromSrc = srcShape[dim - 1] != 1;
+    const uint64_t srcCols = srcShape[dim - 1];
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint64_t c = 0; c < cols; c++)
+            d[r * cols + c] = a[(rowsFromSrc ? r : 0) * srcCols + (colsFromSrc ? c : 0)];
+}
+}  // namespace internal_
+template <class T, int32_t dim, int32_t axis, bool isReuseSource = false>
+void Broadcast(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t dstShape[dim],
+               const uint32_t srcShape[dim], CANNA_LOC_)
+{
+    internal_::BroadcastImpl<T, dim, axis>(loc, "Broadcast", dst, src, dstShape, srcShape);
+}
+template <class T, int32_t dim, int32_t axis, bool isReuseSource = false>
+void Broadcast(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t dstShape[dim],
+               const uint32_t srcShape[dim], const LocalTensor<uint8_t> &sharedTmpBuffer, CANNA_LOC_)
+{
+    sharedTmpBuffer.Live(loc, "Broadcast");
+    internal_::BroadcastImpl<T, dim, axis>(loc, "Broadcast", dst, src, dstShape, srcShape);
+}
+template <class T, int32_t dim, int32_t axis, bool isReuseSource = false>
+void BroadCast(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t dstShape[dim],
+               const uint32_t srcShape[dim], CANNA_LOC_)
+{
+    internal_::BroadcastImpl<T, dim, axis>(loc, "BroadCast", dst, src, dstShape, srcShape);
+}
+template <class T, int32_t dim, int32_t axis, bool isReuseSource = false>
+void BroadCast(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t dstShape[dim],
+               const uint32_t srcShape[dim], const LocalTensor<uint8_t> &sharedTmpBuffer, CANNA_LOC_)
+{
+    sharedTmpBuffer.Live(loc, "BroadCast");
+    internal_::BroadcastImpl<T, dim, axis>(loc, "BroadCast", dst, src, dstShape, srcShape);
+}
+
 /* ------------------------------------------------------------------ debugging */
 template <class... A> inline void printf(const char *fmt, A... args)
 {
@@ -1797,6 +2137,60 @@ template <class T> void DumpTensor(const GlobalTensor<T> &t, uint32_t desc, uint
     internal_::Dump("GM", t.ptr_, desc, dumpSize, (uint32_t)t.GetSize());
 }
 
+/* the shape DumpTensor prints a tensor with (up to 8 dimensions) */
+struct ShapeInfo {
+    ShapeInfo() = default;
+    ShapeInfo(uint8_t dim, const uint32_t *shape) : shapeDim(dim > 8 ? 8 : dim)
+    {
+        for (uint8_t i = 0; i < shapeDim; i++)
+            this->shape[i] = shape[i];
+    }
+    uint8_t shapeDim = 0;
+    uint32_t shape[8] = {};
+};
+namespace internal_ {
+inline const char *ShapeText(char *buf, size_t n, const ShapeInfo &s)
+{
+    size_t k = (size_t)std::snprintf(buf, n, "shape (");
+    for (uint8_t i = 0; i < s.shapeDim && k + 16 < n; i++)
+        k += (size_t)std::snprintf(buf + k, n - k, i ? ", %u" : "%u", s.shape[i]);
+    std::snprintf(buf + k, n - k, ")");
+    return buf;
+}
+}  // namespace internal_
+template <class T> void DumpTensor(const LocalTensor<T> &t, uint32_t desc, uint32_t dumpSize, const ShapeInfo &shape,
+                                   CANNA_LOC_)
+{
+    t.Live(loc, "DumpTensor");
+    char where[160], sh[128];
+    std::snprintf(where, sizeof where, "%s, %s", internal_::PosName(t.pos_), internal_::ShapeText(sh, sizeof sh, shape));
+    internal_::Dump(where, t.ptr_, desc, dumpSize < t.GetSize() ? dumpSize : t.GetSize(), t.GetSize());
+}
+template <class T> void DumpTensor(const GlobalTensor<T> &t, uint32_t desc, uint32_t dumpSize, const ShapeInfo &shape,
+                                   CANNA_LOC_)
+{
+    canna_sim::gm_check(loc, "DumpTensor", t.ptr_, (uint64_t)dumpSize * sizeof(T));
+    char where[160], sh[128];
+    std::snprintf(where, sizeof where, "GM, %s", internal_::ShapeText(sh, sizeof sh, shape));
+    internal_::Dump(where, t.ptr_, desc, dumpSize, (uint32_t)t.GetSize());
+}
+/* DumpTensor of the dumpSize elements from element countOff on */
+template <class T> void DumpAccChkPoint(const LocalTensor<T> &t, uint32_t index, uint32_t countOff, uint32_t dumpSize,
+                                        CANNA_LOC_)
+{
+    t.Live(loc, "DumpAccChkPoint");
+    if (countOff > t.GetSize())
+        canna_sim::fault(loc, "DumpAccChkPoint: offset %u is past the LocalTensor of %u elements", countOff, t.GetSize());
+    uint32_t left = t.GetSize() - countOff;
+    internal_::Dump(internal_::PosName(t.pos_), t.ptr_ + countOff, index, dumpSize < left ? dumpSize : left, left);
+}
+template <class T> void DumpAccChkPoint(const GlobalTensor<T> &t, uint32_t index, uint32_t countOff, uint32_t dumpSize,
+                                        CANNA_LOC_)
+{
+    canna_sim::gm_check(loc, "DumpAccChkPoint", t.ptr_ + countOff, (uint64_t)dumpSize * sizeof(T));
+    internal_::Dump("GM", t.ptr_ + countOff, index, dumpSize, dumpSize);
+}
+
 template <class T> void LocalTensor<T>::Print(uint32_t len) const
 {
     Live(canna_sim::kNoLoc, "LocalTensor::Print");
@@ -1816,20 +2210,46 @@ template <class T> T ReadTiling(const void *tiling, const canna_sim::Loc &loc)
     return t;
 }
 template <class T> constexpr bool kNeedsTilingType = false;
+struct CannaNoTilingType_ {};
+template <class T> constexpr bool NeedsTilingKey()
+{
+    static_assert(kNeedsTilingType<T>, "TILING_KEY_IS needs the tiling key the host chose: compile with "
+                                       "-DCANNA_TILING_KEY=<key>");
+    return false;
+}
 }  // namespace internal_
 #ifndef GET_TILING_DATA_WITH_STRUCT
 #define GET_TILING_DATA_WITH_STRUCT(type, name, tiling) \
     type name = ::AscendC::internal_::ReadTiling<type>((const void *)(tiling), ::canna_sim::Loc::here())
+#endif
+/* REGISTER_TILING_DEFAULT(T) in the kernel names the struct GET_TILING_DATA reads (it shadows this
+ * placeholder in the kernel's scope) */
+#ifndef REGISTER_TILING_DEFAULT
+#define REGISTER_TILING_DEFAULT(type) using CannaTilingDefault_ = type
+#endif
+#ifndef REGISTER_TILING_FOR_TILINGKEY
+#define REGISTER_TILING_FOR_TILINGKEY(key, type)
 #endif
 #ifndef GET_TILING_DATA
 #ifdef CANNA_TILING_DATA_TYPE
 #define GET_TILING_DATA(name, tiling) GET_TILING_DATA_WITH_STRUCT(CANNA_TILING_DATA_TYPE, name, tiling)
 #else
 #define GET_TILING_DATA(name, tiling)                                                                           \
-    static_assert(::AscendC::internal_::kNeedsTilingType<decltype(tiling)>,                                     \
+    static_assert(!std::is_same_v<CannaTilingDefault_, ::AscendC::internal_::CannaNoTilingType_>,               \
                   "GET_TILING_DATA needs the tiling struct: compile with -DCANNA_TILING_DATA_TYPE=<its type> "  \
-                  "and its header (see register/tilingdata_base.h), or use GET_TILING_DATA_WITH_STRUCT");       \
-    struct CannaNoTilingType_ {} name
+                  "and its header (see register/tilingdata_base.h), name it with REGISTER_TILING_DEFAULT(<its "  \
+                  "type>) before, or use GET_TILING_DATA_WITH_STRUCT");                                         \
+    GET_TILING_DATA_WITH_STRUCT(CannaTilingDefault_, name, tiling)
+#endif
+#endif
+/* the tiling key the host's tiling function chose (TilingContext::SetTilingKey): a build option here,
+ * -DCANNA_TILING_KEY=<key> (the same source built once per key, as the Ascend toolchain does) */
+#ifndef TILING_KEY_IS
+#ifdef CANNA_TILING_KEY
+#define TILING_KEY_IS(key) ((uint64_t)(key) == (uint64_t)(CANNA_TILING_KEY))
+#else
+#define TILING_KEY_IS(key)                                                                                      \
+    (::AscendC::internal_::NeedsTilingKey<decltype(key)>(), false)
 #endif
 #endif
 
@@ -1840,6 +2260,7 @@ template <class T> constexpr bool kNeedsTilingType = false;
 
 #undef CANNA_LOC_
 }  // namespace AscendC
+using CannaTilingDefault_ = ::AscendC::internal_::CannaNoTilingType_;
 
 #pragma GCC pop_options
 
