@@ -558,3 +558,97 @@ def test_smi_shows_each_rank_process_on_its_device(tmp_path):
         outs = _finish(procs)
     for rc, _out, err in outs:
         assert rc == 0, err[-3000:]
+
+
+# Each rank makes a different call in each case; then both make the same all-reduce, which must
+# work (a disagreement fails the call on every rank, not the communicator). HCCL_EXEC_TIMEOUT is
+# short so that a missing check fails by timing out (a different message) instead of hanging.
+MISMATCH = textwrap.dedent(r'''
+    import numpy as np, acl_rt
+    CASES = {
+        "count": lambda c, b, s, r: c.all_reduce(b, b, 1024 if r == 0 else 2048, "float32", stream=s),
+        "op": lambda c, b, s, r: c.all_reduce(b, b, 1024, "float32", "sum" if r == 0 else "max", stream=s),
+        "dtype": lambda c, b, s, r: c.all_reduce(b, b, 1024, "float32" if r == 0 else "int32", stream=s),
+        "kind": lambda c, b, s, r: (c.all_reduce(b, b, 1024, "float32", stream=s) if r == 0
+                                    else c.broadcast(b, 1024, "float32", root=0, stream=s)),
+        "root": lambda c, b, s, r: c.broadcast(b, 1024, "float32", root=r, stream=s),
+        "barrier": lambda c, b, s, r: (c.barrier(stream=s) if r == 0
+                                       else c.all_gather(b, b, 512, "float32", stream=s)),
+    }
+    def mismatches(c, names):
+        s = c.device.create_stream()
+        b = acl_rt.alloc(1 << 16)
+        b2 = acl_rt.alloc(4096)
+        out = []
+        for name in names:
+            CASES[name](c, b, s, c.rank)
+            try:
+                s.synchronize()
+                out.append((name, "no error"))
+            except acl_rt.AclError as e:
+                out.append((name, str(e).replace("\n", " ")))
+            x = np.full(1024, c.rank + 1, np.float32)
+            b2.copy_from(x)
+            c.all_reduce(b2, b2, 1024, "float32", stream=s).synchronize()   # still usable
+            b2.copy_to(x)
+            assert (x == 3).all(), x
+        assert c.async_error() == 0
+        return out
+''')
+
+
+def _check_mismatch_messages(results):
+    """results: {rank: [(case, message)]}; every rank failed every case naming both calls."""
+    for rank, rows in results.items():
+        for name, msg in rows:
+            assert "HCCL error 1 (parameter error)" in msg, (rank, name, msg)
+            assert "rank 0 called" in msg and "rank 1 called" in msg, (rank, name, msg)
+            assert "timed out" not in msg, msg
+        msgs = dict(rows)
+        assert "count=1024" in msgs["count"] and "count=2048" in msgs["count"], msgs["count"]
+        assert "sum" in msgs["op"] and "max" in msgs["op"], msgs["op"]
+        assert "fp32" in msgs["dtype"] and "int32" in msgs["dtype"], msgs["dtype"]
+        assert "HcclAllReduce(" in msgs["kind"] and "HcclBroadcast(" in msgs["kind"], msgs["kind"]
+        assert "root=0" in msgs["root"] and "root=1" in msgs["root"], msgs["root"]
+        assert "HcclBarrier()" in msgs["barrier"] and "HcclAllGather(" in msgs["barrier"], msgs["barrier"]
+
+
+def test_mismatched_collectives_fail_every_thread_rank(py):
+    """Ranks (threads) calling different collectives (count, op, dtype, kind, root) fail at once with
+    HCCL_E_PARA on every rank, naming both calls; the communicator keeps working."""
+    code = MISMATCH + textwrap.dedent('''
+        import threading, json
+        comms = acl_rt.Communicator.init_all([0, 1])
+        res, errors = {}, []
+        def work(c):
+            try:
+                with c.device:
+                    res[c.rank] = mismatches(c, list(CASES))
+            except BaseException as e:
+                errors.append(repr(e))
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        assert not errors, errors
+        for c in comms:
+            c.destroy()
+        print(json.dumps(res))
+    ''')
+    r = py(code, env={"CANNA_SIM_DEVICES": "2", "HCCL_EXEC_TIMEOUT": "20"}, timeout=300)
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    _check_mismatch_messages({int(k): v for k, v in res.items()})
+
+
+def test_mismatched_collectives_fail_every_process_rank(tmp_path):
+    """The same between 2 processes."""
+    code = MISMATCH + RANK_MAIN + textwrap.dedent('''
+        import json
+        print(json.dumps(mismatches(comm, list(CASES))))
+        comm.destroy()
+    ''')
+    outs = _finish([_spawn(code, r, 2, tmp_path / "root", {"HCCL_EXEC_TIMEOUT": "20"}) for r in range(2)],
+                   timeout=300)
+    res = {}
+    for rank, (rc, out, err) in enumerate(outs):
+        assert rc == 0, err[-3000:]
+        res[rank] = json.loads(out.strip().splitlines()[-1])
+    _check_mismatch_messages(res)

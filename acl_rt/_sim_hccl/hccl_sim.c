@@ -40,7 +40,7 @@
 
 #define MAX_RANKS 64
 #define ROOT_MAGIC "CANNAHC1"
-#define SEG_MAGIC 0x48434331u           /* "HCC1" */
+#define SEG_MAGIC 0x48434332u           /* "HCC2" */
 #define SLOT_MAX (4u << 20)             /* bytes of one rank's collective slot */
 #define P2P_MAX (1u << 20)              /* bytes of one point-to-point channel */
 #define BUF_MIN (64u << 10)
@@ -131,6 +131,16 @@ typedef struct {
     char pad[40];
 } chan_t;
 
+/* What a rank called, published when the ranks meet at the start of each collective: the ranks
+ * compare them and all fail the call if they disagree (see check_agree). */
+typedef struct {
+    uint64_t seq;               /* the communicator's collectives this rank started before this one */
+    uint64_t count;
+    int32_t kind, dt, op;
+    uint32_t root;
+    char pad[32];
+} desc_t;
+
 typedef struct {
     _Atomic uint32_t magic;
     uint32_t nranks;
@@ -149,6 +159,7 @@ typedef struct {
         _Atomic uint32_t step[3];   /* all-reduce steps each rank completed (futex words), see run_allreduce */
         char pad[52];
     } progress[MAX_RANKS];
+    desc_t desc[2][MAX_RANKS];      /* each rank's collective, by the parity of its sequence number */
 } seg_t;
 
 enum { RANK_FREE, RANK_JOINED, RANK_LEFT };
@@ -168,6 +179,7 @@ typedef struct comm {
     double exec_timeout;
     _Atomic int32_t async_err;
     _Atomic uint64_t ops, bytes, wait_ns;
+    _Atomic uint64_t seq;       /* collectives this rank started */
     struct comm *next;
 } comm_t;
 
@@ -897,6 +909,82 @@ static const char *op_name(int kind)
     return n[kind];
 }
 
+static const char *dtype_name(HcclDataType t)
+{
+    static const char *const n[] = {"int8", "int16", "int32", "fp16", "fp32", "int64", "uint64", "uint8",
+                                    "uint16", "uint32", "fp64", "bfp16", "int128"};
+    return (unsigned)t < sizeof n / sizeof n[0] ? n[t] : "?";
+}
+
+/* "HcclAllReduce(count=N, fp32, sum)": what a rank called, for the mismatch message */
+static void desc_text(char *out, size_t len, const desc_t *d)
+{
+    static const char *const ops[] = {"sum", "prod", "max", "min"};
+    const char *opn = (unsigned)d->op < 4 ? ops[d->op] : "?";
+    switch (d->kind) {
+    case OP_BARRIER:
+        snprintf(out, len, "%s()", op_name(d->kind));
+        break;
+    case OP_ALLREDUCE: case OP_REDUCESCATTER:
+        snprintf(out, len, "%s(count=%llu, %s, %s)", op_name(d->kind), (unsigned long long)d->count,
+                 dtype_name((HcclDataType)d->dt), opn);
+        break;
+    case OP_REDUCE:
+        snprintf(out, len, "%s(count=%llu, %s, %s, root=%u)", op_name(d->kind), (unsigned long long)d->count,
+                 dtype_name((HcclDataType)d->dt), opn, d->root);
+        break;
+    case OP_BROADCAST:
+        snprintf(out, len, "%s(count=%llu, %s, root=%u)", op_name(d->kind), (unsigned long long)d->count,
+                 dtype_name((HcclDataType)d->dt), d->root);
+        break;
+    default:
+        snprintf(out, len, "%s(count=%llu, %s)", op_name(d->kind), (unsigned long long)d->count,
+                 dtype_name((HcclDataType)d->dt));
+        break;
+    }
+}
+
+/* The start of every collective: each rank publishes what it called, all meet, and each compares
+ * every rank's call with rank 0's. Every rank reads the same descriptors, so on a disagreement
+ * (kind, count, data type, op or root) all of them fail the call with HCCL_E_PARA before any data
+ * moves, and the communicator stays usable. The descriptors alternate between two tables by the
+ * parity of the call's sequence number: a rank can write the next call's only after every rank
+ * reached this meeting, and the one after next only after every rank finished reading this one's. */
+static HcclResult check_agree(op_t *o, bool *mismatch)
+{
+    comm_t *c = o->c;
+    uint64_t seq = atomic_fetch_add(&c->seq, 1);
+    desc_t *mine = &c->seg->desc[seq & 1][c->rank];
+    memset(mine, 0, sizeof *mine);
+    mine->seq = seq;
+    mine->kind = o->kind;
+    mine->count = o->count;
+    mine->dt = o->kind == OP_BARRIER ? 0 : (int32_t)o->dt;
+    mine->op = o->kind == OP_ALLREDUCE || o->kind == OP_REDUCE || o->kind == OP_REDUCESCATTER ? (int32_t)o->op : 0;
+    mine->root = o->kind == OP_REDUCE || o->kind == OP_BROADCAST ? o->root : 0;
+    HcclResult rc = barrier(c, c->exec_timeout, op_name(o->kind));
+    if (rc)
+        return rc;
+    const desc_t *d0 = &c->seg->desc[seq & 1][0];
+    for (uint32_t r = 1; r < c->nranks; ++r) {
+        const desc_t *d = &c->seg->desc[seq & 1][r];
+        if (d->kind == d0->kind && d->count == d0->count && d->dt == d0->dt && d->op == d0->op && d->root == d0->root
+            && d->seq == d0->seq)
+            continue;
+        char a[160], b[160];
+        *mismatch = true;
+        desc_text(a, sizeof a, d0);
+        desc_text(b, sizeof b, d);
+        if (d->seq != d0->seq)
+            return herr(HCCL_E_PARA, "the ranks' collectives are out of step: rank 0 called %s as its collective "
+                        "#%llu, rank %u called %s as its #%llu", a, (unsigned long long)d0->seq + 1, r, b,
+                        (unsigned long long)d->seq + 1);
+        return herr(HCCL_E_PARA, "the ranks called different collectives: rank 0 called %s, rank %u called %s "
+                    "(every rank must make the same call)", a, r, b);
+    }
+    return HCCL_SUCCESS;
+}
+
 /* All-reduce as a reduce-scatter then an all-gather through the segment, pipelined in chunks. Each
  * chunk is cut in nranks parts; rank p reduces part p (in rank order, so every rank gets the same
  * bits) and the others copy its result: the ranks share the reduction instead of each reducing
@@ -1016,8 +1104,6 @@ static HcclResult run_collective(op_t *o)
     uint64_t slot = c->seg->slot_bytes, moved = 0;
     HcclResult rc = HCCL_SUCCESS;
     const void *ins[MAX_RANKS];
-    if (o->kind == OP_BARRIER)
-        return barrier(c, to, what);
     /* per-destination segments for reduce-scatter and all-to-all */
     bool segmented = o->kind == OP_REDUCESCATTER || o->kind == OP_ALLTOALL;
     uint64_t per = segmented ? (slot / n) / es : slot / es;   /* elements per step (per segment) */
@@ -1165,18 +1251,27 @@ static aclError op_task(void *arg)
 {
     op_t *o = arg;
     o->ran = true;
-    HcclResult rc = o->kind == OP_P2P ? run_p2p(o) : o->kind == OP_ALLREDUCE ? run_allreduce(o) : run_collective(o);
+    HcclResult rc = HCCL_SUCCESS;
+    bool mismatch = false;
+    if (o->kind != OP_P2P) {
+        rc = check_agree(o, &mismatch);
+    }
+    if (!rc)
+        rc = o->kind == OP_P2P ? run_p2p(o) : o->kind == OP_ALLREDUCE ? run_allreduce(o)
+             : o->kind == OP_BARRIER ? HCCL_SUCCESS : run_collective(o);
     if (rc == HCCL_SUCCESS) {
         atomic_fetch_add(&o->c->ops, 1);
         return ACL_SUCCESS;
     }
     int32_t zero = 0;
-    atomic_compare_exchange_strong(&o->c->async_err, &zero, (int32_t)rc);
+    if (!mismatch)   /* a disagreement fails the call, not the communicator */
+        atomic_compare_exchange_strong(&o->c->async_err, &zero, (int32_t)rc);
     const char *m = hcclsimGetLastErrorMessage();
     char msg[600];
     snprintf(msg, sizeof msg, "%s failed with HCCL error %d (%s): %s", op_name(o->kind), (int)rc,
              HcclGetErrorString(rc), m ? m : o->c->seg->abort_msg);
-    aclError code = rc == HCCL_E_TIMEOUT ? ACL_ERROR_RT_COMM_OP_RETRY_FAIL : ACL_ERROR_RT_SUSPECT_REMOTE_ERROR;
+    aclError code = mismatch ? ACL_ERROR_RT_PARAM_INVALID
+                    : rc == HCCL_E_TIMEOUT ? ACL_ERROR_RT_COMM_OP_RETRY_FAIL : ACL_ERROR_RT_SUSPECT_REMOTE_ERROR;
     aclsimSetRecentErrMsg(code, msg);
     return code;
 }
