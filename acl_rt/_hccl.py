@@ -315,10 +315,13 @@ class Communicator:
         return int(out[0])
 
     def stats(self) -> dict:
-        """Simulator only: ``{"ops", "bytes_moved", "wait_ns"}`` of this rank."""
+        """Simulator only, this rank's counters: ``ops`` (operations completed), ``bytes_moved``
+        (bytes it read and wrote: the shared segment, the peers' buffers), ``wait_ns`` (time it
+        waited for its peers), ``direct_ops`` (all-reduces that read and wrote the peers' buffers
+        directly, see ``acl_rt/_sim_hccl/README.md``)."""
         s = ffi.new("hcclsimCommStats *")
         _check(self._lib.hcclsimGetCommStats(self._handle("Communicator.stats"), s), "hcclsimGetCommStats", self._lib)
-        return {"ops": s.numOps, "bytes_moved": s.bytesMoved, "wait_ns": s.waitNs}
+        return {"ops": s.numOps, "bytes_moved": s.bytesMoved, "wait_ns": s.waitNs, "direct_ops": s.directOps}
 
     # -- operations ------------------------------------------------------------------------------
     def _stream(self, stream, api) -> Stream:
@@ -435,8 +438,7 @@ _live: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
 
 def hccl_stats() -> list:
     """Simulator only: one dict per live communicator of this process, in (device, rank) order:
-    ``{"device", "rank", "size", "ops", "bytes_moved", "wait_ns"}`` — operations completed, bytes
-    this rank copied through the shared segment, nanoseconds it waited for its peers. Empty on a
+    ``{"device", "rank", "size"}`` and the counters of :meth:`Communicator.stats`. Empty on a
     real CANN install (HCCL has no such counters) or before any communicator exists."""
     out = []
     for c in sorted(list(_live), key=lambda c: (c._device._id, c._rank)):

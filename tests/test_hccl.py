@@ -652,3 +652,62 @@ def test_mismatched_collectives_fail_every_process_rank(tmp_path):
         assert rc == 0, err[-3000:]
         res[rank] = json.loads(out.strip().splitlines()[-1])
     _check_mismatch_messages(res)
+
+
+# All-reduces of at least 1 MiB of device memory read and write the peers' buffers directly (the
+# `direct_ops` counter says which path ran); smaller ones and, between processes, host memory go
+# through the shared segment. Both against NumPy, in place and not, counts that do not split evenly.
+DIRECT = CHECKS + textwrap.dedent(r'''
+    def check_direct(comm, host_direct):
+        r, size = comm.rank, comm.size
+        s = comm.device.create_stream()
+        cases = [("float32", "sum", (1 << 20) // 4 + 1001, True), ("float16", "prod", (1 << 20) + 7, True),
+                 ("int8", "max", (3 << 20) + 5, True), ("float64", "min", 200003, True),
+                 ("int32", "sum", 1000, False)]     # 4000 bytes: through the segment
+        for dtype, op, n, direct in cases:
+            for in_place in (True, False):
+                xs = [data(k, dtype, n, op) for k in range(size)]
+                want = OPS[op](np.stack([x.astype(np.float64) for x in xs]), axis=0)
+                before = comm.stats()["direct_ops"]
+                src = dev(xs[r])
+                out = src if in_place else acl_rt.alloc(xs[r].nbytes)
+                comm.all_reduce(src, out, n, dtype, op, stream=s).synchronize()
+                expect_close(host(out, dtype, n), want, dtype, size, f"{dtype} {op} {n} in_place={in_place}")
+                assert comm.stats()["direct_ops"] - before == int(direct), (dtype, op, n, comm.stats())
+        # host memory (the unified memory model): direct between threads, not between processes
+        n = 1 << 19
+        x = data(r, "float32", n)
+        before = comm.stats()["direct_ops"]
+        comm.all_reduce(x.ctypes.data, x.ctypes.data, n, "float32", stream=s).synchronize()
+        expect_close(x, sum(data(k, "float32", n).astype(np.float64) for k in range(size)), "float32", size)
+        assert comm.stats()["direct_ops"] - before == int(host_direct), comm.stats()
+''')
+
+
+def test_direct_all_reduce_threads(py):
+    code = DIRECT + textwrap.dedent('''
+        import threading
+        comms = acl_rt.Communicator.init_all([0, 1, 2])
+        errors = []
+        def work(c):
+            try:
+                with c.device:
+                    check_direct(c, True)
+            except BaseException as e:
+                errors.append(e)
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        if errors:
+            raise errors[0]
+        print("ok")
+    ''')
+    r = py(code, env={"CANNA_SIM_DEVICES": "3"}, timeout=600)
+    assert r.stdout.strip().endswith("ok")
+
+
+def test_direct_all_reduce_processes(tmp_path):
+    code = DIRECT + RANK_MAIN + "check_direct(comm, False)\ncomm.destroy()\nprint('ok')\n"
+    outs = _finish([_spawn(code, r, 3, tmp_path / "root") for r in range(3)])
+    for rc, out, err in outs:
+        assert rc == 0, err[-3000:]
+        assert out.strip().endswith("ok")
