@@ -18,34 +18,39 @@ REPO = Path(__file__).resolve().parent.parent
 # result against NumPy in float64. `check_all(comm)` raises AssertionError on a wrong value.
 CHECKS = textwrap.dedent(r'''
     import numpy as np, acl_rt
+    import ml_dtypes   # noqa: F401 - NumPy's "bfloat16"
 
-    DTYPES = ["float32", "float16", "float64", "int32", "int64", "int8", "uint8"]
+    DTYPES = ["float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8", "int16", "uint16",
+              "uint32", "uint64"]
     OPS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+    def isfloat(dtype):
+        return dtype == "bfloat16" or np.dtype(dtype).kind == "f"
 
     def data(rank, dtype, n, op="sum"):
         rng = np.random.default_rng(1000 + rank)
-        if np.dtype(dtype).kind == "f":
+        if isfloat(dtype):
             lo, hi = (0.5, 1.5) if op == "prod" else (-4, 4)
             return rng.uniform(lo, hi, n).astype(dtype)
         lo, hi = (1, 4) if op == "prod" else (0 if np.dtype(dtype).kind == "u" else -20, 20)
         return rng.integers(lo, hi, n).astype(dtype)
 
     def tol(dtype, nterms):
-        return {"float16": 2e-3 * nterms, "float32": 1e-6 * nterms}.get(dtype, 0)
+        return {"float16": 2e-3 * nterms, "bfloat16": 8e-3 * nterms, "float32": 1e-6 * nterms}.get(dtype, 0)
 
     def expect_close(got, want, dtype, nterms=2, what=""):
         want = np.asarray(want)
-        if np.dtype(dtype).kind == "f":
+        if isfloat(dtype):
             np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol(dtype, nterms),
                                        atol=tol(dtype, nterms), err_msg=what)
         else:   # integers wrap like the device's (two's complement)
             np.testing.assert_array_equal(got, want.astype(np.int64).astype(dtype), err_msg=what)
 
-    def dev(x):
-        b = acl_rt.alloc(max(x.nbytes, 1)); b.copy_from(x); return b
+    def dev(x):   # (bytes: bfloat16 arrays have no buffer protocol)
+        b = acl_rt.alloc(max(x.nbytes, 1)); b.copy_from(x.view(np.uint8)); return b
 
     def host(b, dtype, n):
-        y = np.empty(n, dtype); b.copy_to(y); return y
+        y = np.empty(n, dtype); b.copy_to(y.view(np.uint8)); return y
 
     def check_all(comm, n=3001):
         r, size = comm.rank, comm.size
