@@ -716,3 +716,37 @@ def test_direct_all_reduce_processes(tmp_path):
     for rc, out, err in outs:
         assert rc == 0, err[-3000:]
         assert out.strip().endswith("ok")
+
+
+def test_peer_killed_during_direct_all_reduces(tmp_path):
+    """Rank 1 exits while many large (direct: each rank reads and writes the other's buffers)
+    all-reduces are queued: rank 0 gets HCCL_E_REMOTE naming the dead rank, never a crash or hang
+    (its mappings of rank 1's memory stay valid after rank 1 is gone)."""
+    code = RANK_MAIN + textwrap.dedent('''
+        import time
+        n = 4 << 20
+        b = acl_rt.alloc(4 * n)
+        s = comm.device.create_stream()
+        comm.all_reduce(b, b, n, "float32", stream=s).synchronize()
+        assert comm.stats()["direct_ops"] == 1
+        for _ in range(400):                  # at least a second of work: rank 1 exits well before
+            comm.all_reduce(b, b, n, "float32", stream=s)
+        if rank == 1:
+            time.sleep(0.05)
+            os._exit(3)
+        try:
+            s.synchronize()
+        except acl_rt.AclError as e:
+            print("error", e.code, comm.async_error(), str(e).replace(chr(10), " "))
+        else:
+            print("no error")
+    ''')
+    outs = _finish([_spawn(code, r, 2, tmp_path / "root", {"HCCL_EXEC_TIMEOUT": "60"}) for r in range(2)],
+                   timeout=300)
+    assert outs[1][0] == 3, outs[1][2][-3000:]
+    rc, out, err = outs[0]
+    assert rc == 0, err[-3000:]
+    words = out.split()
+    assert words[0] == "error", out
+    assert int(words[2]) == 21, out      # HCCL_E_REMOTE
+    assert "rank 1" in out and "died" in out, out
