@@ -750,3 +750,35 @@ def test_peer_killed_during_direct_all_reduces(tmp_path):
     assert words[0] == "error", out
     assert int(words[2]) == 21, out      # HCCL_E_REMOTE
     assert "rank 1" in out and "died" in out, out
+
+
+def test_buffers_freed_while_queued_stay_valid_until_the_collective_ran(py):
+    """A DeviceBuffer dropped right after a collective is queued on another stream (or inside
+    hccl_group(), where the send is queued only at the group's end) is not freed under it: in
+    memcheck mode (freed memory unmapped) this crashed the process."""
+    code = textwrap.dedent('''
+        import threading, numpy as np, acl_rt
+        comms = acl_rt.Communicator.init_all([0, 1])
+        res = {}
+        def dev(x):
+            b = acl_rt.alloc(x.nbytes); b.copy_from(x); return b
+        def work(c):
+            with c.device:
+                s = c.device.create_stream()
+                n = 1 << 16
+                out = acl_rt.alloc(4 * n)
+                c.all_reduce(dev(np.full(n, c.rank + 1, np.float32)), out, n, "float32", stream=s)
+                rb = acl_rt.alloc(4 * n)
+                with acl_rt.hccl_group():
+                    c.send(dev(np.full(n, c.rank + 5, np.float32)), n, "float32", 1 - c.rank, stream=s)
+                    c.recv(rb, n, "float32", 1 - c.rank, stream=s)
+                s.synchronize()
+                x, y = np.empty(n, np.float32), np.empty(n, np.float32)
+                out.copy_to(x); rb.copy_to(y)
+                res[c.rank] = (float(x.min()), float(x.max()), float(y.min()), float(y.max()))
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        print(res[0], res[1])
+    ''')
+    r = py(code, env={"CANNA_SIM_DEVICES": "2", "CANNA_SIM_CHECK": "1", "HCCL_EXEC_TIMEOUT": "60"}, timeout=300)
+    assert r.stdout.strip() == "(3.0, 3.0, 6.0, 6.0) (3.0, 3.0, 5.0, 5.0)", r.stdout
