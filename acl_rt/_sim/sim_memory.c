@@ -1,9 +1,9 @@
 /* canna simulator: device and pinned host allocations, the address table, copies and memsets.
  *
  * Every allocation is its own mapping (device allocations of ACLSIM_SHARE_MIN bytes or more: of
- * the process's memfd, so peers can map them; see aclsimMemGetShare). Live allocations and the most recent SIM_FREED_RING freed
- * ranges are kept in one search tree (glibc tsearch, ordered by address range) under a
- * writer-preferring rwlock. A freed range stays reserved until it leaves the ring (normal mode:
+ * the process's memfd, so peers can map them; see aclsimMemGetShare). Live allocations and the
+ * most recent SIM_FREED_RING freed ranges are kept in one search tree (glibc tsearch, ordered by
+ * address range) under a writer-preferring rwlock. A freed range stays reserved until it leaves the ring (normal mode:
  * pages dropped with MADV_DONTNEED, still mapped so a late access cannot crash; memcheck mode:
  * poisoned and PROT_NONE), so no other mapping can reuse its addresses while it is remembered and
  * "freed" is never reported for memory that is someone else's. */
