@@ -315,10 +315,13 @@ class Communicator:
         return int(out[0])
 
     def stats(self) -> dict:
-        """Simulator only: ``{"ops", "bytes_moved", "wait_ns"}`` of this rank."""
+        """Simulator only, this rank's counters: ``ops`` (operations completed), ``bytes_moved``
+        (bytes it read and wrote: the shared segment, the peers' buffers), ``wait_ns`` (time it
+        waited for its peers), ``direct_ops`` (all-reduces that read and wrote the peers' buffers
+        directly, see ``acl_rt/_sim_hccl/README.md``)."""
         s = ffi.new("hcclsimCommStats *")
         _check(self._lib.hcclsimGetCommStats(self._handle("Communicator.stats"), s), "hcclsimGetCommStats", self._lib)
-        return {"ops": s.numOps, "bytes_moved": s.bytesMoved, "wait_ns": s.waitNs}
+        return {"ops": s.numOps, "bytes_moved": s.bytesMoved, "wait_ns": s.waitNs, "direct_ops": s.directOps}
 
     # -- operations ------------------------------------------------------------------------------
     def _stream(self, stream, api) -> Stream:
@@ -326,7 +329,17 @@ class Communicator:
         s._handle(api)
         return s
 
-    def _done(self, s: Stream) -> Event:
+    def _done(self, s: Stream, *bufs) -> Event:
+        # the operation reads/writes the buffers later, on s: a DeviceBuffer freed before then must
+        # not be reused (or, in memcheck mode, unmapped) until s has passed the operation. Inside
+        # hccl_group() the operation is queued only at the group's end: the buffers are kept until then.
+        held = getattr(_group_state, "held", None)
+        for b in bufs:
+            if isinstance(b, DeviceBuffer):
+                if held is not None:
+                    held.append((b, s))
+                else:
+                    b._use_on(s, None)
         return s.record()
 
     def all_reduce(self, sendbuf, recvbuf, count: int, dtype, op: str = "sum", *, stream=None) -> Event:
@@ -365,7 +378,7 @@ class Communicator:
         else:
             rc = lib.HcclReduceScatter(*vp, count, HCCL_DTYPES[dt], HCCL_REDUCE_OPS[op], h, s._h)
         _check(rc, api, lib)
-        return self._done(s)
+        return self._done(s, sendbuf, recvbuf)
 
     def broadcast(self, buf, count: int, dtype, *, root: int = 0, stream=None) -> Event:
         """HcclBroadcast: ``root``'s ``buf`` is copied into every rank's ``buf``."""
@@ -375,7 +388,7 @@ class Communicator:
         _check_size(buf, count, dt, api, "buf")
         p = ffi.cast("void *", _address(buf, api, "buf"))
         _check(self._lib.HcclBroadcast(p, count, HCCL_DTYPES[dt], root, self._handle(api), s._h), api, self._lib)
-        return self._done(s)
+        return self._done(s, buf)
 
     def all_gather(self, sendbuf, recvbuf, count: int, dtype, *, stream=None) -> Event:
         """HcclAllGather: ``recvbuf`` (``size * count`` elements) gets every rank's ``sendbuf``
@@ -388,7 +401,7 @@ class Communicator:
         a = ffi.cast("void *", _address(sendbuf, api, "sendbuf"))
         b = ffi.cast("void *", _address(recvbuf, api, "recvbuf"))
         _check(self._lib.HcclAllGather(a, b, count, HCCL_DTYPES[dt], self._handle(api), s._h), api, self._lib)
-        return self._done(s)
+        return self._done(s, sendbuf, recvbuf)
 
     def all_to_all(self, sendbuf, recvbuf, count: int, dtype, *, stream=None) -> Event:
         """HcclAlltoAll: block d (``count`` elements) of ``sendbuf`` goes to rank d; block s of
@@ -402,7 +415,7 @@ class Communicator:
         b = ffi.cast("void *", _address(recvbuf, api, "recvbuf"))
         code = HCCL_DTYPES[dt]
         _check(self._lib.HcclAlltoAll(a, count, code, b, count, code, self._handle(api), s._h), api, self._lib)
-        return self._done(s)
+        return self._done(s, sendbuf, recvbuf)
 
     def send(self, buf, count: int, dtype, peer: int, *, stream=None) -> Event:
         """HcclSend: send ``count`` elements to rank ``peer`` (which calls :meth:`recv`)."""
@@ -419,7 +432,7 @@ class Communicator:
         p = ffi.cast("void *", _address(buf, api, "buf"))
         fn = self._lib.HcclSend if api == "HcclSend" else self._lib.HcclRecv
         _check(fn(p, count, HCCL_DTYPES[dt], peer, self._handle(api), s._h), api, self._lib)
-        return self._done(s)
+        return self._done(s, buf)
 
     def barrier(self, *, stream=None) -> Event:
         """HcclBarrier: completes on every rank once every rank has reached it."""
@@ -435,8 +448,7 @@ _live: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
 
 def hccl_stats() -> list:
     """Simulator only: one dict per live communicator of this process, in (device, rank) order:
-    ``{"device", "rank", "size", "ops", "bytes_moved", "wait_ns"}`` — operations completed, bytes
-    this rank copied through the shared segment, nanoseconds it waited for its peers. Empty on a
+    ``{"device", "rank", "size"}`` and the counters of :meth:`Communicator.stats`. Empty on a
     real CANN install (HCCL has no such counters) or before any communicator exists."""
     out = []
     for c in sorted(list(_live), key=lambda c: (c._device._id, c._rank)):
@@ -454,9 +466,27 @@ class group:
     def __enter__(self):
         lib = hccl_library()
         _check(lib.HcclGroupStart(), "HcclGroupStart", lib)
+        st = _group_state
+        st.depth = getattr(st, "depth", 0) + 1
+        if st.depth == 1:
+            st.held = []
         return self
 
     def __exit__(self, *exc):
         lib = hccl_library()
-        _check(lib.HcclGroupEnd(), "HcclGroupEnd", lib)
+        st = _group_state
+        st.depth -= 1
+        held = st.held if st.depth == 0 else []
+        if st.depth == 0:
+            st.held = None
+        try:
+            _check(lib.HcclGroupEnd(), "HcclGroupEnd", lib)
+        finally:
+            for b, s in held:   # queued now (or failed): the buffers follow the streams' frees
+                if not b.closed:
+                    b._use_on(s, None)
         return False
+
+
+# per thread: hccl_group() nesting depth and the buffers its operations use (see Communicator._done)
+_group_state = threading.local()

@@ -354,8 +354,9 @@ def pool_stats(device_id: int | None = None) -> list[PoolStats]:
 def collective_stats(device_id: int | None = None) -> list[dict]:
     """The HCCL communicators of live canna processes (simulator; published with the pool
     statistics), one dict per rank: ``device_id``, ``pid``, ``name``, ``rank``, ``size``, ``ops``
-    (operations completed), ``bytes_moved`` (bytes the rank copied through the shared segment),
-    ``wait_ns`` (nanoseconds it waited for its peers), ``updated`` (Unix time of the record).
+    (operations completed), ``bytes_moved`` (bytes the rank read and wrote: the shared segment,
+    the peers' buffers), ``wait_ns`` (nanoseconds it waited for its peers), ``updated`` (Unix
+    time of the record).
 
     Raises:
         TypeError / InvalidArgumentError: bad device id."""

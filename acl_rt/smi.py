@@ -302,7 +302,7 @@ def make_collector(ids=None):
             clab = plab + ["rank"]
             hccl = {k: CounterMetricFamily(f"canna_hccl_{k}", doc, labels=clab) for k, doc in (
                 ("ops", "HCCL operations completed by the rank"),
-                ("bytes_moved", "bytes the rank copied through the collectives' shared segment"),
+                ("bytes_moved", "bytes the rank read and wrote in collectives (the shared segment, the peers' buffers)"),
                 ("wait_seconds", "seconds the rank waited for its peers"))}
             for c in s.get("collectives", ()):
                 lv = [str(c["device_id"]), names.get(c["device_id"], ""), str(c["pid"]), c["name"] or "", str(c["rank"])]

@@ -18,34 +18,39 @@ REPO = Path(__file__).resolve().parent.parent
 # result against NumPy in float64. `check_all(comm)` raises AssertionError on a wrong value.
 CHECKS = textwrap.dedent(r'''
     import numpy as np, acl_rt
+    import ml_dtypes   # noqa: F401 - NumPy's "bfloat16"
 
-    DTYPES = ["float32", "float16", "float64", "int32", "int64", "int8", "uint8"]
+    DTYPES = ["float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8", "int16", "uint16",
+              "uint32", "uint64"]
     OPS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+    def isfloat(dtype):
+        return dtype == "bfloat16" or np.dtype(dtype).kind == "f"
 
     def data(rank, dtype, n, op="sum"):
         rng = np.random.default_rng(1000 + rank)
-        if np.dtype(dtype).kind == "f":
+        if isfloat(dtype):
             lo, hi = (0.5, 1.5) if op == "prod" else (-4, 4)
             return rng.uniform(lo, hi, n).astype(dtype)
         lo, hi = (1, 4) if op == "prod" else (0 if np.dtype(dtype).kind == "u" else -20, 20)
         return rng.integers(lo, hi, n).astype(dtype)
 
     def tol(dtype, nterms):
-        return {"float16": 2e-3 * nterms, "float32": 1e-6 * nterms}.get(dtype, 0)
+        return {"float16": 2e-3 * nterms, "bfloat16": 8e-3 * nterms, "float32": 1e-6 * nterms}.get(dtype, 0)
 
     def expect_close(got, want, dtype, nterms=2, what=""):
         want = np.asarray(want)
-        if np.dtype(dtype).kind == "f":
+        if isfloat(dtype):
             np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol(dtype, nterms),
                                        atol=tol(dtype, nterms), err_msg=what)
         else:   # integers wrap like the device's (two's complement)
             np.testing.assert_array_equal(got, want.astype(np.int64).astype(dtype), err_msg=what)
 
-    def dev(x):
-        b = acl_rt.alloc(max(x.nbytes, 1)); b.copy_from(x); return b
+    def dev(x):   # (bytes: bfloat16 arrays have no buffer protocol)
+        b = acl_rt.alloc(max(x.nbytes, 1)); b.copy_from(x.view(np.uint8)); return b
 
     def host(b, dtype, n):
-        y = np.empty(n, dtype); b.copy_to(y); return y
+        y = np.empty(n, dtype); b.copy_to(y.view(np.uint8)); return y
 
     def check_all(comm, n=3001):
         r, size = comm.rank, comm.size
@@ -558,3 +563,222 @@ def test_smi_shows_each_rank_process_on_its_device(tmp_path):
         outs = _finish(procs)
     for rc, _out, err in outs:
         assert rc == 0, err[-3000:]
+
+
+# Each rank makes a different call in each case; then both make the same all-reduce, which must
+# work (a disagreement fails the call on every rank, not the communicator). HCCL_EXEC_TIMEOUT is
+# short so that a missing check fails by timing out (a different message) instead of hanging.
+MISMATCH = textwrap.dedent(r'''
+    import numpy as np, acl_rt
+    CASES = {
+        "count": lambda c, b, s, r: c.all_reduce(b, b, 1024 if r == 0 else 2048, "float32", stream=s),
+        "op": lambda c, b, s, r: c.all_reduce(b, b, 1024, "float32", "sum" if r == 0 else "max", stream=s),
+        "dtype": lambda c, b, s, r: c.all_reduce(b, b, 1024, "float32" if r == 0 else "int32", stream=s),
+        "kind": lambda c, b, s, r: (c.all_reduce(b, b, 1024, "float32", stream=s) if r == 0
+                                    else c.broadcast(b, 1024, "float32", root=0, stream=s)),
+        "root": lambda c, b, s, r: c.broadcast(b, 1024, "float32", root=r, stream=s),
+        "barrier": lambda c, b, s, r: (c.barrier(stream=s) if r == 0
+                                       else c.all_gather(b, b, 512, "float32", stream=s)),
+    }
+    def mismatches(c, names):
+        s = c.device.create_stream()
+        b = acl_rt.alloc(1 << 16)
+        b2 = acl_rt.alloc(4096)
+        out = []
+        for name in names:
+            CASES[name](c, b, s, c.rank)
+            try:
+                s.synchronize()
+                out.append((name, "no error"))
+            except acl_rt.AclError as e:
+                out.append((name, str(e).replace("\n", " ")))
+            x = np.full(1024, c.rank + 1, np.float32)
+            b2.copy_from(x)
+            c.all_reduce(b2, b2, 1024, "float32", stream=s).synchronize()   # still usable
+            b2.copy_to(x)
+            assert (x == 3).all(), x
+        assert c.async_error() == 0
+        return out
+''')
+
+
+def _check_mismatch_messages(results):
+    """results: {rank: [(case, message)]}; every rank failed every case naming both calls."""
+    for rank, rows in results.items():
+        for name, msg in rows:
+            assert "HCCL error 1 (parameter error)" in msg, (rank, name, msg)
+            assert "rank 0 called" in msg and "rank 1 called" in msg, (rank, name, msg)
+            assert "timed out" not in msg, msg
+        msgs = dict(rows)
+        assert "count=1024" in msgs["count"] and "count=2048" in msgs["count"], msgs["count"]
+        assert "sum" in msgs["op"] and "max" in msgs["op"], msgs["op"]
+        assert "fp32" in msgs["dtype"] and "int32" in msgs["dtype"], msgs["dtype"]
+        assert "HcclAllReduce(" in msgs["kind"] and "HcclBroadcast(" in msgs["kind"], msgs["kind"]
+        assert "root=0" in msgs["root"] and "root=1" in msgs["root"], msgs["root"]
+        assert "HcclBarrier()" in msgs["barrier"] and "HcclAllGather(" in msgs["barrier"], msgs["barrier"]
+
+
+def test_mismatched_collectives_fail_every_thread_rank(py):
+    """Ranks (threads) calling different collectives (count, op, dtype, kind, root) fail at once with
+    HCCL_E_PARA on every rank, naming both calls; the communicator keeps working."""
+    code = MISMATCH + textwrap.dedent('''
+        import threading, json
+        comms = acl_rt.Communicator.init_all([0, 1])
+        res, errors = {}, []
+        def work(c):
+            try:
+                with c.device:
+                    res[c.rank] = mismatches(c, list(CASES))
+            except BaseException as e:
+                errors.append(repr(e))
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        assert not errors, errors
+        for c in comms:
+            c.destroy()
+        print(json.dumps(res))
+    ''')
+    r = py(code, env={"CANNA_SIM_DEVICES": "2", "HCCL_EXEC_TIMEOUT": "20"}, timeout=300)
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    _check_mismatch_messages({int(k): v for k, v in res.items()})
+
+
+def test_mismatched_collectives_fail_every_process_rank(tmp_path):
+    """The same between 2 processes."""
+    code = MISMATCH + RANK_MAIN + textwrap.dedent('''
+        import json
+        print(json.dumps(mismatches(comm, list(CASES))))
+        comm.destroy()
+    ''')
+    outs = _finish([_spawn(code, r, 2, tmp_path / "root", {"HCCL_EXEC_TIMEOUT": "20"}) for r in range(2)],
+                   timeout=300)
+    res = {}
+    for rank, (rc, out, err) in enumerate(outs):
+        assert rc == 0, err[-3000:]
+        res[rank] = json.loads(out.strip().splitlines()[-1])
+    _check_mismatch_messages(res)
+
+
+# All-reduces of at least 1 MiB of device memory read and write the peers' buffers directly (the
+# `direct_ops` counter says which path ran); smaller ones and, between processes, host memory go
+# through the shared segment. Both against NumPy, in place and not, counts that do not split evenly.
+DIRECT = CHECKS + textwrap.dedent(r'''
+    def check_direct(comm, host_direct):
+        r, size = comm.rank, comm.size
+        s = comm.device.create_stream()
+        cases = [("float32", "sum", (1 << 20) // 4 + 1001, True), ("float16", "prod", (1 << 20) + 7, True),
+                 ("int8", "max", (3 << 20) + 5, True), ("float64", "min", 200003, True),
+                 ("int32", "sum", 1000, False)]     # 4000 bytes: through the segment
+        for dtype, op, n, direct in cases:
+            for in_place in (True, False):
+                xs = [data(k, dtype, n, op) for k in range(size)]
+                want = OPS[op](np.stack([x.astype(np.float64) for x in xs]), axis=0)
+                before = comm.stats()["direct_ops"]
+                src = dev(xs[r])
+                out = src if in_place else acl_rt.alloc(xs[r].nbytes)
+                comm.all_reduce(src, out, n, dtype, op, stream=s).synchronize()
+                expect_close(host(out, dtype, n), want, dtype, size, f"{dtype} {op} {n} in_place={in_place}")
+                assert comm.stats()["direct_ops"] - before == int(direct), (dtype, op, n, comm.stats())
+        # host memory (the unified memory model): direct between threads, not between processes
+        n = 1 << 19
+        x = data(r, "float32", n)
+        before = comm.stats()["direct_ops"]
+        comm.all_reduce(x.ctypes.data, x.ctypes.data, n, "float32", stream=s).synchronize()
+        expect_close(x, sum(data(k, "float32", n).astype(np.float64) for k in range(size)), "float32", size)
+        assert comm.stats()["direct_ops"] - before == int(host_direct), comm.stats()
+''')
+
+
+def test_direct_all_reduce_threads(py):
+    code = DIRECT + textwrap.dedent('''
+        import threading
+        comms = acl_rt.Communicator.init_all([0, 1, 2])
+        errors = []
+        def work(c):
+            try:
+                with c.device:
+                    check_direct(c, True)
+            except BaseException as e:
+                errors.append(e)
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        if errors:
+            raise errors[0]
+        print("ok")
+    ''')
+    r = py(code, env={"CANNA_SIM_DEVICES": "3"}, timeout=600)
+    assert r.stdout.strip().endswith("ok")
+
+
+def test_direct_all_reduce_processes(tmp_path):
+    code = DIRECT + RANK_MAIN + "check_direct(comm, False)\ncomm.destroy()\nprint('ok')\n"
+    outs = _finish([_spawn(code, r, 3, tmp_path / "root") for r in range(3)])
+    for rc, out, err in outs:
+        assert rc == 0, err[-3000:]
+        assert out.strip().endswith("ok")
+
+
+def test_peer_killed_during_direct_all_reduces(tmp_path):
+    """Rank 1 exits while many large (direct: each rank reads and writes the other's buffers)
+    all-reduces are queued: rank 0 gets HCCL_E_REMOTE naming the dead rank, never a crash or hang
+    (its mappings of rank 1's memory stay valid after rank 1 is gone)."""
+    code = RANK_MAIN + textwrap.dedent('''
+        import time
+        n = 4 << 20
+        b = acl_rt.alloc(4 * n)
+        s = comm.device.create_stream()
+        comm.all_reduce(b, b, n, "float32", stream=s).synchronize()
+        assert comm.stats()["direct_ops"] == 1
+        for _ in range(400):                  # at least a second of work: rank 1 exits well before
+            comm.all_reduce(b, b, n, "float32", stream=s)
+        if rank == 1:
+            time.sleep(0.05)
+            os._exit(3)
+        try:
+            s.synchronize()
+        except acl_rt.AclError as e:
+            print("error", e.code, comm.async_error(), str(e).replace(chr(10), " "))
+        else:
+            print("no error")
+    ''')
+    outs = _finish([_spawn(code, r, 2, tmp_path / "root", {"HCCL_EXEC_TIMEOUT": "60"}) for r in range(2)],
+                   timeout=300)
+    assert outs[1][0] == 3, outs[1][2][-3000:]
+    rc, out, err = outs[0]
+    assert rc == 0, err[-3000:]
+    words = out.split()
+    assert words[0] == "error", out
+    assert int(words[2]) == 21, out      # HCCL_E_REMOTE
+    assert "rank 1" in out and "died" in out, out
+
+
+def test_buffers_freed_while_queued_stay_valid_until_the_collective_ran(py):
+    """A DeviceBuffer dropped right after a collective is queued on another stream (or inside
+    hccl_group(), where the send is queued only at the group's end) is not freed under it: in
+    memcheck mode (freed memory unmapped) this crashed the process."""
+    code = textwrap.dedent('''
+        import threading, numpy as np, acl_rt
+        comms = acl_rt.Communicator.init_all([0, 1])
+        res = {}
+        def dev(x):
+            b = acl_rt.alloc(x.nbytes); b.copy_from(x); return b
+        def work(c):
+            with c.device:
+                s = c.device.create_stream()
+                n = 1 << 16
+                out = acl_rt.alloc(4 * n)
+                c.all_reduce(dev(np.full(n, c.rank + 1, np.float32)), out, n, "float32", stream=s)
+                rb = acl_rt.alloc(4 * n)
+                with acl_rt.hccl_group():
+                    c.send(dev(np.full(n, c.rank + 5, np.float32)), n, "float32", 1 - c.rank, stream=s)
+                    c.recv(rb, n, "float32", 1 - c.rank, stream=s)
+                s.synchronize()
+                x, y = np.empty(n, np.float32), np.empty(n, np.float32)
+                out.copy_to(x); rb.copy_to(y)
+                res[c.rank] = (float(x.min()), float(x.max()), float(y.min()), float(y.max()))
+        ts = [threading.Thread(target=work, args=(c,)) for c in comms]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        print(res[0], res[1])
+    ''')
+    r = py(code, env={"CANNA_SIM_DEVICES": "2", "CANNA_SIM_CHECK": "1", "HCCL_EXEC_TIMEOUT": "60"}, timeout=300)
+    assert r.stdout.strip() == "(3.0, 3.0, 6.0, 6.0) (3.0, 3.0, 5.0, 5.0)", r.stdout

@@ -60,6 +60,21 @@ aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimBlockFn f
 /* 0 when [ptr, ptr+size) lies inside one live device allocation (its device in *deviceId);
  * ACL_ERROR_RT_PARAM_INVALID with a message naming the problem (freed, out of bounds, foreign) otherwise */
 aclError aclsimCheckDevicePointer(const void *ptr, uint64_t size, int32_t *deviceId);
+/* Device allocations of at least ACLSIM_SHARE_MIN bytes live in this process's memfd, so another
+ * process of this machine may map them (HCCL's collectives between processes read and write the
+ * peers' buffers directly). */
+#define ACLSIM_SHARE_MIN 1048576
+typedef struct aclsimMemShare {
+    int32_t fd;             /* the process's memfd (open it as /proc/<pid>/fd/<fd>) */
+    uint64_t ino;           /* its inode number (st_ino), to tell it from another file */
+    uint64_t mapOffset;     /* file offset of the allocation's first page */
+    uint64_t mapLen;        /* bytes of the allocation's pages (a multiple of the page size) */
+    uint64_t ptrOffset;     /* ptr - the start of those pages */
+} aclsimMemShare;
+/* where [ptr, ptr+size) lives in the memfd: 0, or ACL_ERROR_RT_PARAM_INVALID when it is not inside
+ * one live memfd-backed device allocation (a small or host allocation, host memory). ptr NULL:
+ * only fd and ino (the memfd is created if needed). */
+aclError aclsimMemGetShare(const void *ptr, uint64_t size, aclsimMemShare *share);
 /* the stream's device id (for op libraries) */
 aclError aclsimStreamGetDevice(aclrtStream stream, int32_t *deviceId);
 

@@ -1,15 +1,18 @@
 /* canna simulator: device and pinned host allocations, the address table, copies and memsets.
  *
- * Every allocation is its own mmap. Live allocations and the most recent SIM_FREED_RING freed
- * ranges are kept in one search tree (glibc tsearch, ordered by address range) under a
- * writer-preferring rwlock. A freed range stays reserved until it leaves the ring (normal mode:
+ * Every allocation is its own mapping (device allocations of ACLSIM_SHARE_MIN bytes or more: of
+ * the process's memfd, so peers can map them; see aclsimMemGetShare). Live allocations and the
+ * most recent SIM_FREED_RING freed ranges are kept in one search tree (glibc tsearch, ordered by
+ * address range) under a writer-preferring rwlock. A freed range stays reserved until it leaves the ring (normal mode:
  * pages dropped with MADV_DONTNEED, still mapped so a late access cannot crash; memcheck mode:
  * poisoned and PROT_NONE), so no other mapping can reuse its addresses while it is remembered and
  * "freed" is never reported for memory that is someone else's. */
 #include "sim.h"
 
+#include <fcntl.h>
 #include <search.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { REC_DEV = 1, REC_HOST = 2, REC_FREED_DEV = 3, REC_FREED_HOST = 4 };
@@ -23,6 +26,8 @@ typedef struct sim_alloc {
     int32_t dev;
     uint8_t kind;
     bool committed;       /* memcheck quarantine: pages still committed */
+    bool shared;          /* [map_base, +file_len) maps the memfd at file_off (see aclsimMemGetShare) */
+    uint64_t file_off, file_len;
 } sim_alloc_t;
 
 
@@ -102,8 +107,90 @@ static void poison(void *base, size_t bytes)   /* base 8-aligned, bytes a multip
         w[i] = 0x7FFF7FFF7FFF7FFFull;   /* bytes FF 7F: NaN in fp16, bf16, fp32 and fp64 */
 }
 
-/* map a region for `size` user bytes; returns the 64-byte-aligned user pointer */
-static void *map_region(size_t size, void **map_base, size_t *map_len)
+/* ------------------------------------------------------------------ the shareable memfd */
+
+/* One memfd per process holds the device allocations of at least ACLSIM_SHARE_MIN bytes, each at
+ * its own file offset; offsets only grow (an offset is never reused, so a peer's cached mapping of
+ * one can never show another allocation), and a freed allocation's pages are punched out of the
+ * file at once (its addresses become anonymous memory, see retire_locked). */
+static pthread_mutex_t g_share_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_share_fd = -2;           /* -2 not tried yet, -1 unavailable */
+static uint64_t g_share_ino, g_share_end;
+
+static int share_fd_locked(void)
+{
+    if (g_share_fd == -2) {
+        g_share_fd = -1;
+        int fd = memfd_create("canna-device-memory", MFD_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0) {
+            g_share_fd = fd;
+            g_share_ino = (uint64_t)st.st_ino;
+        } else if (fd >= 0) {
+            close(fd);
+        }
+    }
+    return g_share_fd;
+}
+
+/* map `len` bytes of fresh memfd space at `at` (MAP_FIXED); false when unavailable */
+static bool share_map(void *at, size_t len, uint64_t *off_out)
+{
+    pthread_mutex_lock(&g_share_lock);
+    int fd = share_fd_locked();
+    uint64_t off = g_share_end;
+    bool ok = fd >= 0 && ftruncate(fd, (off_t)(off + len)) == 0 &&
+              mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)off) != MAP_FAILED;
+    if (ok)
+        g_share_end = off + len;
+    pthread_mutex_unlock(&g_share_lock);
+    *off_out = off;
+    return ok;
+}
+
+/* the allocation leaves the memfd: anonymous pages at the same addresses, the file's pages freed */
+static void share_unmap(sim_alloc_t *r)
+{
+    if (!r->shared)
+        return;
+    mmap(r->map_base, r->file_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    fallocate(g_share_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r->file_off, (off_t)r->file_len);
+    r->shared = false;
+}
+
+SIM_API aclError aclsimMemGetShare(const void *ptr, uint64_t size, aclsimMemShare *share)
+{
+    static const char api[] = "aclsimMemGetShare";
+    SIM_NULL_CHECK(api, share);
+    if (!ptr) {
+        pthread_mutex_lock(&g_share_lock);
+        int fd = share_fd_locked();
+        share->fd = fd;
+        share->ino = g_share_ino;
+        pthread_mutex_unlock(&g_share_lock);
+        return fd >= 0 ? ACL_SUCCESS : sim_err(ACL_ERROR_RT_PARAM_INVALID, "%s: no memfd in this process", api);
+    }
+    uintptr_t p = (uintptr_t)ptr;
+    if (size > UINTPTR_MAX - p)
+        return sim_err(ACL_ERROR_RT_PARAM_INVALID, "%s: range wraps around", api);
+    mem_init();
+    pthread_rwlock_rdlock(&g_mem_lock);
+    sim_alloc_t *r = mem_lookup(p, size ? (size_t)size : 1);
+    bool ok = r && r->kind == REC_DEV && r->shared && r->lo <= p && p + size <= r->hi;
+    if (ok) {
+        share->fd = g_share_fd;
+        share->ino = g_share_ino;
+        share->mapOffset = r->file_off;
+        share->mapLen = r->file_len;
+        share->ptrOffset = p - (uintptr_t)r->map_base;
+    }
+    pthread_rwlock_unlock(&g_mem_lock);
+    return ok ? ACL_SUCCESS : sim_err(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not in a shareable device allocation", api, ptr);
+}
+
+/* map a region for `size` user bytes; returns the 64-byte-aligned user pointer. With share, the
+ * pages (not the memcheck guard page) come from the memfd when it is available (r->shared). */
+static void *map_region(size_t size, void **map_base, size_t *map_len, sim_alloc_t *share)
 {
     size_t usable = round_up(size, 64);
     size_t len = round_up(usable, g_page);
@@ -121,6 +208,15 @@ static void *map_region(size_t size, void **map_base, size_t *map_len)
             return NULL;
         }
         base = (char *)m + len - g_page - usable;
+    }
+    if (share) {
+        size_t data = guard ? len - g_page : len;
+        uint64_t off;
+        if (share_map(m, data, &off)) {
+            share->shared = true;
+            share->file_off = off;
+            share->file_len = data;
+        }
     }
     *map_base = m;
     *map_len = len;
@@ -143,6 +239,7 @@ static void quarantine_trim_locked(void)
 /* caller holds the write lock: r becomes a remembered freed range; returns an evicted record */
 static sim_alloc_t *retire_locked(sim_alloc_t *r)
 {
+    share_unmap(r);
     r->kind = r->kind == REC_DEV ? REC_FREED_DEV : REC_FREED_HOST;
     if (g_cfg.check) {
         poison((void *)r->lo, round_up(r->size, 64));
@@ -236,7 +333,7 @@ static aclError dev_malloc(const char *api, void **devPtr, size_t size, aclrtMem
     }
 
     sim_alloc_t *r = calloc(1, sizeof *r);
-    void *base = r ? map_region(size, &r->map_base, &r->map_len) : NULL;
+    void *base = r ? map_region(size, &r->map_base, &r->map_len, size >= ACLSIM_SHARE_MIN ? r : NULL) : NULL;
     if (base) {
         poison(base, round_up(size, 64));
         r->lo = (uintptr_t)base;
@@ -246,6 +343,7 @@ static aclError dev_malloc(const char *api, void **devPtr, size_t size, aclrtMem
         r->dev = d->id;
         r->kind = REC_DEV;
         if (insert_rec(r) != ACL_SUCCESS) {
+            share_unmap(r);
             munmap(r->map_base, r->map_len);
             base = NULL;
         }
@@ -291,7 +389,7 @@ SIM_API aclError aclrtMallocHost(void **hostPtr, size_t size)
     sim_alloc_t *r = NULL;
     void *base = NULL;
     if (size <= (SIZE_MAX >> 2) && (r = calloc(1, sizeof *r)) != NULL)
-        base = map_region(size, &r->map_base, &r->map_len);
+        base = map_region(size, &r->map_base, &r->map_len, NULL);
     if (base) {
         r->lo = (uintptr_t)base;
         r->hi = r->lo + size;

@@ -40,13 +40,16 @@
 
 #define MAX_RANKS 64
 #define ROOT_MAGIC "CANNAHC1"
-#define SEG_MAGIC 0x48434331u           /* "HCC1" */
+#define SEG_MAGIC 0x48434332u           /* "HCC2" */
 #define SLOT_MAX (4u << 20)             /* bytes of one rank's collective slot */
 #define P2P_MAX (1u << 20)              /* bytes of one point-to-point channel */
 #define BUF_MIN (64u << 10)
 #define PART_MAX (256u << 10)          /* bytes of one rank's part of an all-reduce chunk (fits in L2) */
 #define YIELD_NS (1000ull * 1000)       /* a barrier yields the CPU this long before sleeping */
 #define POLL_NS (20ull * 1000 * 1000)   /* waits wake this often to look for dead peers */
+#define DIRECT_MIN (1u << 20)          /* bytes from which an all-reduce reads and writes the peers' buffers */
+#define DIRECT_BLOCK (16u << 10)       /* bytes of one direct reduction block (stays in L1) */
+#define MAP_CACHE 32                   /* peer allocations a communicator keeps mapped */
 #define CONNECT_TIMEOUT_DEFAULT 120.0   /* seconds, HCCL_CONNECT_TIMEOUT default */
 #define EXEC_TIMEOUT_DEFAULT 1836.0     /* seconds, HCCL_EXEC_TIMEOUT default */
 
@@ -131,6 +134,21 @@ typedef struct {
     char pad[40];
 } chan_t;
 
+/* What a rank called, published when the ranks meet at the start of each collective: the ranks
+ * compare them and all fail the call if they disagree (see check_agree). */
+typedef struct {
+    uint64_t seq;               /* the communicator's collectives this rank started before this one */
+    uint64_t count;
+    int32_t kind, dt, op;
+    uint32_t root;
+    /* where the buffers are, for the direct all-reduce (see run_allreduce_direct): the address
+     * (for ranks of this process) and, if shareable, the place in the rank's memfd */
+    uint64_t ptr[2];            /* src, dst */
+    uint64_t map_off[2], map_len[2], ptr_off[2];
+    uint32_t shareable[2];
+    char pad[16];
+} desc_t;
+
 typedef struct {
     _Atomic uint32_t magic;
     uint32_t nranks;
@@ -149,6 +167,12 @@ typedef struct {
         _Atomic uint32_t step[3];   /* all-reduce steps each rank completed (futex words), see run_allreduce */
         char pad[52];
     } progress[MAX_RANKS];
+    desc_t desc[2][MAX_RANKS];      /* each rank's collective, by the parity of its sequence number */
+    struct {
+        int32_t fd;                 /* the rank's process memfd of device memory (-1: none) */
+        uint64_t ino;
+        _Atomic uint32_t ok;        /* 2: it opened every other process's memfd, 1: it could not */
+    } share[MAX_RANKS];
 } seg_t;
 
 enum { RANK_FREE, RANK_JOINED, RANK_LEFT };
@@ -167,7 +191,16 @@ typedef struct comm {
     size_t map_size;
     double exec_timeout;
     _Atomic int32_t async_err;
-    _Atomic uint64_t ops, bytes, wait_ns;
+    _Atomic uint64_t ops, bytes, wait_ns, direct_ops;
+    _Atomic uint64_t seq;       /* collectives this rank started */
+    bool direct;                /* every rank can reach every other's device memory (see comm_init) */
+    int peer_fd[MAX_RANKS];     /* the peers' memfds (-1: same process or none) */
+    struct {                    /* the peers' allocations mapped here, least recently used first out */
+        char *addr;
+        uint64_t off, len, tick;
+        uint32_t rank;
+    } maps[MAP_CACHE];
+    uint64_t tick;
     struct comm *next;
 } comm_t;
 
@@ -384,6 +417,12 @@ static comm_t *comm_get(HcclComm h)
 static void comm_unref(comm_t *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) == 1) {
+        for (int i = 0; i < MAP_CACHE; ++i)
+            if (c->maps[i].addr)
+                munmap(c->maps[i].addr, c->maps[i].len);
+        for (uint32_t r = 0; r < c->nranks; ++r)
+            if (c->peer_fd[r] >= 0)
+                close(c->peer_fd[r]);
         munmap(c->seg, c->map_size);
         free(c);
     }
@@ -541,11 +580,42 @@ static HcclResult comm_init(uint32_t n, const HcclRootInfo *ri, uint32_t rank, i
         free(c);
         return herr(HCCL_E_PARA, "%s: rank %u already joined this communicator", api, rank);
     }
+    for (uint32_t k = 0; k < MAX_RANKS; ++k)
+        c->peer_fd[k] = -1;
+    aclsimMemShare sh;
+    c->seg->share[rank].fd = aclsimMemGetShare(NULL, 0, &sh) == ACL_SUCCESS ? sh.fd : -1;
+    c->seg->share[rank].ino = c->seg->share[rank].fd >= 0 ? sh.ino : 0;
     atomic_store(&c->seg->ranks[rank].pid, (int32_t)getpid());
     atomic_fetch_add(&c->seg->joined, 1);
     rc = barrier(c, ct, "init");
     if (rank == 0 || rc)
         shm_unlink(r.name);   /* every rank has it mapped (or the init failed): nothing else may join */
+    if (!rc) {   /* open the other processes' memfds; the direct all-reduce needs every rank to succeed */
+        bool ok = true;
+        for (uint32_t k = 0; k < n; ++k) {
+            int32_t pid = atomic_load(&c->seg->ranks[k].pid);
+            if (k == rank || pid == (int32_t)getpid())
+                continue;
+            int fd = -1;
+            struct stat st;
+            if (c->seg->share[k].fd >= 0) {
+                char path[64];
+                snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, (int)c->seg->share[k].fd);
+                fd = open(path, O_RDWR | O_CLOEXEC);
+            }
+            if (fd >= 0 && (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != c->seg->share[k].ino)) {
+                close(fd);
+                fd = -1;
+            }
+            c->peer_fd[k] = fd;
+            ok = ok && fd >= 0;
+        }
+        atomic_store(&c->seg->share[rank].ok, ok ? 2 : 1);
+        rc = barrier(c, ct, "init");
+        c->direct = true;
+        for (uint32_t k = 0; k < n && !rc; ++k)
+            c->direct = c->direct && atomic_load(&c->seg->share[k].ok) == 2;
+    }
     if (rc) {
         atomic_store(&c->seg->ranks[rank].state, RANK_LEFT);
         comm_unref(c);
@@ -709,6 +779,7 @@ API HcclResult hcclsimGetCommStats(HcclComm comm, hcclsimCommStats *stats)
     stats->numOps = atomic_load(&c->ops);
     stats->bytesMoved = atomic_load(&c->bytes);
     stats->waitNs = atomic_load(&c->wait_ns);
+    stats->directOps = atomic_load(&c->direct_ops);
     comm_unref(c);
     return HCCL_SUCCESS;
 }
@@ -897,6 +968,96 @@ static const char *op_name(int kind)
     return n[kind];
 }
 
+static const char *dtype_name(HcclDataType t)
+{
+    static const char *const n[] = {"int8", "int16", "int32", "fp16", "fp32", "int64", "uint64", "uint8",
+                                    "uint16", "uint32", "fp64", "bfp16", "int128"};
+    return (unsigned)t < sizeof n / sizeof n[0] ? n[t] : "?";
+}
+
+/* "HcclAllReduce(count=N, fp32, sum)": what a rank called, for the mismatch message */
+static void desc_text(char *out, size_t len, const desc_t *d)
+{
+    static const char *const ops[] = {"sum", "prod", "max", "min"};
+    const char *opn = (unsigned)d->op < 4 ? ops[d->op] : "?";
+    switch (d->kind) {
+    case OP_BARRIER:
+        snprintf(out, len, "%s()", op_name(d->kind));
+        break;
+    case OP_ALLREDUCE: case OP_REDUCESCATTER:
+        snprintf(out, len, "%s(count=%llu, %s, %s)", op_name(d->kind), (unsigned long long)d->count,
+                 dtype_name((HcclDataType)d->dt), opn);
+        break;
+    case OP_REDUCE:
+        snprintf(out, len, "%s(count=%llu, %s, %s, root=%u)", op_name(d->kind), (unsigned long long)d->count,
+                 dtype_name((HcclDataType)d->dt), opn, d->root);
+        break;
+    case OP_BROADCAST:
+        snprintf(out, len, "%s(count=%llu, %s, root=%u)", op_name(d->kind), (unsigned long long)d->count,
+                 dtype_name((HcclDataType)d->dt), d->root);
+        break;
+    default:
+        snprintf(out, len, "%s(count=%llu, %s)", op_name(d->kind), (unsigned long long)d->count,
+                 dtype_name((HcclDataType)d->dt));
+        break;
+    }
+}
+
+/* The start of every collective: each rank publishes what it called, all meet, and each compares
+ * every rank's call with rank 0's. Every rank reads the same descriptors, so on a disagreement
+ * (kind, count, data type, op or root) all of them fail the call with HCCL_E_PARA before any data
+ * moves, and the communicator stays usable. The descriptors alternate between two tables by the
+ * parity of the call's sequence number: a rank can write the next call's only after every rank
+ * reached this meeting, and the one after next only after every rank finished reading this one's. */
+static HcclResult check_agree(op_t *o, bool *mismatch)
+{
+    comm_t *c = o->c;
+    uint64_t seq = atomic_fetch_add(&c->seq, 1);
+    desc_t *mine = &c->seg->desc[seq & 1][c->rank];
+    memset(mine, 0, sizeof *mine);
+    mine->seq = seq;
+    mine->kind = o->kind;
+    mine->count = o->count;
+    mine->dt = o->kind == OP_BARRIER ? 0 : (int32_t)o->dt;
+    mine->op = o->kind == OP_ALLREDUCE || o->kind == OP_REDUCE || o->kind == OP_REDUCESCATTER ? (int32_t)o->op : 0;
+    mine->root = o->kind == OP_REDUCE || o->kind == OP_BROADCAST ? o->root : 0;
+    if (o->kind == OP_ALLREDUCE) {
+        const void *bufs[2] = {o->src, o->dst};
+        uint64_t bytes = o->count * dtype_size(o->dt);
+        for (int i = 0; i < 2; ++i) {
+            aclsimMemShare sh;
+            mine->ptr[i] = (uint64_t)(uintptr_t)bufs[i];
+            if (c->direct && bytes >= DIRECT_MIN && aclsimMemGetShare(bufs[i], bytes, &sh) == ACL_SUCCESS) {
+                mine->shareable[i] = 1;
+                mine->map_off[i] = sh.mapOffset;
+                mine->map_len[i] = sh.mapLen;
+                mine->ptr_off[i] = sh.ptrOffset;
+            }
+        }
+    }
+    HcclResult rc = barrier(c, c->exec_timeout, op_name(o->kind));
+    if (rc)
+        return rc;
+    const desc_t *d0 = &c->seg->desc[seq & 1][0];
+    for (uint32_t r = 1; r < c->nranks; ++r) {
+        const desc_t *d = &c->seg->desc[seq & 1][r];
+        if (d->kind == d0->kind && d->count == d0->count && d->dt == d0->dt && d->op == d0->op && d->root == d0->root
+            && d->seq == d0->seq)
+            continue;
+        char a[160], b[160];
+        *mismatch = true;
+        desc_text(a, sizeof a, d0);
+        desc_text(b, sizeof b, d);
+        if (d->seq != d0->seq)
+            return herr(HCCL_E_PARA, "the ranks' collectives are out of step: rank 0 called %s as its collective "
+                        "#%llu, rank %u called %s as its #%llu", a, (unsigned long long)d0->seq + 1, r, b,
+                        (unsigned long long)d->seq + 1);
+        return herr(HCCL_E_PARA, "the ranks called different collectives: rank 0 called %s, rank %u called %s "
+                    "(every rank must make the same call)", a, r, b);
+    }
+    return HCCL_SUCCESS;
+}
+
 /* All-reduce as a reduce-scatter then an all-gather through the segment, pipelined in chunks. Each
  * chunk is cut in nranks parts; rank p reduces part p (in rank order, so every rank gets the same
  * bits) and the others copy its result: the ranks share the reduction instead of each reducing
@@ -1004,6 +1165,116 @@ static HcclResult run_allreduce(op_t *o)
 }
 #undef LAG
 
+/* Rank r's allocation [off, off + len) of its memfd, mapped here (cached; NULL with the thread's
+ * message on failure). The offsets of a process's memfd are never reused, so a cached mapping
+ * always shows the allocation it was made for (a freed one's pages are punched out of the file). */
+static char *peer_map(comm_t *c, uint32_t r, uint64_t off, uint64_t len)
+{
+    int lru = 0;
+    for (int i = 0; i < MAP_CACHE; ++i) {
+        if (c->maps[i].addr && c->maps[i].rank == r && c->maps[i].off == off && c->maps[i].len == len) {
+            c->maps[i].tick = ++c->tick;
+            return c->maps[i].addr;
+        }
+        if (!c->maps[i].addr || (c->maps[lru].addr && c->maps[i].tick < c->maps[lru].tick))
+            lru = i;
+    }
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, c->peer_fd[r], (off_t)off);
+    if (p == MAP_FAILED) {
+        herr(HCCL_E_MEMORY, "rank %u cannot map rank %u's buffer (%llu bytes): %s", c->rank, r,
+             (unsigned long long)len, strerror(errno));
+        return NULL;
+    }
+    if (c->maps[lru].addr)
+        munmap(c->maps[lru].addr, c->maps[lru].len);
+    c->maps[lru].addr = p;
+    c->maps[lru].rank = r;
+    c->maps[lru].off = off;
+    c->maps[lru].len = len;
+    c->maps[lru].tick = ++c->tick;
+    return p;
+}
+
+/* Whether the all-reduce just agreed on (descriptors of sequence number seq) goes direct: every
+ * rank's buffers reachable by every other rank (same process, or shareable), and src and dst either
+ * the same buffer or disjoint. The same answer on every rank (it reads the same descriptors). */
+static bool direct_ok(comm_t *c, uint64_t seq)
+{
+    if (!c->direct || c->nranks < 2)
+        return false;
+    const desc_t *d = c->seg->desc[seq & 1];
+    uint64_t bytes = d[0].count * dtype_size((HcclDataType)d[0].dt);
+    if (bytes < DIRECT_MIN)
+        return false;
+    for (uint32_t r = 0; r < c->nranks; ++r) {
+        uint64_t s = d[r].ptr[0], t = d[r].ptr[1];
+        if (s != t && s < t + bytes && t < s + bytes)
+            return false;
+        for (uint32_t q = 0; q < c->nranks; ++q)
+            if (atomic_load(&c->seg->ranks[q].pid) != atomic_load(&c->seg->ranks[r].pid)
+                && !(d[r].shareable[0] && d[r].shareable[1]))
+                return false;
+    }
+    return true;
+}
+
+/* All-reduce reading and writing the peers' buffers (every rank has reached the operation, so its
+ * input is ready and its output free; see check_agree): rank p reduces part p of the buffers, in
+ * blocks that stay in L1, from every rank's input (in rank order: every rank gets the same bits)
+ * and writes the result into every rank's output. Each rank reads count and writes count elements,
+ * as a copy does. A last meeting ends it (no rank returns while another still writes its output).
+ * An in-place all-reduce is safe: the block of part p of a rank's buffer is read, then written,
+ * only by rank p. */
+static HcclResult run_allreduce_direct(op_t *o, uint64_t seq)
+{
+    comm_t *c = o->c;
+    uint32_t n = c->nranks, me = c->rank;
+    size_t es = dtype_size(o->dt);
+    const desc_t *d = c->seg->desc[seq & 1];
+    const char *src[MAX_RANKS];
+    char *dst[MAX_RANKS];
+    int32_t mypid = (int32_t)getpid();
+    for (uint32_t r = 0; r < n; ++r) {
+        if (r == me || atomic_load(&c->seg->ranks[r].pid) == mypid) {
+            src[r] = (const char *)(uintptr_t)d[r].ptr[0];
+            dst[r] = (char *)(uintptr_t)d[r].ptr[1];
+            continue;
+        }
+        for (int i = 0; i < 2; ++i) {
+            char *m = peer_map(c, r, d[r].map_off[i], d[r].map_len[i]);
+            if (!m) {
+                char msg[sizeof tls_msg];
+                snprintf(msg, sizeof msg, "%s", tls_msg);
+                return seg_abort(c, HCCL_E_MEMORY, msg);
+            }
+            if (i == 0)
+                src[r] = m + d[r].ptr_off[0];
+            else
+                dst[r] = m + d[r].ptr_off[1];
+        }
+    }
+    uint64_t q = (o->count + n - 1) / n;
+    q = (q + 63) / 64 * 64;   /* parts start on a cache line */
+    uint64_t lo = (uint64_t)me * q < o->count ? (uint64_t)me * q : o->count;
+    uint64_t hi = lo + q < o->count ? lo + q : o->count;
+    uint64_t blk = DIRECT_BLOCK / es;
+    _Alignas(64) char tmp[DIRECT_BLOCK];
+    const void *ins[MAX_RANKS];
+    for (uint64_t off = lo; off < hi; off += blk) {
+        uint64_t len = hi - off < blk ? hi - off : blk;
+        for (uint32_t r = 0; r < n; ++r)
+            ins[r] = src[r] + off * es;
+        reduce_into(tmp, ins, n, len, o->dt, o->op);
+        for (uint32_t r = 0; r < n; ++r)
+            memcpy(dst[r] + off * es, tmp, len * es);
+    }
+    atomic_fetch_add(&c->bytes, 2 * n * (hi - lo) * es);
+    HcclResult rc = barrier(c, c->exec_timeout, op_name(o->kind));
+    if (!rc)
+        atomic_fetch_add(&c->direct_ops, 1);
+    return rc;
+}
+
 /* Collectives: per chunk, each rank writes its part into its slot, all meet, each reads what it
  * needs, all meet again (then the slots may be overwritten). */
 static HcclResult run_collective(op_t *o)
@@ -1016,8 +1287,6 @@ static HcclResult run_collective(op_t *o)
     uint64_t slot = c->seg->slot_bytes, moved = 0;
     HcclResult rc = HCCL_SUCCESS;
     const void *ins[MAX_RANKS];
-    if (o->kind == OP_BARRIER)
-        return barrier(c, to, what);
     /* per-destination segments for reduce-scatter and all-to-all */
     bool segmented = o->kind == OP_REDUCESCATTER || o->kind == OP_ALLTOALL;
     uint64_t per = segmented ? (slot / n) / es : slot / es;   /* elements per step (per segment) */
@@ -1165,18 +1434,30 @@ static aclError op_task(void *arg)
 {
     op_t *o = arg;
     o->ran = true;
-    HcclResult rc = o->kind == OP_P2P ? run_p2p(o) : o->kind == OP_ALLREDUCE ? run_allreduce(o) : run_collective(o);
+    HcclResult rc = HCCL_SUCCESS;
+    bool mismatch = false;
+    if (o->kind != OP_P2P) {
+        rc = check_agree(o, &mismatch);
+    }
+    if (!rc) {
+        uint64_t seq = atomic_load(&o->c->seq) - 1;   /* this operation's (check_agree took it) */
+        rc = o->kind == OP_P2P ? run_p2p(o)
+             : o->kind == OP_ALLREDUCE ? (direct_ok(o->c, seq) ? run_allreduce_direct(o, seq) : run_allreduce(o))
+             : o->kind == OP_BARRIER ? HCCL_SUCCESS : run_collective(o);
+    }
     if (rc == HCCL_SUCCESS) {
         atomic_fetch_add(&o->c->ops, 1);
         return ACL_SUCCESS;
     }
     int32_t zero = 0;
-    atomic_compare_exchange_strong(&o->c->async_err, &zero, (int32_t)rc);
+    if (!mismatch)   /* a disagreement fails the call, not the communicator */
+        atomic_compare_exchange_strong(&o->c->async_err, &zero, (int32_t)rc);
     const char *m = hcclsimGetLastErrorMessage();
     char msg[600];
     snprintf(msg, sizeof msg, "%s failed with HCCL error %d (%s): %s", op_name(o->kind), (int)rc,
              HcclGetErrorString(rc), m ? m : o->c->seg->abort_msg);
-    aclError code = rc == HCCL_E_TIMEOUT ? ACL_ERROR_RT_COMM_OP_RETRY_FAIL : ACL_ERROR_RT_SUSPECT_REMOTE_ERROR;
+    aclError code = mismatch ? ACL_ERROR_RT_PARAM_INVALID
+                    : rc == HCCL_E_TIMEOUT ? ACL_ERROR_RT_COMM_OP_RETRY_FAIL : ACL_ERROR_RT_SUSPECT_REMOTE_ERROR;
     aclsimSetRecentErrMsg(code, msg);
     return code;
 }
