@@ -490,6 +490,11 @@ aclnnStatus aclnnHardsigmoidBackward(void *workspace, uint64_t workspaceSize, ac
 aclnnStatus aclnnRsqrtGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
     aclOpExecutor **executor);
 aclnnStatus aclnnRsqrt(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+/* aclnnop/aclnn_reciprocal.h (libopapi_math; hiascend.com aclnn page "aclnnReciprocal") */
+aclnnStatus aclnnReciprocalGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor);
+aclnnStatus aclnnReciprocal(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
 /* aclnnop/aclnn_sin.h (libopapi_math) */
 aclnnStatus aclnnSinGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *workspaceSize,
     aclOpExecutor **executor);

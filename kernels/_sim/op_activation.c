@@ -1,6 +1,6 @@
 /* canna simulator op library: activations and unary math on the pointwise engine (op_pointwise.c):
  * aclnnHardswish / aclnnHardswishBackward, aclnnHardsigmoid / aclnnHardsigmoidBackward,
- * aclnnRsqrt, aclnnSin, aclnnCos. Float dtypes (float32, float16, bfloat16 compute in float;
+ * aclnnRsqrt, aclnnReciprocal, aclnnSin, aclnnCos. Float dtypes (float32, float16, bfloat16 compute in float;
  * float64 in double); inputs of any strides; out may be the input itself (in place).
  *
  * Formulas (hiascend.com aclnn pages of each op; PyTorch's own definitions agree):
@@ -56,6 +56,7 @@ PW_GRAD(k_hardswish_bw, x <= (T)-3 ? (T)0 : x < (T)3 ? g * (x / (T)3 + (T)0.5) :
 PW_UNARY(k_hardsigmoid, x <= (T)-3 ? (T)0 : x >= (T)3 ? (T)1 : x / (T)6 + (T)0.5)
 PW_GRAD(k_hardsigmoid_bw, (x > (T)-3 && x < (T)3) ? g / (T)6 : (T)0)
 PW_UNARY(k_rsqrt, (T)1 / sqrt(x))
+PW_UNARY(k_reciprocal, (T)1 / x)
 PW_UNARY(k_sin, sin(x))
 PW_UNARY(k_cos, cos(x))
 
@@ -65,6 +66,7 @@ KERNEL(k_hardswish_bw, 1)
 KERNEL(k_hardsigmoid, 1)
 KERNEL(k_hardsigmoid_bw, 1)
 KERNEL(k_rsqrt, 2)
+KERNEL(k_reciprocal, 1)
 KERNEL(k_sin, 8)
 KERNEL(k_cos, 8)
 
@@ -153,5 +155,6 @@ GRAD(HardswishBackward, k_hardswish_bw)
 UNARY(Hardsigmoid, k_hardsigmoid)
 GRAD(HardsigmoidBackward, k_hardsigmoid_bw)
 UNARY(Rsqrt, k_rsqrt)
+UNARY(Reciprocal, k_reciprocal)
 UNARY(Sin, k_sin)
 UNARY(Cos, k_cos)

@@ -33,6 +33,11 @@ _unary("rsqrt", "Rsqrt", dtypes=F, shape=same, save=("out",),
        backward=lambda ops, g, y: ops.mul(ops.mul(g, -0.5), ops.mul(ops.mul(y, y), y)),
        torch=("torch.rsqrt", "torch.Tensor.rsqrt"),
        doc=f"``1 / sqrt(x)`` (``torch.rsqrt``; ``aclnnRsqrt``): NaN below 0, inf at 0. Floating dtypes. {_SEE}")
+_unary("reciprocal", "Reciprocal", dtypes=F, shape=same, save=("out",),
+       backward=lambda ops, g, y: ops.neg(ops.mul(g, ops.mul(y, y))),
+       torch=("torch.reciprocal", "torch.Tensor.reciprocal"),
+       doc=f"``1 / x`` (``torch.reciprocal``; ``aclnnReciprocal``): inf at 0 (signed), its gradient ``-g y²`` from "
+           f"the output. Floating dtypes. {_SEE}")
 _unary("sin", "Sin", dtypes=F, shape=same, save=("x",), backward=lambda ops, g, x: ops.mul(g, ops.cos(x)),
        torch=("torch.sin", "torch.Tensor.sin"),
        doc=f"Sine, radians (``torch.sin``; ``aclnnSin``). Floating dtypes. {_SEE}")
