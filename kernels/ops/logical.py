@@ -1,0 +1,42 @@
+"""Logical reductions (issue 14): ``all`` / ``any`` — ``torch.all``, ``Tensor.all``, ``torch.any``,
+``Tensor.any`` (Hugging Face's mask checks, ``padding_mask.all()``) — one ``aclnnAll`` /
+``aclnnAny`` each (``kernels/_sim/op_reduce.c``): whether every / some element along ``dim`` is
+nonzero (NaN is nonzero), a bool result (uint8 for a uint8 input, as PyTorch). Not
+differentiable.
+"""
+from __future__ import annotations
+
+from .. import _core as C
+from .convert import CAST_DTYPES
+from .nn import _reduced
+from .._registry import INT_LIST, Aclnn, Attr, Spec, Tensor, define
+
+
+def _logical_shape(x, dim=None, keepdim=False):
+    s = _reduced(x, dim, keepdim)
+    return Spec(s.shape, C.UINT8 if x.dtype == C.UINT8 else C.BOOL)
+
+
+def _dims(lib, keep, dim, keepdim):
+    """aclnn's ``dim`` (an aclIntArray; empty: every dim, the simulator's rule for a reduction
+    without dims) and ``keepdim``."""
+    h = C.Param.ints(lib, () if dim is None else tuple(dim))
+    keep.append(h)
+    return (h, bool(keepdim))
+
+
+def _no_empty_dim(x, dim, keepdim):
+    """offload()'s guard: ``dim=()`` falls back to PyTorch (whose meaning of it changed across versions)."""
+    return "dim=()" if dim is not None and not isinstance(dim, int) and len(tuple(dim)) == 0 else None
+
+
+_ATTRS = (Attr("dim", INT_LIST, None), Attr("keepdim", bool, False))
+for _name, _what in (("all", "every"), ("any", "some")):
+    define(_name, inputs=(Tensor("x", CAST_DTYPES, diff=False),), attrs=_ATTRS, shape=_logical_shape,
+           forward=Aclnn(_name.capitalize(), params=_dims),
+           torch=((f"torch.{_name}", _no_empty_dim), (f"torch.Tensor.{_name}", _no_empty_dim)),
+           doc=f"Whether {_what} element of ``x`` along ``dim`` is nonzero (``torch.{_name}``; "
+               f"``aclnn{_name.capitalize()}``): ``dim`` an int or a list of ints (None: all dims), ``keepdim`` "
+               "keeps them as size 1. NaN counts as nonzero. Any dtype of :func:`kernels.astype`; the result is "
+               "bool (uint8 for a uint8 ``x``, as PyTorch).\n\nRaises:\n    AxisError: a dim out of range or "
+               "repeated.")
