@@ -54,6 +54,13 @@ sys.path.insert(0, _TOOLS)                    # _models (resnet18-like)
 HF_SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
             "vocab_size": 128, "max_position_embeddings": 64, "num_key_value_heads": 2, "num_labels": 3,
             "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+#: more of a small config for encoder-decoder models (T5's and BART's own names) and image models
+#: (32x32 images; ConvNeXt's four stages of one block)
+HF_SEQ2SEQ_SMALL = {"d_ff": 64, "d_kv": 16, "num_layers": 2, "num_decoder_layers": 2, "encoder_layers": 2,
+                    "decoder_layers": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "encoder_attention_heads": 2,
+                    "decoder_attention_heads": 2, "decoder_start_token_id": 0}
+HF_IMAGE_SMALL = {"image_size": 32, "patch_size": 8, "num_channels": 3, "hidden_sizes": [16, 24, 32, 48],
+                  "depths": [1, 1, 1, 1]}
 #: encoder model types: a sequence-classification head (their causal-LM classes are for decoding)
 ENCODERS = ("bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
             "camembert", "mpnet", "ernie", "megatron-bert", "modernbert")
@@ -107,7 +114,11 @@ def _hf_target(spec, shape, overrides, keep_dropout):
         model_type = spec.lower()
     else:
         return None
-    kw = dict(HF_SMALL)
+    image = model_type in ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES and \
+        model_type not in ma.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+    seq2seq = not image and model_type in ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES and \
+        model_type not in ENCODERS
+    kw = dict(HF_SMALL, **(HF_IMAGE_SMALL if image else HF_SEQ2SEQ_SMALL if seq2seq else {}))
     if not keep_dropout:
         kw.update({k: 0.0 for k in HF_DROPOUT})
     kw.update(overrides)
@@ -118,10 +129,17 @@ def _hf_target(spec, shape, overrides, keep_dropout):
                 setattr(config, k, 0.0)
     if model_cls is not None:
         causal = "CausalLM" in model_cls.__name__ or "LMHead" in model_cls.__name__
+        seq2seq = "Seq2Seq" in model_cls.__name__ or "ConditionalGeneration" in model_cls.__name__
+        image = "ImageClassification" in model_cls.__name__
     else:   # decoders: a causal LM; encoders (which also have a causal-LM head class): classification
         causal = model_type in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in ENCODERS
+    if image:
+        return _hf_image_target(transformers, model_type, model_cls, config, shape)
+    if seq2seq:
+        causal = True   # labels = the input ids (the decoder's inputs are the labels shifted right)
     if model_cls is None:
-        auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModelForSequenceClassification
+        auto = transformers.AutoModelForSeq2SeqLM if seq2seq else transformers.AutoModelForCausalLM if causal \
+            else transformers.AutoModelForSequenceClassification
         def build():
             return auto.from_config(config)
     else:
@@ -145,8 +163,29 @@ def _hf_target(spec, shape, overrides, keep_dropout):
             kwargs["labels"] = torch.randint(0, labels, (shape[0],), generator=gen)
         return (), kwargs
     sizes = ", ".join(f"{k}={getattr(config, k)}" for k in ("hidden_size", "num_hidden_layers") if hasattr(config, k))
-    name = f"{model_type} ({'causal LM' if causal else 'sequence classification'}; {type(config).__name__} {sizes})"
+    task = "seq2seq LM" if seq2seq else "causal LM" if causal else "sequence classification"
+    name = f"{model_type} ({task}; {type(config).__name__} {sizes})"
     return Target(name, build, make_inputs, hf=True)
+
+
+def _hf_image_target(transformers, model_type, model_cls, config, shape):
+    """An image-classification model (ViT, ConvNeXt, ...): ``pixel_values`` of ``--input-shape``
+    (default ``2,3,32,32``), random labels."""
+    if shape == (2, 16):   # the language models' default
+        shape = (2, config.num_channels, config.image_size, config.image_size) if hasattr(config, "image_size") \
+            else (2, 3, 32, 32)
+    if len(shape) != 4:
+        raise UsageError(f"--model {model_type}: --input-shape must be (batch, channels, height, width) for an image "
+                         f"model, got {shape}")
+    cls = model_cls or transformers.AutoModelForImageClassification
+    build = (lambda: cls(config)) if model_cls is not None else (lambda: cls.from_config(config))
+    labels = getattr(config, "num_labels", 2)
+
+    def make_inputs(torch, gen):
+        return (), {"pixel_values": torch.randn(shape, generator=gen),
+                    "labels": torch.randint(0, labels, (shape[0],), generator=gen)}
+    return Target(f"{model_type} (image classification; {type(config).__name__}, images {shape})", build, make_inputs,
+                  hf=True)
 
 
 def _load_function(spec):
@@ -209,7 +248,7 @@ def resolve(spec, shape_text, *, hf_overrides=(), keep_dropout=False, int_input=
         if shape is None:
             raise UsageError(f"--model {spec}: give the input shape with --input-shape")
         return Target(spec, f, _float_inputs(shape, int_input))
-    t = _hf_target(spec, shape or (2, 16), overrides, keep_dropout)
+    t = _hf_target(spec, shape or (2, 16), overrides, keep_dropout)   # (an image model's default shape: its own)
     if t is None:
         raise UsageError(f"--model {spec!r}: not a Hugging Face model type or class, nor torchvision:<name>, "
                          "timm:<name>, resnet18-like or module:function (e.g. bert, gpt2, llama, "

@@ -286,9 +286,9 @@ static aclnnStatus rd_make(const char *api, int kind, const aclTensor *self, con
                             nn_dtype_name(a->dtype));
         if (o->dtype != ACL_BOOL && o->dtype != ACL_UINT8)
             return NN_PARAM("%s: out has dtype %s, expected bool (or uint8)", api, nn_dtype_name(o->dtype));
-    } else if (!nn_is_op_float(a->dtype) && !nn_is_op_int(a->dtype))
-        return NN_PARAM("%s: self has dtype %s (expected float32, float16, bfloat16, float64, int32 or int64)", api,
-                        nn_dtype_name(a->dtype));
+    } else if (!nn_is_op_float(a->dtype) && !nn_is_op_int(a->dtype) && !(kind == RD_SUM && a->dtype == ACL_BOOL))
+        return NN_PARAM("%s: self has dtype %s (expected float32, float16, bfloat16, float64, int32 or int64; bool "
+                        "for a sum)", api, nn_dtype_name(a->dtype));
     if (has_dtype && o->dtype != dtype)
         return NN_PARAM("%s: out has dtype %s but dtype is %s", api, nn_dtype_name(o->dtype), nn_dtype_name(dtype));
     if (kind == RD_AMAX && o->dtype != a->dtype)

@@ -1,4 +1,4 @@
-"""Logical reductions (issue 14): ``all`` / ``any`` — ``torch.all``, ``Tensor.all``, ``torch.any``,
+"""Logical reductions and comparisons (issue 14; comparisons at the end of the file): ``all`` / ``any`` — ``torch.all``, ``Tensor.all``, ``torch.any``,
 ``Tensor.any`` (Hugging Face's mask checks, ``padding_mask.all()``) — one ``aclnnAll`` /
 ``aclnnAny`` each (``kernels/_sim/op_reduce.c``): whether every / some element along ``dim`` is
 nonzero (NaN is nonzero), a bool result (uint8 for a uint8 input, as PyTorch). Not
@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import _core as C
 from .convert import CAST_DTYPES
 from .nn import _reduced
-from .._registry import INT_LIST, Aclnn, Attr, Spec, Tensor, define
+from .._registry import INT_LIST, Aclnn, Attr, Spec, Tensor, TorchForm, define
 
 
 def _logical_shape(x, dim=None, keepdim=False):
@@ -40,3 +40,30 @@ for _name, _what in (("all", "every"), ("any", "some")):
                "keeps them as size 1. NaN counts as nonzero. Any dtype of :func:`kernels.astype`; the result is "
                "bool (uint8 for a uint8 ``x``, as PyTorch).\n\nRaises:\n    AxisError: a dim out of range or "
                "repeated.")
+
+
+# ---------------------------------------------------------------------------------------------
+# comparisons: x OP y, y an array (broadcast) or a Python number, a bool result
+
+def _compare_shape(x, y):
+    ys = () if C.is_scalar(y) else tuple(y.shape)
+    return Spec(C.broadcast_shapes("shape rule", tuple(x.shape), ys), C.BOOL)
+
+
+_T = "torch.Tensor."
+_COMPARISONS = (("eq", "Eq", "==", ("torch.eq", _T + "eq", _T + "__eq__")),
+                ("ne", "Ne", "!=", ("torch.ne", "torch.not_equal", _T + "ne", _T + "not_equal", _T + "__ne__")),
+                ("lt", "Lt", "<", ("torch.lt", "torch.less", _T + "lt", _T + "less", _T + "__lt__")),
+                ("le", "Le", "<=", ("torch.le", "torch.less_equal", _T + "le", _T + "less_equal", _T + "__le__")),
+                ("gt", "Gt", ">", ("torch.gt", "torch.greater", _T + "gt", _T + "greater", _T + "__gt__")),
+                ("ge", "Ge", ">=", ("torch.ge", "torch.greater_equal", _T + "ge", _T + "greater_equal",
+                                    _T + "__ge__")))
+for _name, _acl, _op, _fns in _COMPARISONS:
+    define(_name, inputs=(Tensor("x", CAST_DTYPES, diff=False), Tensor("y", CAST_DTYPES, diff=False, scalar=True)),
+           shape=_compare_shape, forward=Aclnn(f"{_acl}Tensor", scalar=f"{_acl}Scalar"),
+           torch=tuple(TorchForm(f, names=("input", "other")) for f in _fns), elementwise=True,
+           doc=f"``x {_op} y`` elementwise (``torch.{_name}``; ``aclnn{_acl}Tensor`` / ``aclnn{_acl}Scalar``): ``y`` "
+               "an array broadcast with ``x`` or a Python number; compared in the operands' promoted dtype (an "
+               "integer array against a float number as float64); NaN compares unequal to everything. Any dtype "
+               "of :func:`kernels.astype`; a bool result. Not differentiable.\n\nRaises:\n    TypeError: another dtype. "
+               "ValueError: shapes that do not broadcast.")
