@@ -55,18 +55,19 @@ HF_SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
             "vocab_size": 128, "max_position_embeddings": 64, "num_key_value_heads": 2, "num_labels": 3,
             "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 #: more of a small config for encoder-decoder models (T5's and BART's own names) and image models
-#: (32x32 images; ConvNeXt's four stages of one block)
+#: (32x32 images; ConvNeXt: two stages of one block)
 HF_SEQ2SEQ_SMALL = {"d_ff": 64, "d_kv": 16, "num_layers": 2, "num_decoder_layers": 2, "encoder_layers": 2,
                     "decoder_layers": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "encoder_attention_heads": 2,
                     "decoder_attention_heads": 2, "decoder_start_token_id": 0}
-HF_IMAGE_SMALL = {"image_size": 32, "patch_size": 8, "num_channels": 3, "hidden_sizes": [16, 24, 32, 48],
-                  "depths": [1, 1, 1, 1]}
+HF_IMAGE_SMALL = {"image_size": 32, "patch_size": 8, "num_channels": 3, "hidden_sizes": [16, 32], "num_stages": 2,
+                  "depths": [1, 1]}
 #: encoder model types: a sequence-classification head (their causal-LM classes are for decoding)
 ENCODERS = ("bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
             "camembert", "mpnet", "ernie", "megatron-bert", "modernbert")
 #: the dropout probabilities of Hugging Face configs (set to 0 unless --keep-dropout)
 HF_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
-              "attention_dropout", "hidden_dropout", "dropout", "classifier_dropout", "summary_first_dropout")
+              "attention_dropout", "hidden_dropout", "dropout", "classifier_dropout", "summary_first_dropout",
+              "dropout_rate", "activation_dropout", "hidden_dropout_rate", "drop_path_rate")
 
 
 class UsageError(Exception):

@@ -63,9 +63,14 @@ def _is_torch_dtype(x, dtype):
 
 
 def _clone_guard(x):
-    """offload()'s guard of ``torch.clone`` (``memory_format=torch.preserve_format``): a contiguous
-    input (whose clone is contiguous in PyTorch too); another layout falls back."""
-    return None if x.is_contiguous() else "clone of a non-contiguous tensor (preserve_format)"
+    """offload()'s guard of ``torch.clone`` (``memory_format=torch.preserve_format``): PyTorch's clone
+    keeps the strides of a dense, non-overlapping input and is contiguous otherwise (``empty_like``'s
+    rule, asked of PyTorch itself); a clone PyTorch would not make contiguous falls back."""
+    if x.is_contiguous():
+        return None
+    import sys
+    like = sys.modules["torch"].empty_like(x)   # (allocated, not filled)
+    return None if like.is_contiguous() else "clone keeps this non-contiguous layout (preserve_format)"
 
 
 _CLONE_FORMATS = _TorchConstant("torch.preserve_format", "torch.contiguous_format", "None")
