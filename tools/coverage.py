@@ -16,13 +16,16 @@ runs); the same for the parameters after the AdamW step.
 The model (``--model``):
 
 - a Hugging Face ``transformers`` model type or config class (``bert``, ``gpt2``, ``llama``,
-  ``BertConfig``, ...) or model class (``BertForSequenceClassification``): built from a small
-  config (2 layers, hidden size 32, vocabulary 128; ``--hf-config key=value`` overrides), random
-  weights, no download; causal LMs get ``labels=input_ids``, the others a sequence
-  classification head with random labels; input ``--input-shape B,S`` (token ids);
+  ``t5``, ``vit``, ``BertConfig``, ...) or model class (``BertForSequenceClassification``): built
+  from a small config (2 layers, hidden size 32, vocabulary 128; ``--hf-config key=value``
+  overrides), random weights, no download; causal LMs and encoder-decoder models (T5, BART: their
+  seq2seq LM) get ``labels=input_ids``, image models (ViT, ConvNeXt: 32x32 images, default
+  ``--input-shape 2,3,32,32``) an image-classification head with random labels, the others a
+  sequence classification head with random labels; input ``--input-shape B,S`` (token ids);
 - ``torchvision:<name>`` / ``timm:<name>``, if those packages import (PyPI's torchvision wheel
   is the CUDA build and does not import next to the CPU torch: use ``resnet18-like``);
-- ``resnet18-like``: the built-in ResNet-18-shaped CNN (``tools/_models.py:resnet18``);
+- ``resnet18-like``: the built-in ResNet-18-shaped CNN (``tools/_models.py:resnet18``; the same
+  file has ``mobilenet_v3_like``, ``vgg_like``, ``transformer_encoder`` and ``embedding_lstm``);
 - ``module:function`` or ``path/to/file.py:function``: a function returning an ``nn.Module``
   (called with no arguments).
 
@@ -32,7 +35,10 @@ against random classes for a ``[N, C]`` output, else the mean square of the outp
 probabilities are set to 0 (canna's dropout cannot reproduce PyTorch's random stream: the two
 runs would compute different functions); ``--keep-dropout`` leaves them.
 
-Run: .venv/bin/python tools/coverage.py --model bert --input-shape 2,16 [--json] [--seed 0]
+``--steps N`` also runs N AdamW training steps on one batch, plain and under ``offload()`` from the
+same weights, and prints both runs' losses and their largest relative difference (JSON: ``steps``).
+
+Run: .venv/bin/python tools/coverage.py --model bert --input-shape 2,16 [--json] [--seed 0] [--steps 10]
 Exit status: 0 on success, 2 for a usage error (an unknown model, a bad shape) with a message.
 """
 from __future__ import annotations
@@ -264,6 +270,8 @@ def _no_dropout(torch, model):
     for mod in model.modules():
         if isinstance(mod, torch.nn.modules.dropout._DropoutNd):
             mod.p = 0.0
+        elif isinstance(mod, torch.nn.MultiheadAttention):   # its attention dropout is a float attribute
+            mod.dropout = 0.0
 
 
 def _loss(torch, out, target_gen, hf):
@@ -372,6 +380,44 @@ def measure(target, *, seed=0, keep_dropout=False, progress=None):
             "report": report.as_dict()}
 
 
+def _train_losses(torch, target, model, seed, steps, ctx):
+    """The losses of ``steps`` AdamW steps on one batch under ``ctx``."""
+    gen = torch.Generator().manual_seed(seed)
+    args, kwargs = target.make_inputs(torch, gen)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    torch.manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        with ctx():
+            out = model(*args, **kwargs)
+            loss, _y = _loss(torch, out, torch.Generator().manual_seed(seed + 1), target.hf)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def track(target, *, steps=10, seed=0, keep_dropout=False, progress=None):
+    """``steps`` AdamW training steps plain and under ``offload()`` from the same weights:
+    ``{"pytorch": [losses], "canna": [losses], "max_rel_diff": max |canna - plain| / |plain|}``."""
+    import torch
+    import canna_dl.torch as ct
+    step = progress or (lambda msg: None)
+    torch.manual_seed(seed)
+    model = target.build()
+    if not keep_dropout:
+        _no_dropout(torch, model)
+    twin = copy.deepcopy(model)
+    step(f"plain PyTorch: {steps} training steps")
+    plain = _train_losses(torch, target, model, seed, steps, contextlib.nullcontext)
+    step(f"canna (offload()): {steps} training steps")
+    canna = _train_losses(torch, target, twin, seed, steps, ct.offload)
+    diff = max(abs(c - p) / (abs(p) or 1.0) for c, p in zip(canna, plain))
+    return {"pytorch": plain, "canna": canna, "max_rel_diff": diff}
+
+
 # ---------------------------------------------------------------------------------------------
 # output
 
@@ -382,6 +428,11 @@ def _print(res, console):
         else:
             print(s)
     line(f"model: {res['model']}  ({res['parameters']} parameters)")
+    if "steps" in res:
+        t = res["steps"]
+        line(f"{len(t['pytorch'])} AdamW steps, losses (PyTorch / canna): "
+             + ", ".join(f"{p:.6g}/{c:.6g}" for p, c in zip(t["pytorch"], t["canna"]))
+             + f"; max relative difference {t['max_rel_diff']:.2e}")
     line(f"compute calls on canna: {res['canna_calls']} of {res['compute_calls']} = {100 * res['coverage']:.1f}% "
          "(forward, backward, optimizer; views, metadata and tensor factories not counted)")
     e = res["max_rel_error"]
@@ -423,6 +474,8 @@ def main(argv=None):
                     help="override a Hugging Face config value (repeatable), e.g. attn_implementation=eager")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep-dropout", action="store_true", help="leave dropout probabilities as the model has them")
+    ap.add_argument("--steps", type=int, default=0, metavar="N",
+                    help="also run N AdamW training steps plain and under offload() and compare their losses")
     ap.add_argument("--json", action="store_true", help="print the result as JSON (no progress output)")
     a = ap.parse_args(argv)
     console = None
@@ -439,7 +492,11 @@ def main(argv=None):
         def progress(msg):
             if not a.json:
                 print(f"... {msg}", file=sys.stderr, flush=True)
+        if a.steps < 0:
+            raise UsageError(f"--steps must be >= 0, got {a.steps}")
         res = measure(target, seed=a.seed, keep_dropout=a.keep_dropout, progress=progress)
+        if a.steps:
+            res["steps"] = track(target, steps=a.steps, seed=a.seed, keep_dropout=a.keep_dropout, progress=progress)
     except UsageError as e:
         print(f"coverage.py: error: {e}", file=sys.stderr)
         return 2
