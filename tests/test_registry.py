@@ -18,7 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: stand-ins for the required attributes of the hand-written ops (to reach their input checks)
 _ATTR_STANDINS = {"kernel_size": 2, "normalized_shape": (2,), "shape": (2, 2), "exponent": 2, "output_size": (1, 1),
-                  "pad": (1, 1), "dim": 0, "num_weights": 2, "p": 0.5, "dtype": "float32"}
+                  "pad": (1, 1), "dim": 0, "num_weights": 2, "p": 0.5, "dtype": "float32",
+                  "has_biases": True, "num_layers": 1, "dropout": 0.0, "train": False, "bidirectional": False,
+                  "batch_first": True}
 
 
 def _required_inputs():

@@ -554,8 +554,9 @@ def function(op):
                     _check(op, api, arrays)
                     break
             if through:   # differentiated through the registered ops it is made of (their Functions / custom ops)
-                if r == EAGER:
-                    return op.kernel(*[plain(a) for a in arrays], **attrs)
+                if r == EAGER:   # (a list input's tensors one by one)
+                    return op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays],
+                                     **attrs)
                 with NoTorchFunction():
                     return op.forward(TOPS, *arrays, **attrs)
             if r == CUSTOM:
@@ -833,6 +834,7 @@ def _torchfn_entry(op, fn, f, spec):
     tensors = [0] + [pos[t.name] for t in op.inputs[1:] if t.name in pos]
     fixed = [(pos[k], k, v) for k, v in spec.fixed.items()]
     identity, output = spec.identity, spec.output
+    flat = _flat_chk if op.lists else (lambda xs: xs)   # a list input's tensors are checked one by one
 
     def h(v):
         if identity is not None and identity(**dict(zip(names, v))):
@@ -842,7 +844,7 @@ def _torchfn_entry(op, fn, f, spec):
             got = v[i]   # compared by identity or as values of want's type (a tensor is not compared with ==)
             if got is not want and not (type(got) is type(want) and got == want):
                 raise _Fallback(f"{k}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
-        _chk(*[v[i] for i in tensors])
+        _chk(*flat([v[i] for i in tensors]))
         r = fn(*[v[i] if i is not None else d for i, d in zip(src, dflt)])
         return r if output is None else r[output]
     return (f, names, defaults, spec.fixed, h)
