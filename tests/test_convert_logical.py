@@ -118,3 +118,26 @@ def test_offload_maps_conversions_and_leaves_no_ops_uncounted():
     assert rep.ops["all"].canna == 1 and rep.ops["any"].canna == 1
     assert rep.ops["gt"].canna == 1 and rep.ops["eq"].canna == 1
     assert "torch.Tensor.contiguous" not in rep.pytorch_calls and "torch.Tensor.to" not in rep.pytorch_calls
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_minimum_and_their_gradients(name):
+    x, y = _ties(4, 5, seed=3), _ties(5, seed=4)
+    torch.testing.assert_close(getattr(kernels, name)(x, y), getattr(torch, name)(x, y), rtol=0, atol=0,
+                               equal_nan=True)
+    i, j = torch.arange(-3, 4), torch.tensor(1)
+    torch.testing.assert_close(getattr(kernels, name)(i, j), getattr(torch, name)(i, j), rtol=0, atol=0)
+    a = (torch.round(_rand(3, 4, seed=5) * 2) / 2).requires_grad_()   # ties: the gradient splits
+    b = (torch.round(_rand(4, seed=6) * 2) / 2).requires_grad_()
+    w = _rand(3, 4, seed=7)
+    want = torch.autograd.grad((getattr(torch, name)(a, b) * w).sum(), [a, b])
+    red = {"maximum": torch.max, "minimum": torch.min}[name]
+    with ct.offload() as rep:
+        got = torch.autograd.grad((red(a, b) * w).sum(), [a, b])
+    assert rep.ops[name].canna == 1 and rep.ops[name].backward == 1
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+    with ct.offload() as rep:
+        red(a)                     # a reduction: PyTorch's
+        red(a, 1)
+    assert name not in rep.ops or rep.ops[name].canna == 0

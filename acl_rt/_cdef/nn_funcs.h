@@ -302,6 +302,16 @@ aclnnStatus aclnnGeScalarGetWorkspaceSize(const aclTensor *self, const aclScalar
     uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnGeScalar(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
     aclrtStream stream);
+/* aclnnop/aclnn_maximum.h (libopapi_math) */
+aclnnStatus aclnnMaximumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMaximum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_minimum.h (libopapi_math) */
+aclnnStatus aclnnMinimumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMinimum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
 /* aclnnop/aclnn_all.h (libopapi_math) */
 aclnnStatus aclnnAllGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepdim,
     aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);

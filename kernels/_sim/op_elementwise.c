@@ -1,7 +1,7 @@
 /* canna simulator op library: elementwise ops (unary, binary with NumPy broadcasting, with
  * scalars), their backward ops, the comparisons (EqTensor / EqScalar, Ne, Lt, Le, Gt, Ge: computed
- * in the operands' promoted type, 1 or 0 converted into a bool out; NaN compares unequal), Cast
- * and InplaceCopy.
+ * in the operands' promoted type, 1 or 0 converted into a bool out; NaN compares unequal),
+ * Maximum / Minimum (NaN propagates, as torch.maximum), Cast and InplaceCopy.
  *
  * One engine runs them all: the output's index space (dims of size 1 dropped, mergeable dims
  * merged) is cut into ranges, one per AI-core block; each range is walked row by row in chunks of
@@ -31,7 +31,7 @@
 enum {
     /* binary */
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_THRESH_BW, EW_GELU_TANH_BW, EW_GELU_ERF_BW, EW_SILU_BW, EW_SIGMOID_BW,
-    EW_TANH_BW, EW_EQ, EW_NE, EW_LT, EW_LE, EW_GT, EW_GE,
+    EW_TANH_BW, EW_EQ, EW_NE, EW_LT, EW_LE, EW_GT, EW_GE, EW_MAXIMUM, EW_MINIMUM,
     /* unary */
     EW_COPY, EW_NEG, EW_ABS, EW_SIGN, EW_EXP, EW_LOG, EW_SQRT, EW_POW, EW_RELU, EW_GELU_TANH, EW_GELU_ERF, EW_SILU, EW_SIGMOID,
     EW_TANH,
@@ -222,6 +222,17 @@ CMPK(k_le, <=)
 CMPK(k_gt, >)
 CMPK(k_ge, >=)
 
+/* maximum / minimum: a NaN operand gives NaN (x != x: x; y NaN: the comparison is false, y) */
+FKB(k_maximum, (x != x || x > y) ? x : y)
+FKB(k_minimum, (x != x || x < y) ? x : y)
+#define MMK(T, SUF)                                                                                 \
+    KSIG(k_maximum_##SUF, T) { T *restrict o = o_; const T *restrict a = a_, *restrict b = b_; (void)p; \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; }                        \
+    KSIG(k_minimum_##SUF, T) { T *restrict o = o_; const T *restrict a = a_, *restrict b = b_; (void)p; \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; }
+MMK(int32_t, i32)
+MMK(int64_t, i64)
+
 /* kernel table [op][ct] (NULL = not available for that compute type) */
 static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
     [EW_ADD] = {k_add_f32, k_add_f64, k_add_i32, k_add_i64},
@@ -240,6 +251,8 @@ static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
     [EW_LE] = {k_le_f32, k_le_f64, k_le_i32, k_le_i64},
     [EW_GT] = {k_gt_f32, k_gt_f64, k_gt_i32, k_gt_i64},
     [EW_GE] = {k_ge_f32, k_ge_f64, k_ge_i32, k_ge_i64},
+    [EW_MAXIMUM] = {k_maximum_f32, k_maximum_f64, k_maximum_i32, k_maximum_i64},
+    [EW_MINIMUM] = {k_minimum_f32, k_minimum_f64, k_minimum_i32, k_minimum_i64},
     [EW_COPY] = {k_copy_f32, k_copy_f64, k_copy_i32, k_copy_i64},
     [EW_NEG] = {k_neg_f32, k_neg_f64, k_neg_i32, k_neg_i64},
     [EW_ABS] = {k_abs_f32, k_abs_f64, k_abs_i32, k_abs_i64},
@@ -263,7 +276,7 @@ static int op_weight(int op)
     case EW_ADD: case EW_SUB: case EW_MUL: case EW_DIV: case EW_COPY: case EW_NEG: case EW_ABS: case EW_SIGN:
     case EW_RELU:
     case EW_THRESH_BW: case EW_SIGMOID_BW: case EW_TANH_BW:
-    case EW_EQ: case EW_NE: case EW_LT: case EW_LE: case EW_GT: case EW_GE:
+    case EW_EQ: case EW_NE: case EW_LT: case EW_LE: case EW_GT: case EW_GE: case EW_MAXIMUM: case EW_MINIMUM:
         return 1;
     default:
         return 8;
@@ -687,6 +700,20 @@ NN_API aclnnStatus aclnnDivsGetWorkspaceSize(const aclTensor *self, const aclSca
     return arith("aclnnDivs", EW_DIV, self, NULL, other, NULL, out, workspaceSize, executor);
 }
 PHASE2(Divs)
+
+NN_API aclnnStatus aclnnMaximumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                                                uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return arith("aclnnMaximum", EW_MAXIMUM, self, other, NULL, NULL, out, workspaceSize, executor);
+}
+PHASE2(Maximum)
+
+NN_API aclnnStatus aclnnMinimumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                                                uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return arith("aclnnMinimum", EW_MINIMUM, self, other, NULL, NULL, out, workspaceSize, executor);
+}
+PHASE2(Minimum)
 
 /* ------------------------------------------------------------------ comparisons */
 

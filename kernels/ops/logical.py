@@ -67,3 +67,41 @@ for _name, _acl, _op, _fns in _COMPARISONS:
                "integer array against a float number as float64); NaN compares unequal to everything. Any dtype "
                "of :func:`kernels.astype`; a bool result. Not differentiable.\n\nRaises:\n    TypeError: another dtype. "
                "ValueError: shapes that do not broadcast.")
+
+
+# ---------------------------------------------------------------------------------------------
+# maximum / minimum of two arrays (broadcast, PyTorch's promotion; NaN propagates)
+
+def _minmax_shape(x, y):
+    return Spec(C.broadcast_shapes("shape rule", tuple(x.shape), tuple(y.shape)), C.result_type(x, y))
+
+
+def _minmax_backward(pick):
+    """The gradient goes to the operand chosen, split in half where they are equal (PyTorch's
+    ``tools/autograd/derivatives.yaml``: ``maximum``, ``minimum``)."""
+    def backward(ops, g, x, y):
+        share = ops.add(ops.cast(pick(ops, x, y), g.dtype), ops.mul(ops.cast(ops.eq(x, y), g.dtype), 0.5))
+        gx = ops.mul(g, share)
+        return gx, ops.sub(g, gx)
+    return backward
+
+
+def _other_is_a_tensor(x, y):
+    """offload()'s guard of ``torch.max`` / ``torch.min``: the two-tensor form only (a dim or none
+    is a reduction, PyTorch's)."""
+    return None if type(y).__name__ in ("Tensor", "Parameter") else f"{type(y).__name__} second argument (a reduction)"
+
+
+for _name, _acl, _red, _pick in (("maximum", "Maximum", "max", lambda ops, x, y: ops.gt(x, y)),
+                                  ("minimum", "Minimum", "min", lambda ops, x, y: ops.lt(x, y))):
+    define(_name, inputs=(Tensor("x", C.ARITH), Tensor("y", C.ARITH)), shape=_minmax_shape,
+           forward=Aclnn(_acl), save=("x", "y"), backward=_minmax_backward(_pick),
+           torch=(TorchForm(f"torch.{_name}", names=("input", "other")),
+                  TorchForm(f"{_T}{_name}", names=("input", "other")),
+                  (f"torch.{_red}", "input, other:y", _other_is_a_tensor),
+                  (f"{_T}{_red}", "input, other:y", _other_is_a_tensor)),
+           elementwise=True,
+           doc=f"The elementwise {_name} of ``x`` and ``y`` (``torch.{_name}``, ``torch.{_red}(x, y)``; "
+               f"``aclnn{_acl}``), broadcast, in their promoted dtype; a NaN in either gives NaN. Its gradient "
+               "goes to the operand chosen, half to each where they are equal. Floating, int32 and int64 "
+               "dtypes.\n\nRaises:\n    TypeError: another dtype. ValueError: shapes that do not broadcast.")
