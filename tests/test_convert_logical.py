@@ -141,3 +141,22 @@ def test_maximum_minimum_and_their_gradients(name):
         red(a)                     # a reduction: PyTorch's
         red(a, 1)
     assert name not in rep.ops or rep.ops[name].canna == 0
+
+
+def test_where_matches_torch_and_its_gradient():
+    c = _rand(4, 1, 5, seed=8) > 0
+    x, y = _rand(3, 5, seed=9).requires_grad_(), _rand(5, seed=10).requires_grad_()
+    torch.testing.assert_close(kernels.where(c, x.detach(), y.detach()), torch.where(c, x, y), rtol=0, atol=0)
+    for a, b in ((x.detach(), 0.5), (2, y.detach()), (torch.arange(5), 7), (torch.arange(5), 0.5)):
+        torch.testing.assert_close(kernels.where(c, a, b), torch.where(c, a, b), rtol=0, atol=0)
+    w = _rand(4, 3, 5, seed=11)
+    want = torch.autograd.grad((torch.where(c, x, y) * w).sum(), [x, y])
+    with ct.offload() as rep:
+        got = torch.autograd.grad((torch.where(c, x, y) * w).sum(), [x, y])
+    assert rep.ops["where"].canna == 1 and rep.ops["where"].backward == 1
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match="condition"):
+        kernels.where(c.double(), x.detach(), y.detach())
+    with pytest.raises(TypeError, match="Python numbers"):
+        kernels.where(c, 1.0, 2.0)

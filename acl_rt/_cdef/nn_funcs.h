@@ -312,6 +312,11 @@ aclnnStatus aclnnMinimumGetWorkspaceSize(const aclTensor *self, const aclTensor 
     uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnMinimum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
     aclrtStream stream);
+/* aclnnop/aclnn_s_where.h (libopapi_math) */
+aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTensor *self,
+    const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSWhere(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
 /* aclnnop/aclnn_all.h (libopapi_math) */
 aclnnStatus aclnnAllGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepdim,
     aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);

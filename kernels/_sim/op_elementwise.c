@@ -1024,3 +1024,83 @@ NN_API aclnnStatus aclnnTanhBackwardGetWorkspaceSize(const aclTensor *gradOutput
                     "gradInput", 0, workspaceSize, executor);
 }
 PHASE2C(TanhBackward)
+
+/* ------------------------------------------------------------------ aclnnSWhere */
+
+/* out = condition ? self : other, the three broadcast to out's shape (a simple strided walk; the
+ * values move in out's compute type, so int64 stays exact) */
+static int64_t sw_off(const nn_view_t *v, const int64_t *idx, int32_t nd)
+{
+    int64_t off = 0;
+    for (int32_t d = nd - v->ndim; d < nd; d++) {
+        int32_t vd = d - (nd - v->ndim);
+        if (v->shape[vd] != 1)
+            off += idx[d] * v->stride[vd];
+    }
+    return off * (int64_t)nn_dtype_size(v->dtype);
+}
+
+static aclError sw_run(nn_exec_t *ex)
+{
+    const nn_view_t *cv = &ex->v[0], *a = &ex->v[1], *b = &ex->v[2], *o = &ex->v[3];
+    int ct = nn_ct_of(o->dtype);
+    int32_t nd = o->ndim;
+    int64_t idx[NN_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < o->numel; e++) {
+        int64_t c;
+        _Alignas(8) unsigned char v[8];
+        nn_load(CT_I64, &c, cv->data + sw_off(cv, idx, nd), 1, cv->dtype, 1);
+        const nn_view_t *src = c ? a : b;
+        nn_load(ct, v, src->data + sw_off(src, idx, nd), 1, src->dtype, 1);
+        nn_store(ct, nn_at(o, idx), 1, o->dtype, v, 1);
+        for (int32_t d = nd - 1; d >= 0; d--) {
+            if (++idx[d] < o->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return ACL_SUCCESS;
+}
+
+NN_API aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTensor *self, const aclTensor *other,
+                                               aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnSWhere";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *c, *a, *b, *o;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "condition", condition, false, &c)) || (rc = nn_tensor_arg(api, "self", self, false, &a)) ||
+        (rc = nn_tensor_arg(api, "other", other, false, &b)) || (rc = nn_tensor_arg(api, "out", out, false, &o)))
+        return rc;
+    if (c->dtype != ACL_BOOL && c->dtype != ACL_UINT8)
+        return NN_PARAM("%s: condition has dtype %s, expected bool (or uint8)", api, nn_dtype_name(c->dtype));
+    if ((rc = check_input_dtype(api, "self", a, false)) || (rc = check_input_dtype(api, "other", b, false)) ||
+        (rc = check_input_dtype(api, "out", o, false)))
+        return rc;
+    if (!nn_can_cast(nn_promote(a->dtype, b->dtype), o->dtype))
+        return NN_PARAM("%s: the result type %s cannot be cast to out's dtype %s", api,
+                        nn_dtype_name(nn_promote(a->dtype, b->dtype)), nn_dtype_name(o->dtype));
+    int64_t s1[NN_MAX_DIMS], s2[NN_MAX_DIMS];
+    int32_t n1, n2;
+    if (!nn_broadcast(c->shape, c->ndim, a->shape, a->ndim, s1, &n1) || !nn_broadcast(s1, n1, b->shape, b->ndim, s2, &n2))
+        return NN_PARAM("%s: condition, self and other cannot be broadcast together", api);
+    if (!nn_same_shape(o, s2, n2)) {
+        char t1[160], t2[160];
+        return NN_PARAM("%s: out has shape %s but the result has shape %s", api,
+                        nn_shape_str(t1, sizeof t1, o->shape, o->ndim), nn_shape_str(t2, sizeof t2, s2, n2));
+    }
+    nn_exec_t *ex = nn_exec_new(api, sw_run, ACLSIM_ENGINE_VECTOR, 8);
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    nn_exec_add(ex, c, "condition", false);
+    nn_exec_add(ex, a, "self", false);
+    nn_exec_add(ex, b, "other", false);
+    nn_exec_add(ex, o, "out", true);
+    if ((rc = nn_check_output_overlap(api, ex, 3, true))) {
+        free(ex);
+        return rc;
+    }
+    ex->cost_ns = (uint64_t)o->numel * 4;
+    return nn_exec_finish(ex, workspaceSize, executor);
+}
+PHASE2(SWhere)

@@ -105,3 +105,30 @@ for _name, _acl, _red, _pick in (("maximum", "Maximum", "max", lambda ops, x, y:
                f"``aclnn{_acl}``), broadcast, in their promoted dtype; a NaN in either gives NaN. Its gradient "
                "goes to the operand chosen, half to each where they are equal. Floating, int32 and int64 "
                "dtypes.\n\nRaises:\n    TypeError: another dtype. ValueError: shapes that do not broadcast.")
+
+
+# ---------------------------------------------------------------------------------------------
+# where: condition ? x : y
+
+def _where_shape(condition, x, y):
+    if C.is_scalar(x) and C.is_scalar(y):
+        raise TypeError("kernels.where: x and y cannot both be Python numbers (give one as an array)")
+    shapes = [tuple(condition.shape)] + [() if C.is_scalar(t) else tuple(t.shape) for t in (x, y)]
+    return Spec(C.broadcast_shapes("kernels.where", *shapes), C.result_type(x, y))
+
+
+def _where_backward(ops, g, condition):
+    """The gradient goes to ``x`` where ``condition`` holds, to ``y`` elsewhere (PyTorch's
+    ``tools/autograd/derivatives.yaml``: ``where.self``)."""
+    return ops.where(condition, g, 0.0), ops.where(condition, 0.0, g)
+
+
+define("where", inputs=(Tensor("condition", (C.BOOL,), diff=False), Tensor("x", C.ARITH, scalar=True),
+                        Tensor("y", C.ARITH, scalar=True)),
+       shape=_where_shape, forward=Aclnn("SWhere"), save=("condition",), backward=_where_backward,
+       torch=(TorchForm("torch.where", names=("condition", "input", "other")),),
+       doc="``x`` where ``condition`` is True, else ``y`` (``torch.where(condition, input, other)``; "
+           "``aclnnSWhere``): the three broadcast together; ``x`` or ``y`` may be a Python number (a weak scalar in "
+           "PyTorch's promotion); the result has their promoted dtype. ``condition`` bool; ``x``, ``y`` floating, "
+           "int32 or int64. Its gradient goes to ``x`` where ``condition`` holds, to ``y`` elsewhere.\n\n"
+           "Raises:\n    TypeError: other dtypes, two Python numbers. ValueError: shapes that do not broadcast.")
