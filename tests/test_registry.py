@@ -35,7 +35,8 @@ def test_none_for_a_required_array_is_a_type_error(op, i):
     """Issue 12 item 21: None for a required array raised AttributeError in matmul, linear, conv2d,
     layer_norm, softmax, max_pool2d; the registry's input check makes it a TypeError naming it."""
     arr = np.ones((1, 1, 2, 2), np.float32)
-    args = [None if j == i else (np.zeros(1, np.int64) if t.dtypes == kernels._core.INTS else arr)
+    args = [None if j == i else (np.zeros(1, np.int64) if t.dtypes == kernels._core.INTS else
+                                 arr > 0 if t.dtypes == (kernels._core.BOOL,) else arr)
             for j, t in enumerate(op.inputs)]
     kw = {a.name: _ATTR_STANDINS[a.name] for a in op.attrs if a.required}
     if isinstance(op.forward, R.Impl):   # its own signature: arguments by name
