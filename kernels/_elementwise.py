@@ -10,7 +10,7 @@ from canna_dl import DeviceArray
 from . import _core as C
 from ._core import ARITH, INT64, F32, F16, BF16, BOOL
 
-__all__ = ["astype", "cast", "contiguous", "copy_"]
+__all__ = ["astype", "cast", "clone", "contiguous", "copy_"]
 
 _CAST_DTYPES = ARITH + (C.INT8, C.UINT8, C.INT16, BOOL)
 
@@ -92,6 +92,21 @@ def contiguous(x, *, stream=None):
         if kind == C.CANNA or C._cfg.unified:
             return x
         return C._CONVERT[kind](a)   # discrete model: the (counted) device copy is contiguous
+    return _clone(api, a, kind, stream)
+
+
+def clone(x, *, stream=None):
+    """A C-contiguous copy of ``x`` of the input's kind (``torch.clone`` with
+    ``memory_format=torch.contiguous_format``; ``aclnnInplaceCopy`` into a new array). Any dtype
+    of :func:`astype`.
+
+    Raises:
+        TypeError: an unsupported dtype."""
+    api = "kernels.clone"
+    return _clone(api, C.as_array(api, "x", x), C.result_kind(x), stream)
+
+
+def _clone(api, a, kind, stream):
     C.check_dtype(api, "x", a.dtype, _CAST_DTYPES)
     return _copy_to(api, "InplaceCopy", a, kind, a.dtype, None, stream)
 

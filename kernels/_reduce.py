@@ -19,7 +19,7 @@ def _reduced_shape(shape, dims, keepdim):
 def _reduce(api, name, x, dim, keepdim, dtype, out, stream):
     kind = C.result_kind(x) if out is None else None
     a = C.as_array(api, "x", x)
-    C.check_dtype(api, "x", a.dtype, ARITH)
+    C.check_dtype(api, "x", a.dtype, ARITH + (C.BOOL,) if name == "ReduceSum" else ARITH)   # a bool sum counts
     if a.ndim > C.MAX_DIMS:
         raise ValueError(f"{api}: at most {C.MAX_DIMS} dimensions are supported, got {a.ndim}")
     if isinstance(dim, (list, tuple)) and len(dim) == 0:

@@ -974,8 +974,8 @@ def _wrap_impl(op: OpDef):
 def _none_error(op, values):
     for t, v in zip((t for t in op.inputs if not t.optional), values):
         if v is None:
-            raise TypeError(f"{op.api}: {t.name} must be an array (a DeviceArray, a torch/TensorFlow/JAX tensor, a "
-                            "NumPy array), not None")
+            raise TypeError(f"{op.api}: {t.name} must be {'a list of arrays' if t.list else 'an array'} (a "
+                            "DeviceArray, a torch/TensorFlow/JAX tensor, a NumPy array), not None")
 
 
 def _composed_inputs(op, arrays):

@@ -118,6 +118,9 @@ def test_conversions_to_the_same_dtype_are_not_compute():
         x.to(torch.float32)
         x.float()
         x.to("cpu", torch.float32, non_blocking=False)
-        x.to(torch.float64)           # a real conversion
+        x.to(torch.float64)           # real conversions: canna's cast (aclnnCast)
         x.double()
-    assert rep.pytorch_calls == {"torch.Tensor.double": 1, "torch.Tensor.to": 1}
+        x.to(device="cpu", dtype=torch.float16)
+        x.to(torch.float16, copy=True)   # copy=True: PyTorch's
+    assert rep.pytorch_calls == {}
+    assert rep.ops["cast"].canna == 3 and rep.ops["cast"].fallback == 1, rep

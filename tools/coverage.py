@@ -16,13 +16,16 @@ runs); the same for the parameters after the AdamW step.
 The model (``--model``):
 
 - a Hugging Face ``transformers`` model type or config class (``bert``, ``gpt2``, ``llama``,
-  ``BertConfig``, ...) or model class (``BertForSequenceClassification``): built from a small
-  config (2 layers, hidden size 32, vocabulary 128; ``--hf-config key=value`` overrides), random
-  weights, no download; causal LMs get ``labels=input_ids``, the others a sequence
-  classification head with random labels; input ``--input-shape B,S`` (token ids);
+  ``t5``, ``vit``, ``BertConfig``, ...) or model class (``BertForSequenceClassification``): built
+  from a small config (2 layers, hidden size 32, vocabulary 128; ``--hf-config key=value``
+  overrides), random weights, no download; causal LMs and encoder-decoder models (T5, BART: their
+  seq2seq LM) get ``labels=input_ids``, image models (ViT, ConvNeXt: 32x32 images, default
+  ``--input-shape 2,3,32,32``) an image-classification head with random labels, the others a
+  sequence classification head with random labels; input ``--input-shape B,S`` (token ids);
 - ``torchvision:<name>`` / ``timm:<name>``, if those packages import (PyPI's torchvision wheel
   is the CUDA build and does not import next to the CPU torch: use ``resnet18-like``);
-- ``resnet18-like``: the built-in ResNet-18-shaped CNN (``tools/_models.py:resnet18``);
+- ``resnet18-like``: the built-in ResNet-18-shaped CNN (``tools/_models.py:resnet18``; the same
+  file has ``mobilenet_v3_like``, ``vgg_like``, ``transformer_encoder`` and ``embedding_lstm``);
 - ``module:function`` or ``path/to/file.py:function``: a function returning an ``nn.Module``
   (called with no arguments).
 
@@ -32,7 +35,10 @@ against random classes for a ``[N, C]`` output, else the mean square of the outp
 probabilities are set to 0 (canna's dropout cannot reproduce PyTorch's random stream: the two
 runs would compute different functions); ``--keep-dropout`` leaves them.
 
-Run: .venv/bin/python tools/coverage.py --model bert --input-shape 2,16 [--json] [--seed 0]
+``--steps N`` also runs N AdamW training steps on one batch, plain and under ``offload()`` from the
+same weights, and prints both runs' losses and their largest relative difference (JSON: ``steps``).
+
+Run: .venv/bin/python tools/coverage.py --model bert --input-shape 2,16 [--json] [--seed 0] [--steps 10]
 Exit status: 0 on success, 2 for a usage error (an unknown model, a bad shape) with a message.
 """
 from __future__ import annotations
@@ -54,12 +60,20 @@ sys.path.insert(0, _TOOLS)                    # _models (resnet18-like)
 HF_SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
             "vocab_size": 128, "max_position_embeddings": 64, "num_key_value_heads": 2, "num_labels": 3,
             "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+#: more of a small config for encoder-decoder models (T5's and BART's own names) and image models
+#: (32x32 images; ConvNeXt: two stages of one block)
+HF_SEQ2SEQ_SMALL = {"d_ff": 64, "d_kv": 16, "num_layers": 2, "num_decoder_layers": 2, "encoder_layers": 2,
+                    "decoder_layers": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "encoder_attention_heads": 2,
+                    "decoder_attention_heads": 2, "decoder_start_token_id": 0}
+HF_IMAGE_SMALL = {"image_size": 32, "patch_size": 8, "num_channels": 3, "hidden_sizes": [16, 32], "num_stages": 2,
+                  "depths": [1, 1]}
 #: encoder model types: a sequence-classification head (their causal-LM classes are for decoding)
 ENCODERS = ("bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
             "camembert", "mpnet", "ernie", "megatron-bert", "modernbert")
 #: the dropout probabilities of Hugging Face configs (set to 0 unless --keep-dropout)
 HF_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
-              "attention_dropout", "hidden_dropout", "dropout", "classifier_dropout", "summary_first_dropout")
+              "attention_dropout", "hidden_dropout", "dropout", "classifier_dropout", "summary_first_dropout",
+              "dropout_rate", "activation_dropout", "hidden_dropout_rate", "drop_path_rate")
 
 
 class UsageError(Exception):
@@ -107,7 +121,11 @@ def _hf_target(spec, shape, overrides, keep_dropout):
         model_type = spec.lower()
     else:
         return None
-    kw = dict(HF_SMALL)
+    image = model_type in ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES and \
+        model_type not in ma.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+    seq2seq = not image and model_type in ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES and \
+        model_type not in ENCODERS
+    kw = dict(HF_SMALL, **(HF_IMAGE_SMALL if image else HF_SEQ2SEQ_SMALL if seq2seq else {}))
     if not keep_dropout:
         kw.update({k: 0.0 for k in HF_DROPOUT})
     kw.update(overrides)
@@ -118,10 +136,17 @@ def _hf_target(spec, shape, overrides, keep_dropout):
                 setattr(config, k, 0.0)
     if model_cls is not None:
         causal = "CausalLM" in model_cls.__name__ or "LMHead" in model_cls.__name__
+        seq2seq = "Seq2Seq" in model_cls.__name__ or "ConditionalGeneration" in model_cls.__name__
+        image = "ImageClassification" in model_cls.__name__
     else:   # decoders: a causal LM; encoders (which also have a causal-LM head class): classification
         causal = model_type in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in ENCODERS
+    if image:
+        return _hf_image_target(transformers, model_type, model_cls, config, shape)
+    if seq2seq:
+        causal = True   # labels = the input ids (the decoder's inputs are the labels shifted right)
     if model_cls is None:
-        auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModelForSequenceClassification
+        auto = transformers.AutoModelForSeq2SeqLM if seq2seq else transformers.AutoModelForCausalLM if causal \
+            else transformers.AutoModelForSequenceClassification
         def build():
             return auto.from_config(config)
     else:
@@ -145,8 +170,29 @@ def _hf_target(spec, shape, overrides, keep_dropout):
             kwargs["labels"] = torch.randint(0, labels, (shape[0],), generator=gen)
         return (), kwargs
     sizes = ", ".join(f"{k}={getattr(config, k)}" for k in ("hidden_size", "num_hidden_layers") if hasattr(config, k))
-    name = f"{model_type} ({'causal LM' if causal else 'sequence classification'}; {type(config).__name__} {sizes})"
+    task = "seq2seq LM" if seq2seq else "causal LM" if causal else "sequence classification"
+    name = f"{model_type} ({task}; {type(config).__name__} {sizes})"
     return Target(name, build, make_inputs, hf=True)
+
+
+def _hf_image_target(transformers, model_type, model_cls, config, shape):
+    """An image-classification model (ViT, ConvNeXt, ...): ``pixel_values`` of ``--input-shape``
+    (default ``2,3,32,32``), random labels."""
+    if shape == (2, 16):   # the language models' default
+        shape = (2, config.num_channels, config.image_size, config.image_size) if hasattr(config, "image_size") \
+            else (2, 3, 32, 32)
+    if len(shape) != 4:
+        raise UsageError(f"--model {model_type}: --input-shape must be (batch, channels, height, width) for an image "
+                         f"model, got {shape}")
+    cls = model_cls or transformers.AutoModelForImageClassification
+    build = (lambda: cls(config)) if model_cls is not None else (lambda: cls.from_config(config))
+    labels = getattr(config, "num_labels", 2)
+
+    def make_inputs(torch, gen):
+        return (), {"pixel_values": torch.randn(shape, generator=gen),
+                    "labels": torch.randint(0, labels, (shape[0],), generator=gen)}
+    return Target(f"{model_type} (image classification; {type(config).__name__}, images {shape})", build, make_inputs,
+                  hf=True)
 
 
 def _load_function(spec):
@@ -209,7 +255,7 @@ def resolve(spec, shape_text, *, hf_overrides=(), keep_dropout=False, int_input=
         if shape is None:
             raise UsageError(f"--model {spec}: give the input shape with --input-shape")
         return Target(spec, f, _float_inputs(shape, int_input))
-    t = _hf_target(spec, shape or (2, 16), overrides, keep_dropout)
+    t = _hf_target(spec, shape or (2, 16), overrides, keep_dropout)   # (an image model's default shape: its own)
     if t is None:
         raise UsageError(f"--model {spec!r}: not a Hugging Face model type or class, nor torchvision:<name>, "
                          "timm:<name>, resnet18-like or module:function (e.g. bert, gpt2, llama, "
@@ -224,6 +270,8 @@ def _no_dropout(torch, model):
     for mod in model.modules():
         if isinstance(mod, torch.nn.modules.dropout._DropoutNd):
             mod.p = 0.0
+        elif isinstance(mod, torch.nn.MultiheadAttention):   # its attention dropout is a float attribute
+            mod.dropout = 0.0
 
 
 def _loss(torch, out, target_gen, hf):
@@ -332,6 +380,44 @@ def measure(target, *, seed=0, keep_dropout=False, progress=None):
             "report": report.as_dict()}
 
 
+def _train_losses(torch, target, model, seed, steps, ctx):
+    """The losses of ``steps`` AdamW steps on one batch under ``ctx``."""
+    gen = torch.Generator().manual_seed(seed)
+    args, kwargs = target.make_inputs(torch, gen)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    torch.manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        with ctx():
+            out = model(*args, **kwargs)
+            loss, _y = _loss(torch, out, torch.Generator().manual_seed(seed + 1), target.hf)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def track(target, *, steps=10, seed=0, keep_dropout=False, progress=None):
+    """``steps`` AdamW training steps plain and under ``offload()`` from the same weights:
+    ``{"pytorch": [losses], "canna": [losses], "max_rel_diff": max |canna - plain| / |plain|}``."""
+    import torch
+    import canna_dl.torch as ct
+    step = progress or (lambda msg: None)
+    torch.manual_seed(seed)
+    model = target.build()
+    if not keep_dropout:
+        _no_dropout(torch, model)
+    twin = copy.deepcopy(model)
+    step(f"plain PyTorch: {steps} training steps")
+    plain = _train_losses(torch, target, model, seed, steps, contextlib.nullcontext)
+    step(f"canna (offload()): {steps} training steps")
+    canna = _train_losses(torch, target, twin, seed, steps, ct.offload)
+    diff = max(abs(c - p) / (abs(p) or 1.0) for c, p in zip(canna, plain))
+    return {"pytorch": plain, "canna": canna, "max_rel_diff": diff}
+
+
 # ---------------------------------------------------------------------------------------------
 # output
 
@@ -342,6 +428,11 @@ def _print(res, console):
         else:
             print(s)
     line(f"model: {res['model']}  ({res['parameters']} parameters)")
+    if "steps" in res:
+        t = res["steps"]
+        line(f"{len(t['pytorch'])} AdamW steps, losses (PyTorch / canna): "
+             + ", ".join(f"{p:.6g}/{c:.6g}" for p, c in zip(t["pytorch"], t["canna"]))
+             + f"; max relative difference {t['max_rel_diff']:.2e}")
     line(f"compute calls on canna: {res['canna_calls']} of {res['compute_calls']} = {100 * res['coverage']:.1f}% "
          "(forward, backward, optimizer; views, metadata and tensor factories not counted)")
     e = res["max_rel_error"]
@@ -383,6 +474,8 @@ def main(argv=None):
                     help="override a Hugging Face config value (repeatable), e.g. attn_implementation=eager")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep-dropout", action="store_true", help="leave dropout probabilities as the model has them")
+    ap.add_argument("--steps", type=int, default=0, metavar="N",
+                    help="also run N AdamW training steps plain and under offload() and compare their losses")
     ap.add_argument("--json", action="store_true", help="print the result as JSON (no progress output)")
     a = ap.parse_args(argv)
     console = None
@@ -399,7 +492,11 @@ def main(argv=None):
         def progress(msg):
             if not a.json:
                 print(f"... {msg}", file=sys.stderr, flush=True)
+        if a.steps < 0:
+            raise UsageError(f"--steps must be >= 0, got {a.steps}")
         res = measure(target, seed=a.seed, keep_dropout=a.keep_dropout, progress=progress)
+        if a.steps:
+            res["steps"] = track(target, steps=a.steps, seed=a.seed, keep_dropout=a.keep_dropout, progress=progress)
     except UsageError as e:
         print(f"coverage.py: error: {e}", file=sys.stderr)
         return 2

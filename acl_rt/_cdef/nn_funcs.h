@@ -242,6 +242,91 @@ aclnnStatus aclnnAmaxGetWorkspaceSize(const aclTensor *self, const aclIntArray *
     aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnAmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
     aclrtStream stream);
+/* aclnnop/aclnn_eq_tensor.h (libopapi_math) */
+aclnnStatus aclnnEqTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnEqTensor(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_eq_scalar.h (libopapi_math) */
+aclnnStatus aclnnEqScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnEqScalar(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_ne_tensor.h (libopapi_math) */
+aclnnStatus aclnnNeTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnNeTensor(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_ne_scalar.h (libopapi_math) */
+aclnnStatus aclnnNeScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnNeScalar(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_lt_tensor.h (libopapi_math) */
+aclnnStatus aclnnLtTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnLtTensor(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_lt_scalar.h (libopapi_math) */
+aclnnStatus aclnnLtScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnLtScalar(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_le_tensor.h (libopapi_math) */
+aclnnStatus aclnnLeTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnLeTensor(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_le_scalar.h (libopapi_math) */
+aclnnStatus aclnnLeScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnLeScalar(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_gt_tensor.h (libopapi_math) */
+aclnnStatus aclnnGtTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGtTensor(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_gt_scalar.h (libopapi_math) */
+aclnnStatus aclnnGtScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGtScalar(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_ge_tensor.h (libopapi_math) */
+aclnnStatus aclnnGeTensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGeTensor(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_ge_scalar.h (libopapi_math) */
+aclnnStatus aclnnGeScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnGeScalar(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_maximum.h (libopapi_math) */
+aclnnStatus aclnnMaximumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMaximum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_minimum.h (libopapi_math) */
+aclnnStatus aclnnMinimumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnMinimum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_s_where.h (libopapi_math) */
+aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTensor *self,
+    const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSWhere(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_all.h (libopapi_math) */
+aclnnStatus aclnnAllGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepdim,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnAll(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
+/* aclnnop/aclnn_any.h (libopapi_math) */
+aclnnStatus aclnnAnyGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepdim,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnAny(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+    aclrtStream stream);
 /* aclnnop/aclnn_cast.h (libopapi_math) */
 aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *self, const aclDataType dtype, aclTensor *out,
     uint64_t *workspaceSize, aclOpExecutor **executor);

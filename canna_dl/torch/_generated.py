@@ -554,8 +554,9 @@ def function(op):
                     _check(op, api, arrays)
                     break
             if through:   # differentiated through the registered ops it is made of (their Functions / custom ops)
-                if r == EAGER:
-                    return op.kernel(*[plain(a) for a in arrays], **attrs)
+                if r == EAGER:   # (a list input's tensors one by one)
+                    return op.kernel(*[[plain(b) for b in a] if isinstance(a, list) else plain(a) for a in arrays],
+                                     **attrs)
                 with NoTorchFunction():
                     return op.forward(TOPS, *arrays, **attrs)
             if r == CUSTOM:

@@ -437,6 +437,11 @@ def _to_is_noop(x, args, kwargs) -> bool:
     return True
 
 
+#: torch functions mapped to a canna op (a copy, a cast) that return their input for some
+#: arguments (:func:`_is_view_call`): those calls run on PyTorch, uncounted
+_MAYBE_VIEW = frozenset({_T.contiguous, _T.to, *_SAME_DTYPE})
+
+
 def _is_view_call(func, args, kwargs=None) -> bool:
     """A call that returns a view or the tensor itself (not recorded)."""
     if func is _T.contiguous:
@@ -715,6 +720,8 @@ class Offload(TorchFunctionMode):
             # compiler's own calls (on fake tensors) are neither routed nor counted
             return func(*args, **kwargs) if kwargs else func(*args)
         e = _TABLE.get(func)
+        if e is not None and func in _MAYBE_VIEW and _is_view_call(func, args, kwargs):
+            return func(*args, **kwargs) if kwargs else func(*args)   # returns its input: not compute
         if e is None or (not self._all and e[0] not in self.enabled):
             c = _CANNA_OPS.get(func)
             if c is not None:   # a compiled graph calling canna's custom ops

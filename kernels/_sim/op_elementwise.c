@@ -1,5 +1,7 @@
 /* canna simulator op library: elementwise ops (unary, binary with NumPy broadcasting, with
- * scalars), their backward ops, Cast and InplaceCopy.
+ * scalars), their backward ops, the comparisons (EqTensor / EqScalar, Ne, Lt, Le, Gt, Ge: computed
+ * in the operands' promoted type, 1 or 0 converted into a bool out; NaN compares unequal),
+ * Maximum / Minimum (NaN propagates, as torch.maximum), Cast and InplaceCopy.
  *
  * One engine runs them all: the output's index space (dims of size 1 dropped, mergeable dims
  * merged) is cut into ranges, one per AI-core block; each range is walked row by row in chunks of
@@ -29,7 +31,7 @@
 enum {
     /* binary */
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_THRESH_BW, EW_GELU_TANH_BW, EW_GELU_ERF_BW, EW_SILU_BW, EW_SIGMOID_BW,
-    EW_TANH_BW,
+    EW_TANH_BW, EW_EQ, EW_NE, EW_LT, EW_LE, EW_GT, EW_GE, EW_MAXIMUM, EW_MINIMUM,
     /* unary */
     EW_COPY, EW_NEG, EW_ABS, EW_SIGN, EW_EXP, EW_LOG, EW_SQRT, EW_POW, EW_RELU, EW_GELU_TANH, EW_GELU_ERF, EW_SILU, EW_SIGMOID,
     EW_TANH,
@@ -203,6 +205,34 @@ POWK(double, f64)
 IK(int32_t, uint32_t, i32)
 IK(int64_t, uint64_t, i64)
 
+/* comparisons: 1 or 0 in the compute type (the engine converts it into the bool out) */
+#define CMPK(NAME, OP)                                                                              \
+    KSIG(NAME##_f32, float) { float *restrict o = o_; const float *restrict a = a_, *restrict b = b_; (void)p; \
+        for (int64_t i = 0; i < n; i++) o[i] = (float)(a[i] OP b[i]); }                            \
+    KSIG(NAME##_f64, double) { double *restrict o = o_; const double *restrict a = a_, *restrict b = b_; (void)p; \
+        for (int64_t i = 0; i < n; i++) o[i] = (double)(a[i] OP b[i]); }                           \
+    KSIG(NAME##_i32, int32_t) { int32_t *restrict o = o_; const int32_t *restrict a = a_, *restrict b = b_; (void)p; \
+        for (int64_t i = 0; i < n; i++) o[i] = (int32_t)(a[i] OP b[i]); }                          \
+    KSIG(NAME##_i64, int64_t) { int64_t *restrict o = o_; const int64_t *restrict a = a_, *restrict b = b_; (void)p; \
+        for (int64_t i = 0; i < n; i++) o[i] = (int64_t)(a[i] OP b[i]); }
+CMPK(k_eq, ==)
+CMPK(k_ne, !=)
+CMPK(k_lt, <)
+CMPK(k_le, <=)
+CMPK(k_gt, >)
+CMPK(k_ge, >=)
+
+/* maximum / minimum: a NaN operand gives NaN (x != x: x; y NaN: the comparison is false, y) */
+FKB(k_maximum, (x != x || x > y) ? x : y)
+FKB(k_minimum, (x != x || x < y) ? x : y)
+#define MMK(T, SUF)                                                                                 \
+    KSIG(k_maximum_##SUF, T) { T *restrict o = o_; const T *restrict a = a_, *restrict b = b_; (void)p; \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; }                        \
+    KSIG(k_minimum_##SUF, T) { T *restrict o = o_; const T *restrict a = a_, *restrict b = b_; (void)p; \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; }
+MMK(int32_t, i32)
+MMK(int64_t, i64)
+
 /* kernel table [op][ct] (NULL = not available for that compute type) */
 static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
     [EW_ADD] = {k_add_f32, k_add_f64, k_add_i32, k_add_i64},
@@ -215,6 +245,14 @@ static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
     [EW_SILU_BW] = {k_silu_bw_f32, k_silu_bw_f64, NULL, NULL},
     [EW_SIGMOID_BW] = {k_sigmoid_bw_f32, k_sigmoid_bw_f64, NULL, NULL},
     [EW_TANH_BW] = {k_tanh_bw_f32, k_tanh_bw_f64, NULL, NULL},
+    [EW_EQ] = {k_eq_f32, k_eq_f64, k_eq_i32, k_eq_i64},
+    [EW_NE] = {k_ne_f32, k_ne_f64, k_ne_i32, k_ne_i64},
+    [EW_LT] = {k_lt_f32, k_lt_f64, k_lt_i32, k_lt_i64},
+    [EW_LE] = {k_le_f32, k_le_f64, k_le_i32, k_le_i64},
+    [EW_GT] = {k_gt_f32, k_gt_f64, k_gt_i32, k_gt_i64},
+    [EW_GE] = {k_ge_f32, k_ge_f64, k_ge_i32, k_ge_i64},
+    [EW_MAXIMUM] = {k_maximum_f32, k_maximum_f64, k_maximum_i32, k_maximum_i64},
+    [EW_MINIMUM] = {k_minimum_f32, k_minimum_f64, k_minimum_i32, k_minimum_i64},
     [EW_COPY] = {k_copy_f32, k_copy_f64, k_copy_i32, k_copy_i64},
     [EW_NEG] = {k_neg_f32, k_neg_f64, k_neg_i32, k_neg_i64},
     [EW_ABS] = {k_abs_f32, k_abs_f64, k_abs_i32, k_abs_i64},
@@ -238,6 +276,7 @@ static int op_weight(int op)
     case EW_ADD: case EW_SUB: case EW_MUL: case EW_DIV: case EW_COPY: case EW_NEG: case EW_ABS: case EW_SIGN:
     case EW_RELU:
     case EW_THRESH_BW: case EW_SIGMOID_BW: case EW_TANH_BW:
+    case EW_EQ: case EW_NE: case EW_LT: case EW_LE: case EW_GT: case EW_GE: case EW_MAXIMUM: case EW_MINIMUM:
         return 1;
     default:
         return 8;
@@ -662,6 +701,81 @@ NN_API aclnnStatus aclnnDivsGetWorkspaceSize(const aclTensor *self, const aclSca
 }
 PHASE2(Divs)
 
+NN_API aclnnStatus aclnnMaximumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                                                uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return arith("aclnnMaximum", EW_MAXIMUM, self, other, NULL, NULL, out, workspaceSize, executor);
+}
+PHASE2(Maximum)
+
+NN_API aclnnStatus aclnnMinimumGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                                                uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return arith("aclnnMinimum", EW_MINIMUM, self, other, NULL, NULL, out, workspaceSize, executor);
+}
+PHASE2(Minimum)
+
+/* ------------------------------------------------------------------ comparisons */
+
+static aclnnStatus compare_dtype(const char *api, const char *name, const nn_tensor_t *t)
+{
+    aclDataType d = t->dtype;
+    if (supported_input(d) || d == ACL_BOOL || d == ACL_UINT8 || d == ACL_INT8 || d == ACL_INT16)
+        return ACLNN_SUCCESS;
+    return NN_PARAM("%s: %s has dtype %s, which is not supported (expected a floating, integer or bool dtype)", api,
+                    name, nn_dtype_name(d));
+}
+
+/* out = self OP other (a tensor, broadcast, or a scalar): bool out; self and other of the
+ * floating, integer or bool dtypes, compared in their promoted type */
+static aclnnStatus compare(const char *api, int op, const aclTensor *self, const aclTensor *other,
+                           const aclScalar *otherS, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    NN_OUTPTRS(api);
+    const nn_tensor_t *a, *b = NULL, *o;
+    const nn_scalar_t *bs = NULL;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "self", self, false, &a)) || (rc = compare_dtype(api, "self", a)))
+        return rc;
+    if (otherS) {
+        if ((rc = nn_scalar_arg(api, "other", otherS, &bs)))
+            return rc;
+    } else if ((rc = nn_tensor_arg(api, "other", other, false, &b)) || (rc = compare_dtype(api, "other", b))) {
+        return rc;
+    }
+    if ((rc = nn_tensor_arg(api, "out", out, false, &o)))
+        return rc;
+    if (o->dtype != ACL_BOOL)
+        return NN_PARAM("%s: out has dtype %s, expected bool", api, nn_dtype_name(o->dtype));
+    aclDataType prom = b ? nn_promote(a->dtype, b->dtype) : a->dtype;
+    if (!b && !nn_is_float(a->dtype) && bs->is_float)
+        prom = ACL_DOUBLE;   /* an integer tensor against a float number: compared as doubles */
+    return ew_make(api, op, nn_ct_of(prom), a, "self", b, "other", bs, o, "out", 0, 0, 1, 1, workspaceSize, executor);
+}
+
+#define COMPARE(NAME, OP)                                                                           \
+    NN_API aclnnStatus aclnn##NAME##TensorGetWorkspaceSize(const aclTensor *self, const aclTensor *other,    \
+                                                           aclTensor *out, uint64_t *workspaceSize,          \
+                                                           aclOpExecutor **executor)                         \
+    {                                                                                              \
+        return compare("aclnn" #NAME "Tensor", OP, self, other, NULL, out, workspaceSize, executor);          \
+    }                                                                                              \
+    PHASE2(NAME##Tensor)                                                                           \
+    NN_API aclnnStatus aclnn##NAME##ScalarGetWorkspaceSize(const aclTensor *self, const aclScalar *other,    \
+                                                           aclTensor *out, uint64_t *workspaceSize,          \
+                                                           aclOpExecutor **executor)                         \
+    {                                                                                              \
+        return compare("aclnn" #NAME "Scalar", OP, self, NULL, other, out, workspaceSize, executor);          \
+    }                                                                                              \
+    PHASE2(NAME##Scalar)
+
+COMPARE(Eq, EW_EQ)
+COMPARE(Ne, EW_NE)
+COMPARE(Lt, EW_LT)
+COMPARE(Le, EW_LE)
+COMPARE(Gt, EW_GT)
+COMPARE(Ge, EW_GE)
+
 /* ------------------------------------------------------------------ unary */
 
 /* kind: 0 = float result (int input computes in float), 1 = keeps integers (neg, relu) */
@@ -910,3 +1024,83 @@ NN_API aclnnStatus aclnnTanhBackwardGetWorkspaceSize(const aclTensor *gradOutput
                     "gradInput", 0, workspaceSize, executor);
 }
 PHASE2C(TanhBackward)
+
+/* ------------------------------------------------------------------ aclnnSWhere */
+
+/* out = condition ? self : other, the three broadcast to out's shape (a simple strided walk; the
+ * values move in out's compute type, so int64 stays exact) */
+static int64_t sw_off(const nn_view_t *v, const int64_t *idx, int32_t nd)
+{
+    int64_t off = 0;
+    for (int32_t d = nd - v->ndim; d < nd; d++) {
+        int32_t vd = d - (nd - v->ndim);
+        if (v->shape[vd] != 1)
+            off += idx[d] * v->stride[vd];
+    }
+    return off * (int64_t)nn_dtype_size(v->dtype);
+}
+
+static aclError sw_run(nn_exec_t *ex)
+{
+    const nn_view_t *cv = &ex->v[0], *a = &ex->v[1], *b = &ex->v[2], *o = &ex->v[3];
+    int ct = nn_ct_of(o->dtype);
+    int32_t nd = o->ndim;
+    int64_t idx[NN_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < o->numel; e++) {
+        int64_t c;
+        _Alignas(8) unsigned char v[8];
+        nn_load(CT_I64, &c, cv->data + sw_off(cv, idx, nd), 1, cv->dtype, 1);
+        const nn_view_t *src = c ? a : b;
+        nn_load(ct, v, src->data + sw_off(src, idx, nd), 1, src->dtype, 1);
+        nn_store(ct, nn_at(o, idx), 1, o->dtype, v, 1);
+        for (int32_t d = nd - 1; d >= 0; d--) {
+            if (++idx[d] < o->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return ACL_SUCCESS;
+}
+
+NN_API aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTensor *self, const aclTensor *other,
+                                               aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnSWhere";
+    NN_OUTPTRS(api);
+    const nn_tensor_t *c, *a, *b, *o;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "condition", condition, false, &c)) || (rc = nn_tensor_arg(api, "self", self, false, &a)) ||
+        (rc = nn_tensor_arg(api, "other", other, false, &b)) || (rc = nn_tensor_arg(api, "out", out, false, &o)))
+        return rc;
+    if (c->dtype != ACL_BOOL && c->dtype != ACL_UINT8)
+        return NN_PARAM("%s: condition has dtype %s, expected bool (or uint8)", api, nn_dtype_name(c->dtype));
+    if ((rc = check_input_dtype(api, "self", a, false)) || (rc = check_input_dtype(api, "other", b, false)) ||
+        (rc = check_input_dtype(api, "out", o, false)))
+        return rc;
+    if (!nn_can_cast(nn_promote(a->dtype, b->dtype), o->dtype))
+        return NN_PARAM("%s: the result type %s cannot be cast to out's dtype %s", api,
+                        nn_dtype_name(nn_promote(a->dtype, b->dtype)), nn_dtype_name(o->dtype));
+    int64_t s1[NN_MAX_DIMS], s2[NN_MAX_DIMS];
+    int32_t n1, n2;
+    if (!nn_broadcast(c->shape, c->ndim, a->shape, a->ndim, s1, &n1) || !nn_broadcast(s1, n1, b->shape, b->ndim, s2, &n2))
+        return NN_PARAM("%s: condition, self and other cannot be broadcast together", api);
+    if (!nn_same_shape(o, s2, n2)) {
+        char t1[160], t2[160];
+        return NN_PARAM("%s: out has shape %s but the result has shape %s", api,
+                        nn_shape_str(t1, sizeof t1, o->shape, o->ndim), nn_shape_str(t2, sizeof t2, s2, n2));
+    }
+    nn_exec_t *ex = nn_exec_new(api, sw_run, ACLSIM_ENGINE_VECTOR, 8);
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    nn_exec_add(ex, c, "condition", false);
+    nn_exec_add(ex, a, "self", false);
+    nn_exec_add(ex, b, "other", false);
+    nn_exec_add(ex, o, "out", true);
+    if ((rc = nn_check_output_overlap(api, ex, 3, true))) {
+        free(ex);
+        return rc;
+    }
+    ex->cost_ns = (uint64_t)o->numel * 4;
+    return nn_exec_finish(ex, workspaceSize, executor);
+}
+PHASE2(SWhere)

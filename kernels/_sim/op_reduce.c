@@ -1,4 +1,6 @@
-/* canna simulator op library: reductions over dims with keepdim (ReduceSum, Mean, Amax).
+/* canna simulator op library: reductions over dims with keepdim (ReduceSum, Mean, Amax; All and
+ * Any, the logical reductions of torch.all / torch.any: is every / some element nonzero, NaN being
+ * nonzero, into a bool out).
  *
  * The input's dims split into kept dims (the output's index space) and reduced dims. Floating
  * inputs accumulate in double, integers in int64 (wrapping), then convert to out's dtype. Two
@@ -10,7 +12,7 @@
 
 #pragma GCC optimize("O3")
 
-enum { RD_SUM, RD_MEAN, RD_AMAX };
+enum { RD_SUM, RD_MEAN, RD_AMAX, RD_ALL, RD_ANY };
 
 #define RD_TILE 512
 
@@ -33,6 +35,21 @@ typedef struct rd_job {
 
 static inline void acc_combine(int kind, int ct, void *acc, const void *v, int64_t n)
 {
+    if (kind == RD_ALL || kind == RD_ANY) {   /* accumulators hold 0 / 1 */
+        bool all = kind == RD_ALL;
+        if (ct == CT_F64) {
+            double *a = acc;
+            const double *b = v;
+            for (int64_t i = 0; i < n; i++)
+                a[i] = all ? (a[i] != 0 && b[i] != 0) : (a[i] != 0 || b[i] != 0);
+        } else {
+            int64_t *a = acc;
+            const int64_t *b = v;
+            for (int64_t i = 0; i < n; i++)
+                a[i] = all ? (a[i] != 0 && b[i] != 0) : (a[i] != 0 || b[i] != 0);
+        }
+        return;
+    }
     if (ct == CT_F64) {
         double *a = acc;
         const double *b = v;
@@ -61,11 +78,11 @@ static void acc_init(int kind, int ct, void *acc, int64_t n)
     if (ct == CT_F64) {
         double *a = acc;
         for (int64_t i = 0; i < n; i++)
-            a[i] = kind == RD_AMAX ? -INFINITY : 0.0;
+            a[i] = kind == RD_AMAX ? -INFINITY : kind == RD_ALL ? 1.0 : 0.0;
     } else {
         int64_t *a = acc;
         for (int64_t i = 0; i < n; i++)
-            a[i] = kind == RD_AMAX ? INT64_MIN : 0;
+            a[i] = kind == RD_AMAX ? INT64_MIN : kind == RD_ALL ? 1 : 0;
     }
 }
 
@@ -99,7 +116,10 @@ static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *ba
         for (int64_t c = 0; c < inner; c += RD_TILE) {
             int64_t n = inner - c < RD_TILE ? inner - c : RD_TILE;
             nn_load(p->ct, buf, row + c * ist * (int64_t)isz, ist, in->dtype, n);
-            if (p->ct == CT_F64) {
+            if (p->kind == RD_ALL || p->kind == RD_ANY) {
+                for (int64_t i = 0; i < n; i++)
+                    acc_combine(p->kind, p->ct, acc, buf + i * 8, 1);
+            } else if (p->ct == CT_F64) {
                 const double *b = (const double *)buf;
                 double *a = acc;
                 if (p->kind == RD_AMAX) {
@@ -246,7 +266,7 @@ static aclError rd_run(nn_exec_t *ex)
     return rc;
 }
 
-/* phase 1 shared by the three ops; dtype: ACL_DT_UNDEFINED = no dtype argument */
+/* phase 1 shared by the five ops; dtype: ACL_DT_UNDEFINED = no dtype argument */
 static aclnnStatus rd_make(const char *api, int kind, const aclTensor *self, const aclIntArray *dims, bool keep,
                            aclDataType dtype, bool has_dtype, aclTensor *out, uint64_t *workspaceSize,
                            aclOpExecutor **executor)
@@ -258,9 +278,17 @@ static aclnnStatus rd_make(const char *api, int kind, const aclTensor *self, con
     if ((rc = nn_tensor_arg(api, "self", self, false, &a)) || (rc = nn_intarray_arg(api, "dim", dims, false, &dl)) ||
         (rc = nn_tensor_arg(api, "out", out, false, &o)))
         return rc;
-    if (!nn_is_op_float(a->dtype) && !nn_is_op_int(a->dtype))
-        return NN_PARAM("%s: self has dtype %s (expected float32, float16, bfloat16, float64, int32 or int64)", api,
-                        nn_dtype_name(a->dtype));
+    bool logical = kind == RD_ALL || kind == RD_ANY;
+    if (logical) {
+        if (!nn_is_op_float(a->dtype) && !nn_is_op_int(a->dtype) && a->dtype != ACL_BOOL && a->dtype != ACL_UINT8 &&
+            a->dtype != ACL_INT8 && a->dtype != ACL_INT16)
+            return NN_PARAM("%s: self has dtype %s (expected a floating, integer or bool dtype)", api,
+                            nn_dtype_name(a->dtype));
+        if (o->dtype != ACL_BOOL && o->dtype != ACL_UINT8)
+            return NN_PARAM("%s: out has dtype %s, expected bool (or uint8)", api, nn_dtype_name(o->dtype));
+    } else if (!nn_is_op_float(a->dtype) && !nn_is_op_int(a->dtype) && !(kind == RD_SUM && a->dtype == ACL_BOOL))
+        return NN_PARAM("%s: self has dtype %s (expected float32, float16, bfloat16, float64, int32 or int64; bool "
+                        "for a sum)", api, nn_dtype_name(a->dtype));
     if (has_dtype && o->dtype != dtype)
         return NN_PARAM("%s: out has dtype %s but dtype is %s", api, nn_dtype_name(o->dtype), nn_dtype_name(dtype));
     if (kind == RD_AMAX && o->dtype != a->dtype)
@@ -422,4 +450,26 @@ NN_API aclnnStatus aclnnAmaxGetWorkspaceSize(const aclTensor *self, const aclInt
 NN_API aclnnStatus aclnnAmax(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
 {
     return nn_launch("aclnnAmax", workspace, workspaceSize, executor, stream);
+}
+
+NN_API aclnnStatus aclnnAllGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepdim, aclTensor *out,
+                                            uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return rd_make("aclnnAll", RD_ALL, self, dim, keepdim, ACL_DT_UNDEFINED, false, out, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnAll(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return nn_launch("aclnnAll", workspace, workspaceSize, executor, stream);
+}
+
+NN_API aclnnStatus aclnnAnyGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepdim, aclTensor *out,
+                                            uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return rd_make("aclnnAny", RD_ANY, self, dim, keepdim, ACL_DT_UNDEFINED, false, out, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnAny(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return nn_launch("aclnnAny", workspace, workspaceSize, executor, stream);
 }

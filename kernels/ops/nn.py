@@ -205,7 +205,7 @@ define("native_nll_loss", inputs=(Tensor("input", F), Tensor("target", C.INTS, d
        attrs=_loss_attrs, outputs=("loss", "total_weight"),
        shape=lambda input, *a, **k: (_loss_shape(input, *a, **k), Spec((), input.dtype)),
        forward=Impl(N.native_nll_loss), generate=False)
-define("sum", inputs=(Tensor("x", ARITH),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
+define("sum", inputs=(Tensor("x", ARITH + (C.BOOL,)),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
        shape=_reduced, forward=Impl(RD.sum), generate=False)
 define("mean", inputs=(Tensor("x", F),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
        shape=_reduced, forward=Impl(RD.mean), generate=False)

@@ -1,0 +1,134 @@
+"""Logical reductions and comparisons (issue 14; comparisons at the end of the file): ``all`` / ``any`` — ``torch.all``, ``Tensor.all``, ``torch.any``,
+``Tensor.any`` (Hugging Face's mask checks, ``padding_mask.all()``) — one ``aclnnAll`` /
+``aclnnAny`` each (``kernels/_sim/op_reduce.c``): whether every / some element along ``dim`` is
+nonzero (NaN is nonzero), a bool result (uint8 for a uint8 input, as PyTorch). Not
+differentiable.
+"""
+from __future__ import annotations
+
+from .. import _core as C
+from .convert import CAST_DTYPES
+from .nn import _reduced
+from .._registry import INT_LIST, Aclnn, Attr, Spec, Tensor, TorchForm, define
+
+
+def _logical_shape(x, dim=None, keepdim=False):
+    s = _reduced(x, dim, keepdim)
+    return Spec(s.shape, C.UINT8 if x.dtype == C.UINT8 else C.BOOL)
+
+
+def _dims(lib, keep, dim, keepdim):
+    """aclnn's ``dim`` (an aclIntArray; empty: every dim, the simulator's rule for a reduction
+    without dims) and ``keepdim``."""
+    h = C.Param.ints(lib, () if dim is None else tuple(dim))
+    keep.append(h)
+    return (h, bool(keepdim))
+
+
+def _no_empty_dim(x, dim, keepdim):
+    """offload()'s guard: ``dim=()`` falls back to PyTorch (whose meaning of it changed across versions)."""
+    return "dim=()" if dim is not None and not isinstance(dim, int) and len(tuple(dim)) == 0 else None
+
+
+_ATTRS = (Attr("dim", INT_LIST, None), Attr("keepdim", bool, False))
+for _name, _what in (("all", "every"), ("any", "some")):
+    define(_name, inputs=(Tensor("x", CAST_DTYPES, diff=False),), attrs=_ATTRS, shape=_logical_shape,
+           forward=Aclnn(_name.capitalize(), params=_dims),
+           torch=((f"torch.{_name}", _no_empty_dim), (f"torch.Tensor.{_name}", _no_empty_dim)),
+           doc=f"Whether {_what} element of ``x`` along ``dim`` is nonzero (``torch.{_name}``; "
+               f"``aclnn{_name.capitalize()}``): ``dim`` an int or a list of ints (None: all dims), ``keepdim`` "
+               "keeps them as size 1. NaN counts as nonzero. Any dtype of :func:`kernels.astype`; the result is "
+               "bool (uint8 for a uint8 ``x``, as PyTorch).\n\nRaises:\n    AxisError: a dim out of range or "
+               "repeated.")
+
+
+# ---------------------------------------------------------------------------------------------
+# comparisons: x OP y, y an array (broadcast) or a Python number, a bool result
+
+def _compare_shape(x, y):
+    ys = () if C.is_scalar(y) else tuple(y.shape)
+    return Spec(C.broadcast_shapes("shape rule", tuple(x.shape), ys), C.BOOL)
+
+
+_T = "torch.Tensor."
+_COMPARISONS = (("eq", "Eq", "==", ("torch.eq", _T + "eq", _T + "__eq__")),
+                ("ne", "Ne", "!=", ("torch.ne", "torch.not_equal", _T + "ne", _T + "not_equal", _T + "__ne__")),
+                ("lt", "Lt", "<", ("torch.lt", "torch.less", _T + "lt", _T + "less", _T + "__lt__")),
+                ("le", "Le", "<=", ("torch.le", "torch.less_equal", _T + "le", _T + "less_equal", _T + "__le__")),
+                ("gt", "Gt", ">", ("torch.gt", "torch.greater", _T + "gt", _T + "greater", _T + "__gt__")),
+                ("ge", "Ge", ">=", ("torch.ge", "torch.greater_equal", _T + "ge", _T + "greater_equal",
+                                    _T + "__ge__")))
+for _name, _acl, _op, _fns in _COMPARISONS:
+    define(_name, inputs=(Tensor("x", CAST_DTYPES, diff=False), Tensor("y", CAST_DTYPES, diff=False, scalar=True)),
+           shape=_compare_shape, forward=Aclnn(f"{_acl}Tensor", scalar=f"{_acl}Scalar"),
+           torch=tuple(TorchForm(f, names=("input", "other")) for f in _fns), elementwise=True,
+           doc=f"``x {_op} y`` elementwise (``torch.{_name}``; ``aclnn{_acl}Tensor`` / ``aclnn{_acl}Scalar``): ``y`` "
+               "an array broadcast with ``x`` or a Python number; compared in the operands' promoted dtype (an "
+               "integer array against a float number as float64); NaN compares unequal to everything. Any dtype "
+               "of :func:`kernels.astype`; a bool result. Not differentiable.\n\nRaises:\n    TypeError: another dtype. "
+               "ValueError: shapes that do not broadcast.")
+
+
+# ---------------------------------------------------------------------------------------------
+# maximum / minimum of two arrays (broadcast, PyTorch's promotion; NaN propagates)
+
+def _minmax_shape(x, y):
+    return Spec(C.broadcast_shapes("shape rule", tuple(x.shape), tuple(y.shape)), C.result_type(x, y))
+
+
+def _minmax_backward(pick):
+    """The gradient goes to the operand chosen, split in half where they are equal (PyTorch's
+    ``tools/autograd/derivatives.yaml``: ``maximum``, ``minimum``)."""
+    def backward(ops, g, x, y):
+        share = ops.add(ops.cast(pick(ops, x, y), g.dtype), ops.mul(ops.cast(ops.eq(x, y), g.dtype), 0.5))
+        gx = ops.mul(g, share)
+        return gx, ops.sub(g, gx)
+    return backward
+
+
+def _other_is_a_tensor(x, y):
+    """offload()'s guard of ``torch.max`` / ``torch.min``: the two-tensor form only (a dim or none
+    is a reduction, PyTorch's)."""
+    return None if type(y).__name__ in ("Tensor", "Parameter") else f"{type(y).__name__} second argument (a reduction)"
+
+
+for _name, _acl, _red, _pick in (("maximum", "Maximum", "max", lambda ops, x, y: ops.gt(x, y)),
+                                  ("minimum", "Minimum", "min", lambda ops, x, y: ops.lt(x, y))):
+    define(_name, inputs=(Tensor("x", C.ARITH), Tensor("y", C.ARITH)), shape=_minmax_shape,
+           forward=Aclnn(_acl), save=("x", "y"), backward=_minmax_backward(_pick),
+           torch=(TorchForm(f"torch.{_name}", names=("input", "other")),
+                  TorchForm(f"{_T}{_name}", names=("input", "other")),
+                  (f"torch.{_red}", "input, other:y", _other_is_a_tensor),
+                  (f"{_T}{_red}", "input, other:y", _other_is_a_tensor)),
+           elementwise=True,
+           doc=f"The elementwise {_name} of ``x`` and ``y`` (``torch.{_name}``, ``torch.{_red}(x, y)``; "
+               f"``aclnn{_acl}``), broadcast, in their promoted dtype; a NaN in either gives NaN. Its gradient "
+               "goes to the operand chosen, half to each where they are equal. Floating, int32 and int64 "
+               "dtypes.\n\nRaises:\n    TypeError: another dtype. ValueError: shapes that do not broadcast.")
+
+
+# ---------------------------------------------------------------------------------------------
+# where: condition ? x : y
+
+def _where_shape(condition, x, y):
+    if C.is_scalar(x) and C.is_scalar(y):
+        raise TypeError("kernels.where: x and y cannot both be Python numbers (give one as an array)")
+    shapes = [tuple(condition.shape)] + [() if C.is_scalar(t) else tuple(t.shape) for t in (x, y)]
+    return Spec(C.broadcast_shapes("kernels.where", *shapes), C.result_type(x, y))
+
+
+def _where_backward(ops, g, condition):
+    """The gradient goes to ``x`` where ``condition`` holds, to ``y`` elsewhere (PyTorch's
+    ``tools/autograd/derivatives.yaml``: ``where.self``)."""
+    return ops.where(condition, g, 0.0), ops.where(condition, 0.0, g)
+
+
+define("where", inputs=(Tensor("condition", (C.BOOL,), diff=False), Tensor("x", C.ARITH, scalar=True),
+                        Tensor("y", C.ARITH, scalar=True)),
+       shape=_where_shape, forward=Aclnn("SWhere"), save=("condition",), backward=_where_backward,
+       torch=(TorchForm("torch.where", names=("condition", "input", "other")),),
+       doc="``x`` where ``condition`` is True, else ``y`` (``torch.where(condition, input, other)``; "
+           "``aclnnSWhere``): the three broadcast together; ``x`` or ``y`` may be a Python number (a weak scalar in "
+           "PyTorch's promotion); the result has their promoted dtype. ``condition`` bool; ``x``, ``y`` floating, "
+           "int32 or int64. Its gradient goes to ``x`` where ``condition`` holds, to ``y`` elsewhere.\n\n"
+           "Raises:\n    TypeError: other dtypes, two Python numbers. ValueError: shapes that do not broadcast.")
