@@ -399,8 +399,10 @@ class TorchFn:
             op's ``y``); parameters the op does not have are accepted and ignored unless ``fixed``
             names them; an op argument missing from them takes its own default. Default: the op's
             inputs and attributes in order, the first named ``input``.
-        fixed: ``{param: value}``: the call runs on canna only at that value (``inplace=False``);
-            other values fall back to PyTorch. A parameter not in ``args`` is appended to them.
+        fixed: ``{param: value}``: the call runs on canna only at that value (``inplace=False``),
+            compared by identity or by the value's own ``==`` (an object matching several torch
+            values may define it; a tensor never matches); other values fall back to PyTorch. A
+            parameter not in ``args`` is appended to them.
         guard: ``guard(*op arguments) -> None or a reason``: the cases the torch function refuses
             that the op would take fall back (``torch.mm`` of operands that are not 2-D).
         identity: ``identity(**params) -> bool``: True when the torch function returns its first
@@ -983,9 +985,11 @@ def _composed_inputs(op, arrays):
     (DeviceArray, torch, NumPy, TensorFlow, JAX) as given, so the result keeps its kind; anything
     else converted as every op converts it (a list of numbers becomes a DeviceArray; ``None`` for
     a required input, a string or another non-array raises the TypeError naming the input)."""
+    if any(x is None and not t.optional for t, x in zip(op.inputs, arrays)):
+        _none_error(op, [x for t, x in zip(op.inputs, arrays) if not t.optional])
     out = list(arrays)
     for i, (t, x) in enumerate(zip(op.inputs, arrays)):
-        if (x is None and t.optional) or (t.scalar and C.is_scalar(x)):
+        if x is None or (t.scalar and C.is_scalar(x)):
             continue
         if t.list:
             if not isinstance(x, (list, tuple)):

@@ -30,15 +30,21 @@ def _required_inputs():
                 yield pytest.param(op, i, id=f"{op.name}-{t.name}")
 
 
+def _call_with(op, i, bad):
+    """Arguments of ``op`` with ``bad`` for input ``i`` and an array of an accepted dtype (a list of
+    one for a list input) for the others, and its required attributes."""
+    arr = np.ones((1, 1, 2, 2), np.float32)
+    good = [np.zeros(1, np.int64) if t.dtypes == kernels._core.INTS else
+            arr > 0 if t.dtypes == (kernels._core.BOOL,) else arr for t in op.inputs]
+    args = [bad if j == i else [g] if t.list else g for j, (t, g) in enumerate(zip(op.inputs, good))]
+    return args, {a.name: _ATTR_STANDINS[a.name] for a in op.attrs if a.required}
+
+
 @pytest.mark.parametrize("op,i", list(_required_inputs()))
 def test_none_for_a_required_array_is_a_type_error(op, i):
     """Issue 12 item 21: None for a required array raised AttributeError in matmul, linear, conv2d,
     layer_norm, softmax, max_pool2d; the registry's input check makes it a TypeError naming it."""
-    arr = np.ones((1, 1, 2, 2), np.float32)
-    args = [None if j == i else (np.zeros(1, np.int64) if t.dtypes == kernels._core.INTS else
-                                 arr > 0 if t.dtypes == (kernels._core.BOOL,) else arr)
-            for j, t in enumerate(op.inputs)]
-    kw = {a.name: _ATTR_STANDINS[a.name] for a in op.attrs if a.required}
+    args, kw = _call_with(op, i, None)
     if isinstance(op.forward, R.Impl):   # its own signature: arguments by name
         call = dict(zip([t.name for t in op.inputs], args))
         call.update(kw)
@@ -55,10 +61,7 @@ def test_a_string_for_a_required_array_is_a_type_error(op, i):
     """A non-array (here a string) for a required array is a TypeError naming the input, in ops
     run by the op library and in ops composed of other ops alike (the composed ones, such as
     scaled_dot_product_attention, raised AttributeError: 'str' object has no attribute 'shape')."""
-    arr = np.ones((1, 1, 2, 2), np.float32)
-    args = ["abc" if j == i else (np.zeros(1, np.int64) if t.dtypes == kernels._core.INTS else arr)
-            for j, t in enumerate(op.inputs)]
-    kw = {a.name: _ATTR_STANDINS[a.name] for a in op.attrs if a.required}
+    args, kw = _call_with(op, i, "abc")
     name = re.escape(op.inputs[i].name)
     with pytest.raises(TypeError, match=f"{name}(\\[0\\])? must be (an array|a list or tuple of arrays)"):
         if isinstance(op.forward, R.Impl):

@@ -741,9 +741,9 @@ def _offload_entry(op, fn, f, spec):
         return (f, names, defaults, dict(spec.fixed), h, report)
 
     def h(v):
-        for i, name, want in fixed:   # compared by identity or as values of want's type (never a tensor's ==)
+        for i, name, want in fixed:   # by identity or by want's == (a matcher may define it), never a tensor's ==
             got = v[i]
-            if got is not want and not (type(got) is type(want) and got == want):
+            if got is not want and (isinstance(got, Tensor) or not want == got):
                 raise _Fallback(f"{name}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
         for i, name in nonone:
             if v[i] is None:

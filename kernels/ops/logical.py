@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import _core as C
 from .convert import CAST_DTYPES
 from .nn import _reduced
-from .._registry import INT_LIST, Aclnn, Attr, Spec, Tensor, TorchForm, define
+from .._registry import INT_LIST, Aclnn, Attr, Spec, Tensor, TorchFn, define
 
 
 def _logical_shape(x, dim=None, keepdim=False):
@@ -61,7 +61,7 @@ _COMPARISONS = (("eq", "Eq", "==", ("torch.eq", _T + "eq", _T + "__eq__")),
 for _name, _acl, _op, _fns in _COMPARISONS:
     define(_name, inputs=(Tensor("x", CAST_DTYPES, diff=False), Tensor("y", CAST_DTYPES, diff=False, scalar=True)),
            shape=_compare_shape, forward=Aclnn(f"{_acl}Tensor", scalar=f"{_acl}Scalar"),
-           torch=tuple(TorchForm(f, names=("input", "other")) for f in _fns), elementwise=True,
+           torch=tuple(TorchFn(f, ("input", "other:y")) for f in _fns), elementwise=True,
            doc=f"``x {_op} y`` elementwise (``torch.{_name}``; ``aclnn{_acl}Tensor`` / ``aclnn{_acl}Scalar``): ``y`` "
                "an array broadcast with ``x`` or a Python number; compared in the operands' promoted dtype (an "
                "integer array against a float number as float64); NaN compares unequal to everything. Any dtype "
@@ -96,8 +96,8 @@ for _name, _acl, _red, _pick in (("maximum", "Maximum", "max", lambda ops, x, y:
                                   ("minimum", "Minimum", "min", lambda ops, x, y: ops.lt(x, y))):
     define(_name, inputs=(Tensor("x", C.ARITH), Tensor("y", C.ARITH)), shape=_minmax_shape,
            forward=Aclnn(_acl), save=("x", "y"), backward=_minmax_backward(_pick),
-           torch=(TorchForm(f"torch.{_name}", names=("input", "other")),
-                  TorchForm(f"{_T}{_name}", names=("input", "other")),
+           torch=(TorchFn(f"torch.{_name}", ("input", "other:y")),
+                  TorchFn(f"{_T}{_name}", ("input", "other:y")),
                   (f"torch.{_red}", "input, other:y", _other_is_a_tensor),
                   (f"{_T}{_red}", "input, other:y", _other_is_a_tensor)),
            elementwise=True,
@@ -126,7 +126,7 @@ def _where_backward(ops, g, condition):
 define("where", inputs=(Tensor("condition", (C.BOOL,), diff=False), Tensor("x", C.ARITH, scalar=True),
                         Tensor("y", C.ARITH, scalar=True)),
        shape=_where_shape, forward=Aclnn("SWhere"), save=("condition",), backward=_where_backward,
-       torch=(TorchForm("torch.where", names=("condition", "input", "other")),),
+       torch=(TorchFn("torch.where", ("condition", "input:x", "other:y")),),
        doc="``x`` where ``condition`` is True, else ``y`` (``torch.where(condition, input, other)``; "
            "``aclnnSWhere``): the three broadcast together; ``x`` or ``y`` may be a Python number (a weak scalar in "
            "PyTorch's promotion); the result has their promoted dtype. ``condition`` bool; ``x``, ``y`` floating, "
