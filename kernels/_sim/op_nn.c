@@ -383,24 +383,6 @@ static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
         nn_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* a view that already is a contiguous array of the compute type (C order) can be used in place of
- * its packed copy */
-static bool view_contiguous(const nn_view_t *v)
-{
-    int64_t expect = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] != 1 && v->stride[d] != expect)
-            return false;
-        expect *= v->shape[d];
-    }
-    return true;
-}
-
-static bool cv_dense(const nn_view_t *v, int ct)
-{
-    return v->dtype == (ct == CT_F32 ? ACL_FLOAT : ACL_DOUBLE) && view_contiguous(v);
-}
-
 /* sum of n values in double with 16 independent partial sums (one chain of dependent additions
  * would leave the adder waiting on its own latency) */
 #define CV_SUM(T)                                                                                   \
@@ -759,12 +741,12 @@ static void cv_plan(nn_exec_t *ex, cv_params_t *p, bool backward)
         p->P = (L + ppi - 1) / ppi;
     }
     bool fwd = !backward, need_x = fwd || p->mask[1], need_w = fwd || p->mask[0];
-    p->pk_x = need_x && !cv_dense(&ex->v[p->vx], p->ct);
-    p->pk_w = need_w && !cv_dense(&ex->v[p->vw], p->ct);
-    p->pk_go = backward && !cv_dense(&ex->v[p->vgo], p->ct);
-    p->pk_y = fwd && !cv_dense(&ex->v[p->vy], p->ct);
-    p->pk_gi = backward && p->mask[0] && !cv_dense(&ex->v[p->vgi], p->ct);
-    p->pk_gw = backward && p->mask[1] && !cv_dense(&ex->v[p->vgw], p->ct);
+    p->pk_x = need_x && !nn_view_dense(&ex->v[p->vx], p->ct);
+    p->pk_w = need_w && !nn_view_dense(&ex->v[p->vw], p->ct);
+    p->pk_go = backward && !nn_view_dense(&ex->v[p->vgo], p->ct);
+    p->pk_y = fwd && !nn_view_dense(&ex->v[p->vy], p->ct);
+    p->pk_gi = backward && p->mask[0] && !nn_view_dense(&ex->v[p->vgi], p->ct);
+    p->pk_gw = backward && p->mask[1] && !nn_view_dense(&ex->v[p->vgw], p->ct);
     size_t off = 0;
 #define CV_RESERVE(field, on, bytes)                                                                \
     do {                                                                                           \
@@ -1162,7 +1144,7 @@ static bool mp_bwd_direct(const nn_exec_t *ex, const mp_params_t *p)
         return false;
     if (p->sh < (p->kh - 1) * p->dh + 1 || p->sw < (p->kw - 1) * p->dw + 1)
         return false;
-    return view_contiguous(g) && view_contiguous(gi) && view_contiguous(ix);
+    return nn_view_contiguous(g) && nn_view_contiguous(gi) && nn_view_contiguous(ix);
 }
 
 #define MP_BWD_PLANE(T)                                                                             \
@@ -1294,7 +1276,7 @@ static bool mp_fwd_direct(const nn_exec_t *ex, const mp_params_t *p)
         return false;
     if (2 * p->OW > p->W || (p->OH - 1) * p->sh + 1 >= p->H || p->H * p->W > INT32_MAX)
         return false;
-    return view_contiguous(x) && view_contiguous(y) && view_contiguous(ix);
+    return nn_view_contiguous(x) && nn_view_contiguous(y) && nn_view_contiguous(ix);
 }
 
 /* Each block takes whole planes. Forward: the plane is loaded once into a double buffer (exact for
