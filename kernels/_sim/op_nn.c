@@ -1611,6 +1611,50 @@ static double x_at(const nn_view_t *x, const loss_params_t *p, int64_t n, int64_
                       x->dtype);
 }
 
+static inline float xr_at(const nn_view_t *x, const loss_params_t *p, int64_t n, int64_t c)
+{
+    return ((const float *)x->data)[n * p->xs[0] + c];
+}
+
+/* log-sum-exp of a contiguous float32 row: its max (NaN if any is NaN; 0 for all -inf), then the sum
+ * of exp(x - max) in double (4 partial sums) */
+__attribute__((optimize("-O3"))) static double ce_row_lse(const float *restrict xr, int64_t C)
+{
+    float m = -INFINITY;
+    bool nan = false;
+    for (int64_t c = 0; c < C; c++) {
+        nan |= xr[c] != xr[c];
+        m = xr[c] > m ? xr[c] : m;
+    }
+    double md = nan ? NAN : (m == -INFINITY ? 0.0 : (double)m);
+    double se[4] = {0, 0, 0, 0};
+    int64_t c = 0;
+    for (; c + 4 <= C; c += 4)
+        for (int k = 0; k < 4; k++)
+            se[k] += exp((double)xr[c + k] - md);
+    for (; c < C; c++)
+        se[0] += exp((double)xr[c] - md);
+    return md + log((se[0] + se[1]) + (se[2] + se[3]));
+}
+
+/* log_prob of a contiguous float32 row: x - lse, rounded to float32 */
+__attribute__((optimize("-O3"))) static void ce_row_logp(float *restrict lp, const float *restrict xr, int64_t C,
+                                                          double lse)
+{
+    for (int64_t c = 0; c < C; c++)
+        lp[c] = (float)((double)xr[c] - lse);
+}
+
+/* the gradient row of cross entropy (no weight, no smoothing): g exp(logp[c]) - g [c == target], each
+ * in double and rounded to float32 as the general path does */
+__attribute__((optimize("-O3"))) static void ce_row_grad(float *restrict o, const float *restrict lr, int64_t C,
+                                                          int64_t tg, double g)
+{
+    for (int64_t c = 0; c < C; c++)
+        o[c] = (float)(-(exp((double)lr[c]) * -g));
+    o[tg] = (float)(-g - exp((double)lr[tg]) * -g);
+}
+
 static aclError loss_run(nn_exec_t *ex)
 {
     loss_params_t *p = (loss_params_t *)ex->params;
@@ -1641,11 +1685,32 @@ static aclError loss_run(nn_exec_t *ex)
         const nn_view_t *o = &ex->v[p->vout];
         size_t osz = nn_dtype_size(o->dtype);
         const nn_view_t *lp = p->vlogp >= 0 ? &ex->v[p->vlogp] : NULL;
+        /* float32 rows [N, C] with contiguous classes (log_prob too, when asked for): the row read
+         * straight from memory (no per-element conversion calls); same sums in double */
+        bool fast = p->kind == 2 && x->dtype == ACL_FLOAT && p->S == 1 && p->xs[1] == 1 &&
+                    (!lp || (lp->dtype == ACL_FLOAT && (lp->ndim < 2 || lp->stride[1] == 1)));
         for (int64_t r = 0; r < rows; r++) {
             int64_t n = r / p->S, s = r % p->S;
             int64_t tg = nn_get_i64(t->data + (n * p->ts[0] + s * p->ts[1]) * (int64_t)tsz, t->dtype);
             double l = 0;
-            if (p->kind == 2) {   /* log-softmax of the row */
+            if (fast) {
+                const float *xr = (const float *)x->data + n * p->xs[0];
+                lse[r] = ce_row_lse(xr, p->C);
+                if (lp)
+                    ce_row_logp((float *)lp->data + (lp->ndim < 2 ? 0 : n * lp->stride[0]), xr, p->C, lse[r]);
+            }
+            if (fast && tg != p->ignore) {
+                double nll = -tw_at(ex, p, tg) * ((double)xr_at(x, p, n, tg) - lse[r]);
+                double smooth = 0;
+                if (p->smoothing > 0) {
+                    const float *xr = (const float *)x->data + n * p->xs[0];
+                    for (int64_t c = 0; c < p->C; c++)
+                        smooth -= tw_at(ex, p, c) * ((double)xr[c] - lse[r]);
+                }
+                l = (1 - p->smoothing) * nll + p->smoothing / (double)p->C * smooth;
+            } else if (fast) {
+                /* an ignored target: loss 0 */
+            } else if (p->kind == 2) {   /* log-softmax of the row */
                 double m = -INFINITY, se = 0;
                 bool nan = false;
                 for (int64_t c = 0; c < p->C; c++) {
@@ -1704,6 +1769,9 @@ static aclError loss_run(nn_exec_t *ex)
     double *row = malloc((size_t)(p->C ? p->C : 1) * sizeof(double));
     if (!row)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
+    /* cross entropy's gradient from float32 log_prob rows [N, C] into float32 rows, classes contiguous */
+    bool bfast = p->kind == 3 && p->vw < 0 && p->smoothing == 0 && p->S == 1 && x->dtype == ACL_FLOAT &&
+                 o->dtype == ACL_FLOAT && p->xs[1] == 1 && p->oxs[1] == 1;
     for (int64_t r = 0; r < rows; r++) {
         int64_t n = r / p->S, s = r % p->S;
         int64_t tg = nn_get_i64(t->data + (n * p->ts[0] + s * p->ts[1]) * (int64_t)tsz, t->dtype);
@@ -1712,6 +1780,15 @@ static aclError loss_run(nn_exec_t *ex)
                         : nn_get_f64(g->data, g->dtype);
         if (p->reduction == RED_MEAN)
             gr /= denom;
+        if (bfast) {   /* no weight, no smoothing: g (exp(logp) - [c == target]) straight into out */
+            const float *lr = (const float *)x->data + n * p->xs[0];
+            float *orow = (float *)o->data + n * p->oxs[0];
+            if (tg == p->ignore)
+                memset(orow, 0, (size_t)p->C * sizeof(float));
+            else
+                ce_row_grad(orow, lr, p->C, tg, gr);
+            continue;
+        }
         for (int64_t c = 0; c < p->C; c++)
             row[c] = 0;
         if (tg != p->ignore) {
