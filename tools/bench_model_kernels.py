@@ -9,8 +9,9 @@ forward and backward, and the bias gradient's column sum. Speed ratio = torch ti
 
 ``--against DIR`` also runs every row with another checkout's build (e.g. ``/work/main``: the
 kernels before a change), each side in fresh interpreters taking turns over ``--rounds`` rounds,
-and prints before / after per kernel with the spread over rounds: the speedup of a kernel change
-measured in one run. 1 thread each (``torch.set_num_threads(1)``, ``CANNA_SIM_THREADS=1``) unless
+and prints before / after per kernel (the best round of each side: on a loaded machine the least
+disturbed one) with the spread of the per-round speedup: the speedup of a kernel change measured
+in one run. 1 thread each (``torch.set_num_threads(1)``, ``CANNA_SIM_THREADS=1``) unless
 ``--threads N``.
 
     .venv/bin/python tools/bench_model_kernels.py [--against DIR] [--rounds 3] [--threads 1] [--quick] [--only WORD,...]
@@ -149,7 +150,7 @@ def main(argv=None):
         for k, root in sides.items():
             runs[k].append(_child(root, args.threads, args.quick, only))
     names = list(runs["after"][0])
-    print(f"kernels at the model rows' shapes, float32, {args.threads} thread(s); median of {args.rounds} rounds; "
+    print(f"kernels at the model rows' shapes, float32, {args.threads} thread(s); {'best' if args.against else 'median'} of {args.rounds} rounds; "
           "speed = torch / canna")
     if args.against:
         print(f"before: {sides['before']}   after: {here}")
@@ -160,10 +161,10 @@ def main(argv=None):
     for n in names:
         a = [r[n]["canna"] for r in runs["after"]]
         tt = statistics.median(r[n]["torch"] for k in runs for r in runs[k])
-        am = statistics.median(a)
+        am = min(a) if args.against else statistics.median(a)
         if args.against:
             b = [r[n]["canna"] for r in runs["before"]]
-            bm = statistics.median(b)
+            bm = min(b)
             sp = [x / y for x, y in zip(b, a)]
             print(f"{n:34} {bm * 1e6:>10.1f} {am * 1e6:>10.1f} {bm / am:>7.2f}x {min(sp):>5.2f}-{max(sp):.2f}x "
                   f"{tt * 1e6:>9.1f} {tt / am:>7.2f}x")
