@@ -20,7 +20,8 @@ import bench_models  # noqa: E402
 
 ADD_SIZES = {"1M elements": [2 ** 20], "1024x1024": [1024, 1024], "32x1024x1024": [32, 1024, 1024]}
 ROWS = {
-    "add": ["large add 32x1024x1024 (torch tensors)", "large add 32x1024x1024 vs best framework"],
+    "add": ["large add 32x1024x1024 (torch tensors)", "large add 32x1024x1024 vs best framework",
+            "large add 32x1024x1024 out= (torch tensors)", "large add 32x1024x1024 out= bandwidth vs copy bandwidth"],
     "overhead": ["1-element add, per call", "1-element add, per call (autograd op)", "empty RawKernel launch + sync",
                  "add RawKernel launch + sync, 1 element", "aclnnAdd 1 element (C level, cffi)"],
     "pool": ["alloc+free 1 MiB vs raw", "alloc+free 64 MiB vs raw", "alloc+free 1 MiB vs torch.empty"],
@@ -127,6 +128,10 @@ def test_quick_run_json_and_plot(tmp_path):
             err = r.get("loss_rel_error", r.get("out_rel_error"))
             assert 0 <= err < 1e-3, r
     assert "load average (1, 5, 15 min)" in out
+    a = doc["details"]["add_out"]   # the copy reference is the faster copy; the row compares bandwidths
+    assert a["copy"] == min(a["copy_torch"], a["copy_numpy"])
+    bw, = [r for r in rows if r["name"] == "large add 32x1024x1024 out= bandwidth vs copy bandwidth"]
+    assert bw["reference_s"] == pytest.approx(1.5 * a["copy"]) and bw["canna_s"] == a["kernels"]
     assert len(doc["machine"]["loadavg"]) == 3 and len(doc["machine"]["loadavg_end"]) == 3
 
     w, h = _png_size(png)

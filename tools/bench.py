@@ -24,7 +24,8 @@ the single-purpose scripts (bench_kernels, bench_pool, bench_dlpack, bench_rawke
 bench_train, bench_tf_train, bench_conv, bench_models, bench_hccl), which print more detail on each subject.
 
 Targets (issues 3, 4, 5, 7), as speed ratios: the large add >= 1.0x torch and >= 0.8x the best
-framework; matmul >= 0.7x torch; the 1-element add >= 0.25x torch.add (at most 4x its time); the
+framework (issue 15: with ``out=`` >= 1.0x ``torch.add(out=)`` and >= 0.9x the bandwidth of a copy,
+the faster of ``Tensor.copy_`` and ``np.copyto``, measured in the same run); matmul >= 0.7x torch; the 1-element add >= 0.25x torch.add (at most 4x its time); the
 training step >= 0.5x plain PyTorch (at most 2x its time); the pool's alloc/free pair >= 20x
 aclrtMalloc/aclrtFree at 1 MiB; DLPack exchange >= 0.5x torch.from_dlpack (at most 2x its time);
 (issue 17) the 64 MiB all-reduce's bandwidth >= 0.5x the copy bandwidth (a copy of the same bytes
@@ -141,6 +142,16 @@ def section_add(run, st, tf, torch_on=True):
         fw = min(big, key=lambda s: s["native_s"])["framework"]
         run.row("add", "large add 32x1024x1024 vs best framework", "kernels.add", t["kernels_s"],
                 f"best: {'torch.add' if fw == 'pytorch' else 'tf.add'}", best, target=0.8)
+    if torch_on:   # issue 15: with out=, against torch.add(out=) and against the copy bandwidth
+        label, shape = ADD_SIZES[-1]
+        run.note(f"add {label} with out=, torch.add(out=) and a copy of the same bytes")
+        m = bench_kernels.measure_add_out(shape, budget=st["add_big_budget"] * 4, batch=st["add_big_batch"])
+        run.details["add_out"] = m
+        run.row("add", f"large add {label} out= (torch tensors)", "kernels.add(out=)", m["kernels"],
+                "torch.add(out=)", m["torch"], target=1.0)
+        run.row("add", f"large add {label} out= bandwidth vs copy bandwidth", "kernels.add(out=)", m["kernels"],
+                "copy x 1.5 (same bandwidth)", 1.5 * m["copy"], target=0.9,
+                note="an add moves 3 arrays, a copy 2: at the copy's bandwidth the add takes 1.5x its time")
 
 
 def section_overhead(run, st):
