@@ -117,7 +117,12 @@ typedef struct adamw_job {
  * equals sqrtf(x): both are correctly rounded (double has more than 2 * 24 + 2 bits). With
  * wd == 0, decay is exactly 1 and th * decay is th. No contraction into fused multiply-adds:
  * PyTorch rounds every step. */
-__attribute__((optimize("-O3", "-ffp-contract=off"), target_clones("avx2", "default"))) static void
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define ADAMW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ADAMW_CLONES
+#endif
+__attribute__((optimize("-O3", "-ffp-contract=off"))) ADAMW_CLONES static void
 adamw_f32_fast(int64_t n, float *restrict var, float *restrict m, float *restrict v, const float *restrict g,
                float w1, float b2, float w2, float decay, float nstep, float bc2s, float eps)
 {
