@@ -38,7 +38,8 @@ def sim_library(name, folder, **kw):
         name,
         sources=sources,
         depends=sorted(glob.glob(os.path.join(folder, "*.h")) + glob.glob("acl_rt/_cdef/*.h")),
-        extra_compile_args=["-O2", "-g", "-std=gnu11", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra"],
+        extra_compile_args=["-O2", "-g", "-std=gnu11", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra"]
+        + kw.pop("cflags", []),
         extra_link_args=["-pthread"],
         libraries=["m"] + kw.pop("libraries", []),
         **kw,
@@ -56,8 +57,10 @@ if glob.glob("acl_rt/_sim_hccl/*.c"):
 # the simulated op library (aclCreateTensor & co. + aclnn*: libopapi_sim.so); it calls the runtime's
 # functions, resolved at load time from libascendcl_sim.so (loaded first, RTLD_GLOBAL)
 if glob.glob("kernels/_sim/*.c"):
+    # -fno-math-errno: no kernel reads errno, and a libm call that may set it (sqrtf) keeps a loop
+    # from being vectorized (the results are the same)
     ext_modules.append(sim_library("kernels._sim.libopapi_sim", "kernels/_sim",
-                                   include_dirs=["kernels/include"]))
+                                   include_dirs=["kernels/include"], cflags=["-fno-math-errno"]))
 # canna_dl's C helpers (DLPack capsules: deleters that take the GIL, capsule destructors):
 # a CPython extension module built from canna_dl/_native/*.c when present
 if glob.glob("canna_dl/_native/*.c"):

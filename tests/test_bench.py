@@ -16,10 +16,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "tools", "bench.py")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import bench_conv  # noqa: E402
+import bench_models  # noqa: E402
 
 ADD_SIZES = {"1M elements": [2 ** 20], "1024x1024": [1024, 1024], "32x1024x1024": [32, 1024, 1024]}
 ROWS = {
-    "add": ["large add 32x1024x1024 (torch tensors)", "large add 32x1024x1024 vs best framework"],
+    "add": ["large add 32x1024x1024 (torch tensors)", "large add 32x1024x1024 vs best framework",
+            "large add 32x1024x1024 out= (torch tensors)", "large add 32x1024x1024 out= bandwidth vs copy bandwidth"],
     "overhead": ["1-element add, per call", "1-element add, per call (autograd op)", "empty RawKernel launch + sync",
                  "add RawKernel launch + sync, 1 element", "aclnnAdd 1 element (C level, cffi)"],
     "pool": ["alloc+free 1 MiB vs raw", "alloc+free 64 MiB vs raw", "alloc+free 1 MiB vs torch.empty"],
@@ -29,6 +31,8 @@ ROWS = {
     "softmax": ["softmax 4096x4096 vs torch", "softmax 4096x4096 vs numpy"],
     "conv": [f"conv {name}" for name in bench_conv.QUICK],   # the rows of a --quick run
     "train": ["SimpleCNN step, batch 64x1x28x28", "Dense 64-128-10 step, eager GradientTape"],
+    "models": [f"{m} {step} step, {n} thread{'s' if n > 1 else ''}" for n in (1, 2) for m in bench_models.MODELS
+               for step in bench_models.STEPS],
     "custom": [f"registered custom add {size} ({fw})" for size in ("1M elements", "1024x1024", "32x1024x1024")
                for fw in ("torch", "tf")],
     "hccl": ["all-reduce 64 MiB fp32, 2 processes vs gloo", "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth"],
@@ -109,12 +113,26 @@ def test_quick_run_json_and_plot(tmp_path):
                                    "hccl"}
     h = doc["details"]["hccl"]
     assert h["bytes"] == 64 * 2**20 and all(len(h[k + "_rounds"]) == h["rounds"] for k in ("canna", "gloo", "copy"))
-    for r in rows:   # the conv rows give the spread of their ratio over the interleaved rounds
-        if r["section"] == "conv":
+    for r in rows:   # the conv and model rows give the spread of their ratio over the interleaved rounds
+        if r["section"] in ("conv", "models"):
             lo, hi = r["spread"]
             assert _pos(lo) and lo <= hi, r
         elif r["section"] != "hccl":
             assert r["spread"] is None, r
+
+    models = doc["details"]["models"]   # 1 and 2 threads, each with the load average before and after
+    assert [m["threads"] for m in models] == [1, 2]
+    for m in models:
+        assert len(m["loadavg"]) == 2 and all(x >= 0 for x in m["loadavg"])
+        for r in m["rows"]:   # the same function on both sides: float32 rounding only
+            err = r.get("loss_rel_error", r.get("out_rel_error"))
+            assert 0 <= err < 1e-3, r
+    assert "load average (1, 5, 15 min)" in out
+    a = doc["details"]["add_out"]   # the copy reference is the faster copy; the row compares bandwidths
+    assert a["copy"] == min(a["copy_torch"], a["copy_numpy"])
+    bw, = [r for r in rows if r["name"] == "large add 32x1024x1024 out= bandwidth vs copy bandwidth"]
+    assert bw["reference_s"] == pytest.approx(1.5 * a["copy"]) and bw["canna_s"] == a["kernels"]
+    assert len(doc["machine"]["loadavg"]) == 3 and len(doc["machine"]["loadavg_end"]) == 3
 
     w, h = _png_size(png)
     assert w >= 400 and h >= 300
@@ -129,3 +147,16 @@ def test_sections_and_bad_section(tmp_path):
     assert {r["section"] for r in doc["rows"]} == {"pool", "dlpack"}
     p = _run(["--only", "pool,nope"], timeout=60)
     assert p.returncode == 2 and "unknown section" in p.stderr and "nope" in p.stderr
+
+
+def test_models_table_and_wide_flag():
+    """bench_models' table fits 100 columns and flags exactly the rows whose spread is wide."""
+    from _benchutil import WIDE_SPREAD, wide_spread
+    assert wide_spread(1.0, WIDE_SPREAD * 1.01) and not wide_spread(1.0, WIDE_SPREAD * 0.99)
+    rows = [{"model": m, "step": "train", "canna_s": 0.05, "torch_s": 0.04, "ratio": 0.8, "ratio_min": 0.7,
+             "ratio_max": hi, "target": 1.0, "loss_rel_error": 1e-7} for m, hi in (("resnet18", 0.8),
+                                                                                  ("gpt2-tiny", 1.2))]
+    text = bench_models.table([{"threads": 2, "rows": rows}])
+    lines = text.splitlines()
+    assert max(len(ln) for ln in lines) <= 100
+    assert not lines[1].endswith("WIDE") and lines[2].endswith("WIDE")

@@ -13,7 +13,16 @@ import statistics
 import sys
 import time
 
-__all__ = ["bench", "bench_many", "bench_rounds", "per_call", "fmt", "machine_info"]
+__all__ = ["bench", "bench_many", "bench_rounds", "per_call", "fmt", "machine_info", "WIDE_SPREAD", "wide_spread"]
+
+#: a ratio whose spread over interleaved rounds (highest / lowest per-round ratio) exceeds this is
+#: flagged "wide": the box was loaded or the measurement too short to read the ratio closely
+WIDE_SPREAD = 1.25
+
+
+def wide_spread(lo: float, hi: float) -> bool:
+    """Whether the spread ``lo``-``hi`` of a ratio over rounds is wide (``hi / lo > WIDE_SPREAD``)."""
+    return hi > WIDE_SPREAD * lo
 
 
 def bench_many(cands: dict, *, budget: float, batch: int, rounds: int = 5, warmup: int | None = None,

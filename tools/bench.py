@@ -10,8 +10,10 @@ memory-bandwidth-bound): ``tf.add`` vs ``canna_dl.tf.add`` (and ``kernels.add`` 
 ``torch.add`` vs ``canna_dl.torch.add`` (and ``kernels.add`` on torch tensors). Then one row per
 benchmark, each as a ratio against its reference measured in the same run: launch overhead,
 caching pool, DLPack exchange, matmul, softmax, convolution at real model layer shapes (forward +
-backward, 1 thread each, with the spread of the ratio over rounds), one training step, a registered
-custom op and a 64 MiB all-reduce between 2 processes (canna's HCCL against torch.distributed's
+backward, 1 thread each, with the spread of the ratio over rounds), one training step, real models
+(a training and an eval step of a ResNet-18-shaped CNN, BERT-tiny and GPT-2-tiny inside
+``offload()`` against plain PyTorch at 1 and 2 threads, with the spread and the loss's error), a
+registered custom op and a 64 MiB all-reduce between 2 processes (canna's HCCL against torch.distributed's
 gloo, and against this machine's copy bandwidth).
 
 Every ratio is a **speed ratio**: reference time / canna time (above 1x canna is faster; 0.5x means
@@ -19,14 +21,17 @@ canna takes twice the reference's time). Each figure is the median per-call time
 batches after a warm-up, candidates measured in interleaved rounds so that load from other
 processes hits them alike (tools/_benchutil.py). The measurements are the importable functions of
 the single-purpose scripts (bench_kernels, bench_pool, bench_dlpack, bench_rawkernel, bench_ops_c,
-bench_train, bench_tf_train, bench_conv, bench_hccl), which print more detail on each subject.
+bench_train, bench_tf_train, bench_conv, bench_models, bench_hccl), which print more detail on each subject.
 
 Targets (issues 3, 4, 5, 7), as speed ratios: the large add >= 1.0x torch and >= 0.8x the best
-framework; matmul >= 0.7x torch; the 1-element add >= 0.25x torch.add (at most 4x its time); the
+framework (issue 15: with ``out=`` >= 1.0x ``torch.add(out=)`` and >= 0.9x the bandwidth of a copy,
+the faster of ``Tensor.copy_`` and ``np.copyto``, measured in the same run); matmul >= 0.7x torch; the 1-element add >= 0.25x torch.add (at most 4x its time); the
 training step >= 0.5x plain PyTorch (at most 2x its time); the pool's alloc/free pair >= 20x
 aclrtMalloc/aclrtFree at 1 MiB; DLPack exchange >= 0.5x torch.from_dlpack (at most 2x its time);
 (issue 17) the 64 MiB all-reduce's bandwidth >= 0.5x the copy bandwidth (a copy of the same bytes
-takes at most half the all-reduce's time).
+takes at most half the all-reduce's time); (issue 15) every model row >= 1.0x plain PyTorch.
+The report ends with the load average at the start and the end; a ratio whose spread over rounds
+(max/min) exceeds 1.25 is marked "wide" (a loaded box: read it loosely).
 
 On the simulator every "device" op runs on this machine's CPU: the ratios compare canna's
 runtime and kernels with the frameworks' CPU kernels, on shared cores; read them, not the times.
@@ -51,10 +56,11 @@ _TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_TOOLS))
 sys.path.insert(0, _TOOLS)
 
-from _benchutil import fmt, machine_info  # noqa: E402
+from _benchutil import WIDE_SPREAD, fmt, machine_info, wide_spread  # noqa: E402
 from _common import unwritable  # noqa: E402
 
-SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "conv", "train", "custom", "hccl")
+SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "conv", "train", "models", "custom",
+            "hccl")
 SCHEMA = "canna-bench/2"    # 2: the framework add table is "framework_add" (was "seeds_add"), section "add"
 #: the widest line the benchmark prints (its tables fit a 100-column terminal)
 OUTPUT_WIDTH = 100
@@ -69,12 +75,13 @@ def _settings(quick: bool) -> dict:
         return dict(add_budget=0.08, add_big_budget=0.15, add_batch=10, add_big_batch=1, op_budget=0.15,
                     one_budget=0.1, launch_inner=500, launch_rounds=3, opsc_repeat=3, pool_budget=0.05,
                     dlpack_number=1000, dlpack_repeat=3, train_steps=4, train_warmup=1, train_block=2,
-                    tf_budget=0.1, tf_rows=("dense eager",), conv_quick=True, hccl_rounds=2, hccl_batch=1)
+                    tf_budget=0.1, tf_rows=("dense eager",), conv_quick=True, models_quick=True, hccl_rounds=2,
+                    hccl_batch=1)
     return dict(add_budget=1.5, add_big_budget=4.0, add_batch=50, add_big_batch=2, op_budget=2.0,
                 one_budget=1.0, launch_inner=2000, launch_rounds=9, opsc_repeat=9, pool_budget=0.5,
                 dlpack_number=5000, dlpack_repeat=15, train_steps=40, train_warmup=5, train_block=5,
-                tf_budget=1.0, tf_rows=("dense eager", "dense keras"), conv_quick=False, hccl_rounds=5,
-                hccl_batch=3)
+                tf_budget=1.0, tf_rows=("dense eager", "dense keras"), conv_quick=False, models_quick=False,
+                hccl_rounds=5, hccl_batch=3)
 
 
 def _ratio(ref, canna):
@@ -135,6 +142,16 @@ def section_add(run, st, tf, torch_on=True):
         fw = min(big, key=lambda s: s["native_s"])["framework"]
         run.row("add", "large add 32x1024x1024 vs best framework", "kernels.add", t["kernels_s"],
                 f"best: {'torch.add' if fw == 'pytorch' else 'tf.add'}", best, target=0.8)
+    if torch_on:   # issue 15: with out=, against torch.add(out=) and against the copy bandwidth
+        label, shape = ADD_SIZES[-1]
+        run.note(f"add {label} with out=, torch.add(out=) and a copy of the same bytes")
+        m = bench_kernels.measure_add_out(shape, budget=st["add_big_budget"] * 4, batch=st["add_big_batch"])
+        run.details["add_out"] = m
+        run.row("add", f"large add {label} out= (torch tensors)", "kernels.add(out=)", m["kernels"],
+                "torch.add(out=)", m["torch"], target=1.0)
+        run.row("add", f"large add {label} out= bandwidth vs copy bandwidth", "kernels.add(out=)", m["kernels"],
+                "copy x 1.5 (same bandwidth)", 1.5 * m["copy"], target=0.9,
+                note="an add moves 3 arrays, a copy 2: at the copy's bandwidth the add takes 1.5x its time")
 
 
 def section_overhead(run, st):
@@ -223,6 +240,29 @@ def section_conv(run, st):
     for r in res["rows"]:
         run.row("conv", f"conv {r['name']}", "kernels conv fwd+bwd", r["canna_s"],
                 "torch conv fwd+bwd", r["torch_s"], spread=(r["ratio_min"], r["ratio_max"]))
+
+
+def section_models(run, st):
+    """One training step (forward, backward, AdamW) and one eval step of a ResNet-18-shaped CNN,
+    BERT-tiny and GPT-2-tiny (tools/bench_models.py) inside ``offload()`` against plain PyTorch,
+    at 1 and 2 threads (torch and simulator, each count in a fresh interpreter); target 1.0x
+    (issue 15). The canna column gives the relative error of the loss (train) or of the output
+    (eval) against plain PyTorch."""
+    import bench_models
+    res_all = []
+    for threads in (1, 2):
+        run.note(f"models: train and eval steps in offload() vs plain PyTorch, {threads} thread(s), in a subprocess")
+        res = bench_models.measure(threads, quick=st["models_quick"])
+        res_all.append(res)
+        run.note(f"load average {res['loadavg'][0]:.2f} before, {res['loadavg'][1]:.2f} after")
+        for r in res["rows"]:
+            err = r.get("loss_rel_error", r.get("out_rel_error"))
+            what = "loss" if "loss_rel_error" in r else "out"
+            run.row("models", f"{r['model']} {r['step']} step, {threads} thread{'s' if threads > 1 else ''}",
+                    f"offload(); {what} err {err:.0e}", r["canna_s"], "plain PyTorch", r["torch_s"],
+                    target=r["target"], spread=(r["ratio_min"], r["ratio_max"]),
+                    note=f"fallbacks: {r['fallbacks'] or 'none'}")
+    run.details["models"] = res_all
 
 
 def section_custom(run, st, tf):
@@ -342,6 +382,8 @@ def rows_table(run):
         ratio = _ratio_text(r["ratio"], r["target"])
         if r.get("spread"):
             ratio += f"\n[dim]{r['spread'][0]:.2f}-{r['spread'][1]:.2f}[/dim]"
+            if wide_spread(*r["spread"]):
+                ratio += "\n[yellow]wide[/yellow]"
         t.add_row(r["name"], f"{fmt(r['canna_s'])}\n[dim]{r['canna']}[/dim]",
                   f"{fmt(r['reference_s'])}\n[dim]{r['reference']}[/dim]", ratio, target)
     return t
@@ -455,6 +497,8 @@ def main(argv=None):
             section_conv(run, st)
         elif s == "train":
             section_train(run, st, tf)
+        elif s == "models":
+            section_models(run, st)
         elif s == "custom":
             section_custom(run, st, tf)
         elif s == "hccl":
@@ -468,17 +512,20 @@ def main(argv=None):
     if run.rows:
         console.print(rows_table(run))
     missed = [r["name"] for r in run.rows if r["met"] is False]
+    load_end = os.getloadavg()
+    console.print(f"load average (1, 5, 15 min): {info.get('loadavg')} at the start, "
+                  f"{[round(x, 2) for x in load_end]} at the end; 'wide': a ratio's spread over rounds "
+                  f"(max/min) above {WIDE_SPREAD}, read it loosely", highlight=False)
     elapsed = time.perf_counter() - t_start
     console.print(f"targets: {sum(r['met'] is True for r in run.rows)} met, {len(missed)} missed"
                   + (f" ({'; '.join(missed)})" if missed else ""), highlight=False)
     if args.plot:
         write_plot(run, args.plot)
         console.print(f"plot: {args.plot}", highlight=False)
+    load_start = info.get("loadavg")
     info = machine_info()   # again: now with every framework's version
-    try:
-        info["loadavg_end"] = [float(x) for x in open("/proc/loadavg").read().split()[:3]]
-    except OSError:
-        pass
+    info["loadavg_end"] = info.get("loadavg")
+    info["loadavg"] = load_start
     if args.json:
         doc = {"schema": SCHEMA, "started": started, "elapsed_s": time.perf_counter() - t_start,
                "quick": args.quick, "sections": sections, "settings": st, "ratio": "reference_s / canna_s (speed; >1: canna faster)",

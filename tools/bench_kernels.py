@@ -126,6 +126,31 @@ def measure_framework_add(shape, *, budget: float, batch: int, torch_on: bool = 
     return out
 
 
+def measure_add_out(shape, *, budget: float, batch: int = 1) -> dict:
+    """The large add with ``out=`` on float32 torch tensors of ``shape`` against PyTorch's and a copy
+    of the same bytes, interleaved: seconds per call of ``kernels`` (``kernels.add(x, y, out=o)``),
+    ``torch`` (``torch.add(x, y, out=o)``) and ``copy`` (the faster of ``o.copy_(x)`` and
+    ``np.copyto``, whose times are ``copy_torch`` and ``copy_numpy``: one read and one write, where
+    the add reads two arrays and writes one, so an add at the copy's bandwidth takes 1.5x the copy's
+    time)."""
+    import numpy as np
+    import torch
+
+    import kernels
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(shape, generator=g), torch.rand(shape, generator=g)
+    o1, o2, o3 = torch.empty(shape), torch.empty(shape), torch.empty(shape)
+    kernels.add(x, y, out=o1)
+    assert torch.equal(o1, x + y)
+    out = bench_many({"kernels": lambda: kernels.add(x, y, out=o1), "torch": lambda: torch.add(x, y, out=o2),
+                      "copy_torch": lambda: o3.copy_(x), "copy_numpy": lambda: np.copyto(o3.numpy(), x.numpy())},
+                     budget=budget, batch=batch)
+    out["copy"] = min(out["copy_torch"], out["copy_numpy"])
+    del x, y, o1, o2, o3
+    gc.collect()
+    return out
+
+
 def measure_matmul(m: int = 1024, *, budget: float, tf=None, da: bool = True, batch: int = 3) -> dict:
     """``a @ b`` on float32 ``m x m`` matrices: seconds per call of ``canna`` (kernels.matmul on torch
     tensors), ``da``, ``torch``, ``tf``, ``numpy`` (see :func:`measure_add`)."""

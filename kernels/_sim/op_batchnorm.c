@@ -40,6 +40,35 @@ static void bn_slice_of(bn_slice_t *s, const nn_view_t *v)
         s->rows *= s->shape[d];
 }
 
+/* merge the slices' inner dims while every one of them walks the pair as one run (stride of the outer
+ * = stride of the inner * its size, or an outer dim of size 1): [N, C, H, W] contiguous becomes N
+ * rows of H * W, so that the loops run over long rows instead of rows of W elements */
+static void bn_merge(bn_slice_t *const *sl, int n)
+{
+    bn_slice_t *s0 = sl[0];
+    while (s0->k >= 2) {
+        int32_t k = s0->k;
+        bool ok = true;
+        for (int i = 0; i < n && ok; i++)
+            ok = sl[i]->shape[k - 2] == 1 || sl[i]->stride[k - 2] == sl[i]->stride[k - 1] * sl[i]->shape[k - 1];
+        if (!ok)
+            break;
+        for (int i = 0; i < n; i++) {
+            bn_slice_t *s = sl[i];
+            s->shape[k - 2] *= s->shape[k - 1];
+            s->stride[k - 2] = s->stride[k - 1];
+            s->k--;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        bn_slice_t *s = sl[i];
+        s->len = s->shape[s->k - 1];
+        s->rows = 1;
+        for (int32_t d = 0; d < s->k - 1; d++)
+            s->rows *= s->shape[d];
+    }
+}
+
 static char *bn_row(const bn_slice_t *s, const nn_view_t *v, int64_t c, int64_t r)
 {
     int64_t off = c * s->cstride;
@@ -93,6 +122,69 @@ typedef struct bn_job {
     int64_t per;
 } bn_job_t;
 
+/* Sums over a row in 8 partial sums (a single chain of dependent additions leaves the adder waiting
+ * on its own latency; 8 independent ones vectorize). Double accumulation as before: only the order
+ * of the additions changes, far below the float32 rounding of the results. */
+#define BN_ACC 8
+static double bn_sum(const double *restrict x, int64_t n)
+{
+    double a[BN_ACC] = {0};
+    int64_t k = 0;
+    for (; k + BN_ACC <= n; k += BN_ACC)
+        for (int i = 0; i < BN_ACC; i++)
+            a[i] += x[k + i];
+    for (; k < n; k++)
+        a[0] += x[k];
+    double s = 0;
+    for (int i = 0; i < BN_ACC; i++)
+        s += a[i];
+    return s;
+}
+
+/* sum of (x - mean)^2 */
+static double bn_sqdev(const double *restrict x, int64_t n, double mean)
+{
+    double a[BN_ACC] = {0};
+    int64_t k = 0;
+    for (; k + BN_ACC <= n; k += BN_ACC)
+        for (int i = 0; i < BN_ACC; i++) {
+            double d = x[k + i] - mean;
+            a[i] += d * d;
+        }
+    for (; k < n; k++) {
+        double d = x[k] - mean;
+        a[0] += d * d;
+    }
+    double s = 0;
+    for (int i = 0; i < BN_ACC; i++)
+        s += a[i];
+    return s;
+}
+
+/* sum of g and of g (x - mean) invstd, added to *sdy and *sdyx */
+static void bn_gsums(const double *restrict g, const double *restrict x, int64_t n, double mean, double invstd,
+                     double *sdy, double *sdyx)
+{
+    double a[BN_ACC] = {0}, b[BN_ACC] = {0};
+    int64_t k = 0;
+    for (; k + BN_ACC <= n; k += BN_ACC)
+        for (int i = 0; i < BN_ACC; i++) {
+            a[i] += g[k + i];
+            b[i] += g[k + i] * (x[k + i] - mean) * invstd;
+        }
+    for (; k < n; k++) {
+        a[0] += g[k];
+        b[0] += g[k] * (x[k] - mean) * invstd;
+    }
+    double s = 0, t = 0;
+    for (int i = 0; i < BN_ACC; i++) {
+        s += a[i];
+        t += b[i];
+    }
+    *sdy += s;
+    *sdyx += t;
+}
+
 static aclError bn_block(uint32_t bi, uint32_t nb, void *arg)
 {
     (void)nb;
@@ -118,16 +210,12 @@ static aclError bn_block(uint32_t bi, uint32_t nb, void *arg)
             double s = 0, ss = 0;
             for (int64_t r = 0; r < p->sx.rows; r++) {
                 bn_load(&p->sx, vx, c, r, xb);
-                for (int64_t k = 0; k < len; k++)
-                    s += xb[k];
+                s += bn_sum(xb, len);
             }
             mean = p->M ? s / M : 0.0;
             for (int64_t r = 0; r < p->sx.rows; r++) {   /* two passes: the variance keeps its precision */
                 bn_load(&p->sx, vx, c, r, xb);
-                for (int64_t k = 0; k < len; k++) {
-                    double d = xb[k] - mean;
-                    ss += d * d;
-                }
+                ss += bn_sqdev(xb, len, mean);
             }
             double var = p->M ? ss / M : 0.0;
             invstd = 1.0 / sqrt(var + p->eps);
@@ -169,10 +257,7 @@ static aclError bn_block(uint32_t bi, uint32_t nb, void *arg)
         for (int64_t r = 0; r < p->sx.rows; r++) {
             bn_load(&p->sx, vx, c, r, xb);
             bn_load(&p->sg, vg, c, r, gb);
-            for (int64_t k = 0; k < len; k++) {
-                sdy += gb[k];
-                sdyx += gb[k] * (xb[k] - mean) * invstd;
-            }
+            bn_gsums(gb, xb, len, mean, invstd, &sdy, &sdyx);
         }
         if (p->mask[1])
             bn_put(ex, p->vgw, c, sdyx);
@@ -296,6 +381,13 @@ static aclnnStatus bn_finish(const char *api, nn_exec_t *ex, const int32_t *writ
         bn_slice_of(&p->sg, &ex->v[p->vg]);
     if (p->vout >= 0)
         bn_slice_of(&p->so, &ex->v[p->vout]);
+    bn_slice_t *sl[3] = {&p->sx};
+    int nsl = 1;
+    if (p->vg >= 0)
+        sl[nsl++] = &p->sg;
+    if (p->vout >= 0)
+        sl[nsl++] = &p->so;
+    bn_merge(sl, nsl);
     int64_t numel = ex->v[p->vx].numel;
     ex->cost_ns = (uint64_t)(numel * (p->backward ? 6 : 4));
     ex->cores = (uint32_t)(numel / NN_BLOCK_GRAIN + 1);

@@ -383,24 +383,6 @@ static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
         nn_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* a view that already is a contiguous array of the compute type (C order) can be used in place of
- * its packed copy */
-static bool view_contiguous(const nn_view_t *v)
-{
-    int64_t expect = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] != 1 && v->stride[d] != expect)
-            return false;
-        expect *= v->shape[d];
-    }
-    return true;
-}
-
-static bool cv_dense(const nn_view_t *v, int ct)
-{
-    return v->dtype == (ct == CT_F32 ? ACL_FLOAT : ACL_DOUBLE) && view_contiguous(v);
-}
-
 /* sum of n values in double with 16 independent partial sums (one chain of dependent additions
  * would leave the adder waiting on its own latency) */
 #define CV_SUM(T)                                                                                   \
@@ -759,12 +741,12 @@ static void cv_plan(nn_exec_t *ex, cv_params_t *p, bool backward)
         p->P = (L + ppi - 1) / ppi;
     }
     bool fwd = !backward, need_x = fwd || p->mask[1], need_w = fwd || p->mask[0];
-    p->pk_x = need_x && !cv_dense(&ex->v[p->vx], p->ct);
-    p->pk_w = need_w && !cv_dense(&ex->v[p->vw], p->ct);
-    p->pk_go = backward && !cv_dense(&ex->v[p->vgo], p->ct);
-    p->pk_y = fwd && !cv_dense(&ex->v[p->vy], p->ct);
-    p->pk_gi = backward && p->mask[0] && !cv_dense(&ex->v[p->vgi], p->ct);
-    p->pk_gw = backward && p->mask[1] && !cv_dense(&ex->v[p->vgw], p->ct);
+    p->pk_x = need_x && !nn_view_dense(&ex->v[p->vx], p->ct);
+    p->pk_w = need_w && !nn_view_dense(&ex->v[p->vw], p->ct);
+    p->pk_go = backward && !nn_view_dense(&ex->v[p->vgo], p->ct);
+    p->pk_y = fwd && !nn_view_dense(&ex->v[p->vy], p->ct);
+    p->pk_gi = backward && p->mask[0] && !nn_view_dense(&ex->v[p->vgi], p->ct);
+    p->pk_gw = backward && p->mask[1] && !nn_view_dense(&ex->v[p->vgw], p->ct);
     size_t off = 0;
 #define CV_RESERVE(field, on, bytes)                                                                \
     do {                                                                                           \
@@ -1162,7 +1144,7 @@ static bool mp_bwd_direct(const nn_exec_t *ex, const mp_params_t *p)
         return false;
     if (p->sh < (p->kh - 1) * p->dh + 1 || p->sw < (p->kw - 1) * p->dw + 1)
         return false;
-    return view_contiguous(g) && view_contiguous(gi) && view_contiguous(ix);
+    return nn_view_contiguous(g) && nn_view_contiguous(gi) && nn_view_contiguous(ix);
 }
 
 #define MP_BWD_PLANE(T)                                                                             \
@@ -1294,7 +1276,7 @@ static bool mp_fwd_direct(const nn_exec_t *ex, const mp_params_t *p)
         return false;
     if (2 * p->OW > p->W || (p->OH - 1) * p->sh + 1 >= p->H || p->H * p->W > INT32_MAX)
         return false;
-    return view_contiguous(x) && view_contiguous(y) && view_contiguous(ix);
+    return nn_view_contiguous(x) && nn_view_contiguous(y) && nn_view_contiguous(ix);
 }
 
 /* Each block takes whole planes. Forward: the plane is loaded once into a double buffer (exact for
@@ -1629,6 +1611,50 @@ static double x_at(const nn_view_t *x, const loss_params_t *p, int64_t n, int64_
                       x->dtype);
 }
 
+static inline float xr_at(const nn_view_t *x, const loss_params_t *p, int64_t n, int64_t c)
+{
+    return ((const float *)x->data)[n * p->xs[0] + c];
+}
+
+/* log-sum-exp of a contiguous float32 row: its max (NaN if any is NaN; 0 for all -inf), then the sum
+ * of exp(x - max) in double (4 partial sums) */
+__attribute__((optimize("-O3"))) static double ce_row_lse(const float *restrict xr, int64_t C)
+{
+    float m = -INFINITY;
+    bool nan = false;
+    for (int64_t c = 0; c < C; c++) {
+        nan |= xr[c] != xr[c];
+        m = xr[c] > m ? xr[c] : m;
+    }
+    double md = nan ? NAN : (m == -INFINITY ? 0.0 : (double)m);
+    double se[4] = {0, 0, 0, 0};
+    int64_t c = 0;
+    for (; c + 4 <= C; c += 4)
+        for (int k = 0; k < 4; k++)
+            se[k] += exp((double)xr[c + k] - md);
+    for (; c < C; c++)
+        se[0] += exp((double)xr[c] - md);
+    return md + log((se[0] + se[1]) + (se[2] + se[3]));
+}
+
+/* log_prob of a contiguous float32 row: x - lse, rounded to float32 */
+__attribute__((optimize("-O3"))) static void ce_row_logp(float *restrict lp, const float *restrict xr, int64_t C,
+                                                          double lse)
+{
+    for (int64_t c = 0; c < C; c++)
+        lp[c] = (float)((double)xr[c] - lse);
+}
+
+/* the gradient row of cross entropy (no weight, no smoothing): g exp(logp[c]) - g [c == target], each
+ * in double and rounded to float32 as the general path does */
+__attribute__((optimize("-O3"))) static void ce_row_grad(float *restrict o, const float *restrict lr, int64_t C,
+                                                          int64_t tg, double g)
+{
+    for (int64_t c = 0; c < C; c++)
+        o[c] = (float)(-(exp((double)lr[c]) * -g));
+    o[tg] = (float)(-g - exp((double)lr[tg]) * -g);
+}
+
 static aclError loss_run(nn_exec_t *ex)
 {
     loss_params_t *p = (loss_params_t *)ex->params;
@@ -1659,11 +1685,32 @@ static aclError loss_run(nn_exec_t *ex)
         const nn_view_t *o = &ex->v[p->vout];
         size_t osz = nn_dtype_size(o->dtype);
         const nn_view_t *lp = p->vlogp >= 0 ? &ex->v[p->vlogp] : NULL;
+        /* float32 rows [N, C] with contiguous classes (log_prob too, when asked for): the row read
+         * straight from memory (no per-element conversion calls); same sums in double */
+        bool fast = p->kind == 2 && x->dtype == ACL_FLOAT && p->S == 1 && p->xs[1] == 1 &&
+                    (!lp || (lp->dtype == ACL_FLOAT && (lp->ndim < 2 || lp->stride[1] == 1)));
         for (int64_t r = 0; r < rows; r++) {
             int64_t n = r / p->S, s = r % p->S;
             int64_t tg = nn_get_i64(t->data + (n * p->ts[0] + s * p->ts[1]) * (int64_t)tsz, t->dtype);
             double l = 0;
-            if (p->kind == 2) {   /* log-softmax of the row */
+            if (fast) {
+                const float *xr = (const float *)x->data + n * p->xs[0];
+                lse[r] = ce_row_lse(xr, p->C);
+                if (lp)
+                    ce_row_logp((float *)lp->data + (lp->ndim < 2 ? 0 : n * lp->stride[0]), xr, p->C, lse[r]);
+            }
+            if (fast && tg != p->ignore) {
+                double nll = -tw_at(ex, p, tg) * ((double)xr_at(x, p, n, tg) - lse[r]);
+                double smooth = 0;
+                if (p->smoothing > 0) {
+                    const float *xr = (const float *)x->data + n * p->xs[0];
+                    for (int64_t c = 0; c < p->C; c++)
+                        smooth -= tw_at(ex, p, c) * ((double)xr[c] - lse[r]);
+                }
+                l = (1 - p->smoothing) * nll + p->smoothing / (double)p->C * smooth;
+            } else if (fast) {
+                /* an ignored target: loss 0 */
+            } else if (p->kind == 2) {   /* log-softmax of the row */
                 double m = -INFINITY, se = 0;
                 bool nan = false;
                 for (int64_t c = 0; c < p->C; c++) {
@@ -1722,6 +1769,9 @@ static aclError loss_run(nn_exec_t *ex)
     double *row = malloc((size_t)(p->C ? p->C : 1) * sizeof(double));
     if (!row)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
+    /* cross entropy's gradient from float32 log_prob rows [N, C] into float32 rows, classes contiguous */
+    bool bfast = p->kind == 3 && p->vw < 0 && p->smoothing == 0 && p->S == 1 && x->dtype == ACL_FLOAT &&
+                 o->dtype == ACL_FLOAT && p->xs[1] == 1 && p->oxs[1] == 1;
     for (int64_t r = 0; r < rows; r++) {
         int64_t n = r / p->S, s = r % p->S;
         int64_t tg = nn_get_i64(t->data + (n * p->ts[0] + s * p->ts[1]) * (int64_t)tsz, t->dtype);
@@ -1730,6 +1780,15 @@ static aclError loss_run(nn_exec_t *ex)
                         : nn_get_f64(g->data, g->dtype);
         if (p->reduction == RED_MEAN)
             gr /= denom;
+        if (bfast) {   /* no weight, no smoothing: g (exp(logp) - [c == target]) straight into out */
+            const float *lr = (const float *)x->data + n * p->xs[0];
+            float *orow = (float *)o->data + n * p->oxs[0];
+            if (tg == p->ignore)
+                memset(orow, 0, (size_t)p->C * sizeof(float));
+            else
+                ce_row_grad(orow, lr, p->C, tg, gr);
+            continue;
+        }
         for (int64_t c = 0; c < p->C; c++)
             row[c] = 0;
         if (tg != p->ignore) {

@@ -17,7 +17,8 @@
  * float32). The hyperparameters are `float`, as the prototypes take them.
  *
  * Every operand is packed into the workspace in the compute type (any strides and the narrow
- * floats are handled there), updated, and the updated operands are unpacked back.
+ * floats are handled there), updated, and the updated operands are unpacked back; operands that
+ * already are disjoint contiguous arrays of the compute type are updated in place.
  */
 #include "opsim.h"
 
@@ -110,11 +111,58 @@ typedef struct adamw_job {
         }                                                                                                      \
     } while (0)
 
+/* The float32 step without amsgrad or maximize (torch.optim.AdamW's defaults) on n contiguous
+ * elements: the same arithmetic as ADAMW_LOOP(float) in the same order, with the loop-invariant
+ * branches taken out and no aliasing, so that the compiler vectorizes it. (float)sqrt((double)x)
+ * equals sqrtf(x): both are correctly rounded (double has more than 2 * 24 + 2 bits). With
+ * wd == 0, decay is exactly 1 and th * decay is th. No contraction into fused multiply-adds:
+ * PyTorch rounds every step. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define ADAMW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ADAMW_CLONES
+#endif
+__attribute__((optimize("-O3", "-ffp-contract=off"))) ADAMW_CLONES static void
+adamw_f32_fast(int64_t n, float *restrict var, float *restrict m, float *restrict v, const float *restrict g,
+               float w1, float b2, float w2, float decay, float nstep, float bc2s, float eps)
+{
+    if (w1 < 0.5f) {
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i], th = var[i] * decay, mi = m[i] + w1 * (gi - m[i]);
+            float vi = v[i] * b2;
+            vi = vi + w2 * gi * gi;
+            float den = sqrtf(vi) / bc2s + eps;
+            var[i] = th + nstep * mi / den;
+            m[i] = mi;
+            v[i] = vi;
+        }
+    } else {
+        const float u1 = 1 - w1;
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i], th = var[i] * decay, mi = gi - (gi - m[i]) * u1;
+            float vi = v[i] * b2;
+            vi = vi + w2 * gi * gi;
+            float den = sqrtf(vi) / bc2s + eps;
+            var[i] = th + nstep * mi / den;
+            m[i] = mi;
+            v[i] = vi;
+        }
+    }
+}
+
 static aclError adamw_block(uint32_t b, uint32_t nb, void *arg)
 {
     adamw_job_t *j = (adamw_job_t *)arg;
     const adamw_params_t *p = j->p;
     int64_t per = (p->n + nb - 1) / nb, lo = (int64_t)b * per, hi = lo + per < p->n ? lo + per : p->n;
+    if (p->ct == CT_F32 && !p->amsgrad && !p->maximize) {
+        if (hi > lo)
+            adamw_f32_fast(hi - lo, (float *)j->var + lo, (float *)j->m + lo, (float *)j->v + lo,
+                           (const float *)j->g + lo, (float)(1.0 - (double)p->beta1), (float)p->beta2,
+                           (float)(1.0 - (double)p->beta2), (float)j->decay, (float)(-j->step_size),
+                           (float)j->bc2_sqrt, (float)p->eps);
+        return ACL_SUCCESS;
+    }
     if (p->ct == CT_F64) {
         ADAMW_LOOP(double);
     } else {
@@ -138,7 +186,20 @@ static aclError adamw_run(nn_exec_t *ex)
     int32_t idx[5] = {p->vvar, p->vm, p->vv, p->vgrad, p->vmax};
     int nslot = p->amsgrad ? 5 : 4;
     aclError rc = ACL_SUCCESS;
+    /* operands that already are disjoint contiguous arrays of the compute type are updated where
+     * they are (no pack, no unpack) */
+    bool direct = true;
+    for (int k = 0; k < nslot && direct; k++) {
+        const nn_view_t *a = &ex->v[idx[k]];
+        direct = nn_view_dense(a, p->ct);
+        for (int q = 0; q < k && direct; q++)
+            direct = !nn_views_overlap(a, &ex->v[idx[q]]);
+    }
     for (int k = 0; k < nslot && !rc; k++) {
+        if (direct) {
+            *slot[k] = ex->v[idx[k]].data;
+            continue;
+        }
         *slot[k] = ws + (size_t)k * bytes;
         rc = nn_pack(ex, p->ct, *slot[k], &ex->v[idx[k]]);
     }
@@ -151,6 +212,8 @@ static aclError adamw_run(nn_exec_t *ex)
     j.bc2_sqrt = sqrt(1.0 - pow(b2, t));
     uint32_t nb = nn_blocks(ex, p->n * 8, NN_BLOCK_GRAIN);
     rc = nn_parallel(ex, nb, adamw_block, &j);
+    if (direct)
+        return rc;
     int32_t outs[4] = {p->vvar, p->vm, p->vv, p->vmax};
     void *src[4] = {j.var, j.m, j.v, j.mx};
     for (int k = 0; k < (p->amsgrad ? 4 : 3) && !rc; k++)

@@ -388,6 +388,22 @@ static inline int64_t nn_rows(const nn_view_t *v)
 void nn_pack_rows(int ct, void *dst, const nn_view_t *v, int64_t r0, int64_t r1);
 /* the inverse: rows [r0, r1) of contiguous src (compute type ct) into v, converted */
 void nn_unpack_rows(int ct, const nn_view_t *v, const void *src, int64_t r0, int64_t r1);
+/* a view that is a contiguous array (C order; size-1 dims have any stride) */
+static inline bool nn_view_contiguous(const nn_view_t *v)
+{
+    int64_t expect = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->stride[d] != expect)
+            return false;
+        expect *= v->shape[d];
+    }
+    return true;
+}
+/* a view that already is a contiguous array of compute type ct (usable in place of its packed copy) */
+static inline bool nn_view_dense(const nn_view_t *v, int ct)
+{
+    return v->dtype == (ct == CT_F32 ? ACL_FLOAT : ACL_DOUBLE) && nn_view_contiguous(v);
+}
 /* whole view, in parallel over the executor's blocks */
 aclError nn_pack(nn_exec_t *ex, int ct, void *dst, const nn_view_t *v);
 aclError nn_unpack(nn_exec_t *ex, int ct, const nn_view_t *v, const void *src);

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Benchmark: real models' training and eval steps inside ``canna_dl.torch.offload()`` against
+plain PyTorch (issue 15), at a given number of threads.
+
+The models (random weights, no download; built by ``tools/coverage.py``'s ``resolve``):
+
+- ``resnet18``: the ResNet-18-shaped CNN of ``tools/_models.py`` (width 16, 10 classes), a batch
+  of 4 3x64x64 images, cross entropy against random classes;
+- ``bert-tiny``: ``BertForSequenceClassification`` at BERT-tiny's size (Turc et al. 2019,
+  ``google/bert_uncased_L-2_H-128_A-2``: 2 layers, hidden 128, 2 heads, intermediate 512; a
+  vocabulary of 1024 here), token ids of shape 4x32, the model's own loss;
+- ``gpt2-tiny``: ``GPT2LMHeadModel`` at the same size (2 layers, ``n_embd`` 128, 2 heads,
+  vocabulary 1024), token ids 4x32 with ``labels=input_ids``.
+
+Dropout is off (canna cannot reproduce PyTorch's random stream). A **training step** is
+``zero_grad; loss = model(...); loss.backward(); AdamW.step()``; an **eval step** is a forward
+under ``torch.no_grad()`` in eval mode. The two columns run the same code on two copies of the
+model (the canna column inside ``offload()``), in interleaved rounds (tools/_benchutil.py):
+each figure is the median over rounds, the spread the lowest and highest per-round speed ratio.
+Speed ratio = plain time / canna time (above 1x canna is faster); target 1.0x (issue 15).
+The loss error is ``|loss_canna - loss_plain| / |loss_plain|`` of the first training step, both
+copies starting from the same weights.
+
+Both sides get the same threads: ``torch.set_num_threads(N)`` and the simulator's
+``CANNA_SIM_THREADS=N`` (read when the runtime starts, so each thread count runs in a fresh
+interpreter, ``--threads``); the load average is taken before and after.
+
+    .venv/bin/python tools/bench_models.py [--quick] [--threads 1,2] [--only resnet18,...] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+
+_TOOLS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(_TOOLS))
+sys.path.insert(0, _TOOLS)
+
+from _benchutil import WIDE_SPREAD, bench_rounds, fmt, wide_spread  # noqa: E402
+
+#: the Hugging Face size of BERT-tiny / GPT-2-tiny (config keys as coverage.py's --hf-config)
+TINY = ("hidden_size=128", "num_hidden_layers=2", "num_attention_heads=2", "intermediate_size=512",
+        "vocab_size=1024", "max_position_embeddings=128")
+#: name -> (coverage.py --model spec, input shape, --hf-config overrides)
+MODELS = {
+    "resnet18": ("resnet18-like", "4,3,64,64", ()),
+    "bert-tiny": ("BertForSequenceClassification", "4,32", TINY),
+    "gpt2-tiny": ("GPT2LMHeadModel", "4,32", TINY),
+}
+STEPS = ("train", "eval")
+#: target speed ratio of every row (issue 15: at least as fast as plain PyTorch)
+TARGET = 1.0
+
+
+def _target(name):
+    import coverage
+    spec, shape, over = MODELS[name]
+    return coverage.resolve(spec, shape, hf_overrides=over)
+
+
+def measure_model(name, *, budget: float, rounds: int) -> list:
+    """The train and eval rows of one model of :data:`MODELS`, in this process with its current
+    thread settings. Returns a list of dicts: model, step, canna_s, torch_s, ratio, ratio_min,
+    ratio_max, loss_rel_error (train) / out_rel_error (eval)."""
+    import torch
+
+    import canna_dl.torch as ct
+    import coverage
+    t = _target(name)
+    torch.manual_seed(0)
+    plain = t.build()
+    coverage._no_dropout(torch, plain)
+    canna = copy.deepcopy(plain)
+    gen = torch.Generator().manual_seed(0)
+    args, kwargs = t.make_inputs(torch, gen)
+    models = {"torch": plain, "canna": canna}
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
+    rep = ct.OffloadReport()
+
+    def loss_of(m):
+        out = m(*args, **kwargs)
+        return coverage._loss(torch, out, torch.Generator().manual_seed(1), t.hf)[0]
+
+    def train(k):
+        m, opt = models[k], opts[k]
+        m.train()
+        opt.zero_grad()
+        loss = loss_of(m)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def evaluate(k):
+        m = models[k]
+        m.eval()
+        with torch.no_grad():
+            out = m(*args, **kwargs)
+        return out.logits if hasattr(out, "logits") else out
+
+    def under(fn, k):
+        if k == "canna":
+            def go():
+                with ct.offload(report=rep):
+                    return fn(k)
+        else:
+            def go():
+                return fn(k)
+        return go
+
+    # correctness first, from the same weights
+    lt = under(train, "torch")().item()
+    lc = under(train, "canna")().item()
+    loss_err = abs(lc - lt) / abs(lt) if lt else abs(lc - lt)
+    eo_t, eo_c = under(evaluate, "torch")(), under(evaluate, "canna")()
+    den = eo_t.double().norm().item()
+    out_err = (eo_c.double() - eo_t.double()).norm().item() / (den or 1.0)
+    rows = []
+    for step, fn, err in (("train", train, {"loss_rel_error": loss_err}),
+                          ("eval", evaluate, {"out_rel_error": out_err})):
+        per = bench_rounds({"canna": under(fn, "canna"), "torch": under(fn, "torch")}, budget=budget, batch=1,
+                           rounds=rounds, warmup=1)
+        ratios = [a / b for a, b in zip(per["torch"]["rounds"], per["canna"]["rounds"])]
+        rows.append({"model": name, "step": step, "canna_s": per["canna"]["median"],
+                     "torch_s": per["torch"]["median"], "ratio": per["torch"]["median"] / per["canna"]["median"],
+                     "ratio_min": min(ratios), "ratio_max": max(ratios), "target": TARGET,
+                     "fallbacks": rep.fell_back(), **err})
+    return rows
+
+
+def measure_here(*, quick: bool, only=None) -> list:
+    """Every model (``only``: names to keep) in this process."""
+    names = [n for n in MODELS if only is None or n in only]
+    budget, rounds = (0.4, 3) if quick else (6.0, 5)
+    out = []
+    for n in names:
+        out += measure_model(n, budget=budget, rounds=rounds)
+    return out
+
+
+def measure(threads: int, *, quick: bool, only=None, timeout: float = 1800) -> dict:
+    """Every model in a fresh interpreter with ``threads`` torch threads and simulator threads.
+    Returns ``{"threads", "loadavg": [before, after], "rows": [...]}``."""
+    env = dict(os.environ, CANNA_SIM_THREADS=str(threads), CANNA_BACKEND=os.environ.get("CANNA_BACKEND", "sim"),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads)]
+    if quick:
+        cmd.append("--quick")
+    if only:
+        cmd += ["--only", ",".join(only)]
+    before = os.getloadavg()[0]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench_models child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"threads": threads, "loadavg": [before, os.getloadavg()[0]], "rows": rows}
+
+
+def wide(row) -> bool:
+    """Whether a row's spread is wide (highest / lowest per-round ratio above ``WIDE_SPREAD``)."""
+    return wide_spread(row["ratio_min"], row["ratio_max"])
+
+
+def table(results) -> str:
+    """The rows of one or more :func:`measure` results as a text table of at most 100 columns."""
+    lines = [f"{'model':10} {'step':5} {'thr':>3} {'canna':>10} {'torch':>10} {'speed':>7} {'spread':>12} "
+             f"{'target':>6} {'rel err':>9}"]
+    for res in results:
+        for r in res["rows"]:
+            err = r.get("loss_rel_error", r.get("out_rel_error"))
+            lines.append(f"{r['model']:10} {r['step']:5} {res['threads']:>3} {fmt(r['canna_s']):>10} "
+                         f"{fmt(r['torch_s']):>10} {r['ratio']:>6.2f}x {r['ratio_min']:>5.2f}-{r['ratio_max']:.2f}x"
+                         f" {r['target']:>5.1f}x {err:>9.1e}{'  WIDE' if wide(r) else ''}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short measurements")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--only", default="", help=f"comma-separated models ({', '.join(MODELS)})")
+    ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    try:
+        threads = [int(s) for s in args.threads.split(",") if s.strip()]
+    except ValueError:
+        ap.error(f"--threads takes integers, got {args.threads!r}")
+    if not threads or min(threads) < 1:
+        ap.error(f"--threads must be >= 1, got {args.threads!r}")
+    only = [s.strip() for s in args.only.split(",") if s.strip()] or None
+    if only:
+        bad = [s for s in only if s not in MODELS]
+        if bad:
+            ap.error(f"unknown model(s): {', '.join(bad)}; choose from {', '.join(MODELS)}")
+    if args.child:
+        import torch
+        torch.set_num_threads(threads[0])
+        print(json.dumps(measure_here(quick=args.quick, only=only)))
+        return 0
+    results = [measure(n, quick=args.quick, only=only) for n in threads]
+    for res in results:
+        print(f"{res['threads']} thread(s): load average {res['loadavg'][0]:.2f} before, "
+              f"{res['loadavg'][1]:.2f} after")
+    print(f"speed = plain PyTorch time / canna time; spread = per-round min-max; WIDE: max/min > {WIDE_SPREAD}; err: of the loss (train), of the output (eval)")
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+__all__ = ["MODELS", "TARGET", "measure", "measure_here", "measure_model", "table", "wide"]
