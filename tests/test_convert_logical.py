@@ -160,3 +160,29 @@ def test_where_matches_torch_and_its_gradient():
         kernels.where(c.double(), x.detach(), y.detach())
     with pytest.raises(TypeError, match="Python numbers"):
         kernels.where(c, 1.0, 2.0)
+
+
+def test_cumsum_matches_torch_and_its_gradient():
+    x = _rand(3, 4, 5, seed=12)
+    for d in (0, 1, -1):
+        torch.testing.assert_close(kernels.cumsum(x, d), torch.cumsum(x, d), rtol=1e-13, atol=1e-13)
+        torch.testing.assert_close(kernels.cumsum(x.transpose(0, 2), d), torch.cumsum(x.transpose(0, 2), d),
+                                   rtol=1e-13, atol=1e-13)
+    m = _rand(4, 6, seed=13) > 0
+    for a in (m, m.to(torch.int32)):
+        torch.testing.assert_close(kernels.cumsum(a, 1), torch.cumsum(a, 1), rtol=0, atol=0)   # int64, as torch
+    torch.testing.assert_close(kernels.cumsum(x, 1, dtype=torch.float32), torch.cumsum(x, 1, dtype=torch.float32))
+    v = x[0, 0]
+    torch.testing.assert_close(kernels.cumsum_v2(v, 0, False, True), v.flip(0).cumsum(0).flip(0), rtol=1e-13,
+                               atol=1e-13)
+    torch.testing.assert_close(kernels.cumsum_v2(v, 0, True, False), torch.cat([v.new_zeros(1), v.cumsum(0)[:-1]]),
+                               rtol=1e-13, atol=1e-13)
+    a = x.clone().requires_grad_()
+    w = _rand(3, 4, 5, seed=14)
+    want = torch.autograd.grad((torch.cumsum(a, 1) * w).sum(), a)[0]
+    with ct.offload() as rep:
+        got = torch.autograd.grad((a.cumsum(dim=1) * w).sum(), a)[0]
+    assert rep.ops["cumsum"].canna == 1 and rep.ops["cumsum"].backward == 1
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(Exception, match="dim|range"):
+        kernels.cumsum(x, 3)

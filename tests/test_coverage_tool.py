@@ -98,15 +98,15 @@ def test_report_coverage_counts_backward_nodes_and_skips_views():
     import canna_dl.torch as ct
     w = torch.randn(5, 4, requires_grad=True)
     with ct.offload() as rep:
-        e = torch.cumsum(w, 0)                          # no canna op: forward and backward on PyTorch
+        e = torch.cumprod(w, 0)                         # no canna op: forward and backward on PyTorch
         y = torch.relu(e.view(5, 4).contiguous()[1:])   # a view, a no-op contiguous, basic indexing
         y.sum().backward()
     cov = rep.coverage()
-    assert cov["no_canna_op"] == {"torch.cumsum": 1}
-    assert cov["pytorch_backward"] == {"CumsumBackward0": 1}     # once, though backward re-enters the mode
+    assert cov["no_canna_op"] == {"torch.cumprod": 1}
+    assert cov["pytorch_backward"] == {"CumprodBackward0": 1}    # once, though backward re-enters the mode
     assert "torch.Tensor.view" in cov["not_compute"]
     assert "torch.Tensor.contiguous" not in rep.pytorch_calls and "torch.Tensor.__getitem__" not in rep.pytorch_calls
-    # relu and sum with their backward on canna; cumsum and its backward on PyTorch
+    # relu and sum with their backward on canna; cumprod and its backward on PyTorch
     assert cov["canna"] == 4 and cov["total"] == 6 and cov["share"] == 4 / 6
 
 

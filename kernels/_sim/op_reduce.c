@@ -473,3 +473,127 @@ NN_API aclnnStatus aclnnAny(void *workspace, uint64_t workspaceSize, aclOpExecut
 {
     return nn_launch("aclnnAny", workspace, workspaceSize, executor, stream);
 }
+
+/* ------------------------------------------------------------------ Cumsum, CumsumV2 */
+
+/* out[..., i, ...] = the sum of self's elements along dim up to i (exclusive: before i; reverse:
+ * from the end), accumulated in double (floating out) or int64 (wrapping), converted to out's dtype */
+typedef struct cs_params {
+    int32_t dim;
+    bool exclusive, reverse;
+} cs_params_t;
+
+static aclError cs_run(nn_exec_t *ex)
+{
+    const cs_params_t *p = (const cs_params_t *)ex->params;
+    const nn_view_t *a = &ex->v[0], *o = &ex->v[1];
+    int ct = nn_is_float(o->dtype) ? CT_F64 : CT_I64;
+    int32_t nd = a->ndim, d0 = p->dim;
+    int64_t n = nd ? a->shape[d0] : 1, ast = nd ? a->stride[d0] : 0, ost = nd ? o->stride[d0] : 0;
+    size_t asz = nn_dtype_size(a->dtype), osz = nn_dtype_size(o->dtype);
+    int64_t idx[NN_MAX_DIMS] = {0};
+    if (a->numel == 0)
+        return ACL_SUCCESS;
+    for (;;) {
+        const char *src = nd ? nn_at(a, idx) : a->data;
+        char *dst = nd ? nn_at(o, idx) : o->data;
+        double sf = 0;
+        int64_t si = 0;
+        for (int64_t k = 0; k < n; k++) {
+            int64_t i = p->reverse ? n - 1 - k : k;
+            _Alignas(8) unsigned char v[8];
+            nn_load(ct, v, src + i * ast * (int64_t)asz, 1, a->dtype, 1);
+            if (ct == CT_F64) {
+                double x = *(double *)v;
+                if (!p->exclusive)
+                    sf += x;
+                nn_store(ct, dst + i * ost * (int64_t)osz, 1, o->dtype, &sf, 1);
+                if (p->exclusive)
+                    sf += x;
+            } else {
+                int64_t x = *(int64_t *)v;
+                if (!p->exclusive)
+                    si = (int64_t)((uint64_t)si + (uint64_t)x);
+                nn_store(ct, dst + i * ost * (int64_t)osz, 1, o->dtype, &si, 1);
+                if (p->exclusive)
+                    si = (int64_t)((uint64_t)si + (uint64_t)x);
+            }
+        }
+        int32_t d = nd - 1;
+        for (; d >= 0; d--) {
+            if (d == d0)
+                continue;
+            if (++idx[d] < a->shape[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return ACL_SUCCESS;
+    }
+}
+
+static aclnnStatus cs_make(const char *api, const aclTensor *self, int64_t dim, bool exclusive, bool reverse,
+                           aclDataType dtype, bool has_dtype, aclTensor *out, uint64_t *workspaceSize,
+                           aclOpExecutor **executor)
+{
+    NN_OUTPTRS(api);
+    const nn_tensor_t *a, *o;
+    aclnnStatus rc;
+    if ((rc = nn_tensor_arg(api, "self", self, false, &a)) || (rc = nn_tensor_arg(api, "out", out, false, &o)))
+        return rc;
+    if (!nn_is_op_float(a->dtype) && !nn_is_op_int(a->dtype) && a->dtype != ACL_BOOL && a->dtype != ACL_UINT8 &&
+        a->dtype != ACL_INT8 && a->dtype != ACL_INT16)
+        return NN_PARAM("%s: self has dtype %s (expected a floating, integer or bool dtype)", api,
+                        nn_dtype_name(a->dtype));
+    if (!nn_is_op_float(o->dtype) && !nn_is_op_int(o->dtype))
+        return NN_PARAM("%s: out has dtype %s (expected a floating dtype, int32 or int64)", api, nn_dtype_name(o->dtype));
+    /* (ACL_DT_UNDEFINED: out's dtype, a simulator convenience for callers that size out first) */
+    if (has_dtype && dtype != ACL_DT_UNDEFINED && o->dtype != dtype)
+        return NN_PARAM("%s: out has dtype %s but dtype is %s", api, nn_dtype_name(o->dtype), nn_dtype_name(dtype));
+    int32_t d = 0;
+    if (!nn_wrap_dim(dim, a->ndim, &d))
+        return NN_PARAM("%s: dim %lld is out of range for a %dD tensor", api, (long long)dim, a->ndim);
+    if (!nn_same_shape(o, a->shape, a->ndim)) {
+        char s1[160], s2[160];
+        return NN_PARAM("%s: out has shape %s, expected self's %s", api, nn_shape_str(s1, sizeof s1, o->shape, o->ndim),
+                        nn_shape_str(s2, sizeof s2, a->shape, a->ndim));
+    }
+    nn_exec_t *ex = nn_exec_new(api, cs_run, ACLSIM_ENGINE_VECTOR, sizeof(cs_params_t));
+    if (!ex)
+        return ACLNN_ERR_INNER_CREATE_EXECUTOR;
+    cs_params_t *p = (cs_params_t *)ex->params;
+    p->dim = d;
+    p->exclusive = exclusive;
+    p->reverse = reverse;
+    nn_exec_add(ex, a, "self", false);
+    nn_exec_add(ex, o, "out", true);
+    if ((rc = nn_check_output_overlap(api, ex, 1, false))) {
+        free(ex);
+        return rc;
+    }
+    ex->cost_ns = (uint64_t)a->numel * 4;
+    return nn_exec_finish(ex, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnCumsumGetWorkspaceSize(const aclTensor *self, int64_t dim, aclDataType dtype, aclTensor *out,
+                                               uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return cs_make("aclnnCumsum", self, dim, false, false, dtype, true, out, workspaceSize, executor);
+}
+
+NN_API aclnnStatus aclnnCumsum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return nn_launch("aclnnCumsum", workspace, workspaceSize, executor, stream);
+}
+
+NN_API aclnnStatus aclnnCumsumV2GetWorkspaceSize(const aclTensor *self, int64_t dim, bool exclusive, bool reverse,
+                                                 aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return cs_make("aclnnCumsumV2", self, dim, exclusive, reverse, ACL_DT_UNDEFINED, false, out, workspaceSize,
+                   executor);
+}
+
+NN_API aclnnStatus aclnnCumsumV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)
+{
+    return nn_launch("aclnnCumsumV2", workspace, workspaceSize, executor, stream);
+}

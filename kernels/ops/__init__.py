@@ -3,4 +3,4 @@ family. Importing this package registers them."""
 from . import attention, elementwise, nn, optim  # noqa: F401
 from . import adaptive_pool, batchnorm, concat_pad, indexing  # noqa: F401  (issue 14: model ops)
 from . import activation, dropout, linalg, loss  # noqa: F401  (issue 14: pointwise, dropout, addmm, losses)
-from . import convert, logical, rnn  # noqa: F401  (issue 14: clone, cast, all, any, comparisons, lstm)
+from . import convert, logical, rnn, scan  # noqa: F401  (issue 14: clone, cast, all, any, comparisons, lstm, cumsum)
