@@ -162,6 +162,7 @@ aclError sim_stream_take_error(sim_stream_t *s, const char *api)
     char msg[SIM_MSG_MAX];
     pthread_mutex_lock(&s->lock);
     aclError code = atomic_load(&s->err_code);
+    bool dead = s->dead;
     if (code) {
         memcpy(msg, s->err_msg, sizeof msg);
         atomic_store(&s->err_code, 0);
@@ -169,7 +170,10 @@ aclError sim_stream_take_error(sim_stream_t *s, const char *api)
     pthread_mutex_unlock(&s->lock);
     if (!code)
         return ACL_SUCCESS;
-    return sim_err(code, "%s: asynchronous error on stream %p: %s", api, SIM_H(s), msg);
+    /* a destroyed stream still draining when a device synchronize takes its fault reads as one
+     * already unlisted does (stream_maybe_unlist_locked) */
+    return sim_err(code, "%s: asynchronous error on stream %p%s: %s", api, SIM_H(s),
+                   dead ? " (destroyed before it was synchronized)" : "", msg);
 }
 
 /* ------------------------------------------------------------------ execution */
