@@ -42,6 +42,7 @@
 #include "sim_kernel_abi.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdarg>
 #include <cstddef>
@@ -321,13 +322,32 @@ namespace AscendC {
 template <pipe_t pipe> inline void PipeBarrier() {}
 template <HardEvent e> inline void SetFlag(int32_t) {}
 template <HardEvent e> inline void WaitFlag(int32_t) {}
-/* a barrier across the launch's blocks: the simulator runs blocks on a pool of threads, not all at
- * once, so one block cannot wait for the others -- a fault rather than a silent non-barrier */
+/* SyncAll: a barrier across the launch's blocks. The simulator's host waits (canna_sim_host.sync_all):
+ * blocks run on a pool of threads, and a block that waits is replaced by a thread running the blocks
+ * not started yet, so every block reaches the barrier; one that cannot ever pass (a block ended
+ * without calling it, more blocks than the SoC's cores can be resident) is a fault of the block */
+namespace sync_ {
+inline void sync_all(const canna_sim::Loc &loc, const char *api, uint32_t count)
+{
+    using canna_sim::fault;
+    using canna_sim::host;
+    if (::GetBlockNum() <= 1 && count <= 1)
+        return;
+    const canna_sim_host *h = host();
+    if (!h || h->version < 2 || !h->sync_all)
+        fault(loc, "%s: the simulator's runtime is older than this kernel_operator.h (rebuild canna)", api);
+    char why[300] = "";
+    int r = h->sync_all(count, why, sizeof why);
+    if (r == 2)
+        fault(loc, "%s: stopped (the launch is stopping)", api);
+    if (r)
+        fault(loc, "%s: block %lld waits for %u blocks, which can never arrive: %s (every block of the launch must "
+              "call SyncAll the same number of times)", api, (long long)::GetBlockIdx(), count, why);
+}
+}  // namespace sync_
 template <bool isAIVOnly = true> inline void SyncAll(CANNA_LOC_)
 {
-    if (::GetBlockNum() > 1)
-        canna_sim::fault(loc, "SyncAll: synchronizing the %lld blocks of a launch is not supported by the simulator "
-                         "(split the kernel in two launches)", (long long)::GetBlockNum());
+    sync_::sync_all(loc, "SyncAll", (uint32_t)::GetBlockNum());
 }
 
 inline int64_t GetTaskRation() { return 1; }
@@ -335,15 +355,15 @@ inline int64_t GetTaskRation() { return 1; }
 inline void InitSocState() {}
 /* ceil(a / b) of unsigned integers */
 template <class T, class U> constexpr T DivCeil(T a, U b) { return (T)((a + (T)b - 1) / (T)b); }
-/* the software SyncAll (a global workspace and a UB scratch tensor): the same fault as SyncAll() */
+/* the software SyncAll (a global workspace and a UB scratch tensor, which the simulator does not need):
+ * a barrier of the first usedCores blocks (all of them when 0) */
 template <bool isAIVOnly = true, class G, class L>
 inline void SyncAll(const G &gmWorkspace, const L &ubWorkspace, int32_t usedCores = 0, CANNA_LOC_)
 {
     (void)gmWorkspace; (void)ubWorkspace;
-    long long n = usedCores > 0 ? usedCores : (long long)::GetBlockNum();
-    if (n > 1 && ::GetBlockNum() > 1)
-        canna_sim::fault(loc, "SyncAll: synchronizing %lld blocks of a launch is not supported by the simulator "
-                         "(split the kernel in two launches)", n);
+    if (usedCores < 0)
+        canna_sim::fault(loc, "SyncAll: usedCores %d is negative", usedCores);
+    sync_::sync_all(loc, "SyncAll", usedCores > 0 ? (uint32_t)usedCores : (uint32_t)::GetBlockNum());
 }
 inline uint32_t GetRuntimeUBSize() { return (uint32_t)canna_sim::ub().cap; }
 inline int64_t GetSubBlockIdx() { return 0; }
@@ -1001,6 +1021,72 @@ template <class T, class U> void Fill(const GlobalTensor<T> &gm, uint64_t size, 
 {
     InitGlobalMemory(gm, size, value, loc);
 }
+/* InitOutput: the name of InitGlobalMemory in older CANN releases (the GroupBarrier sample uses it) */
+template <class T, class U> void InitOutput(const GlobalTensor<T> &gm, uint64_t size, const U value, CANNA_LOC_)
+{
+    InitGlobalMemory(gm, size, value, loc);
+}
+
+/* GroupBarrier<PipeMode::MTE3_MODE>(groupWorkspace, arriveSize, waitSize): the waitSize blocks that
+ * call Wait(i) go on once the arriveSize blocks have called Arrive(j) (Ascend C API reference,
+ * "GroupBarrier"). The workspace is global memory of the user's, 512-byte aligned and zeroed before
+ * the launch, waitSize x 512 bytes; the simulator counts the arrivals in its first 4 bytes (an
+ * atomic add) and each block's object counts its own rounds, so the barrier may be used repeatedly. */
+enum class PipeMode : uint8_t { SCALAR_MODE = 0, MTE3_MODE = 1, MAX };
+template <PipeMode pipeMode> class GroupBarrier {
+public:
+    GroupBarrier(GM_ADDR groupWorkspace, uint32_t arriveSizeIn, uint32_t waitSizeIn, CANNA_LOC_)
+        : ws_(reinterpret_cast<int32_t *>(groupWorkspace)), arrive_(arriveSizeIn), wait_(waitSizeIn)
+    {
+        if (!groupWorkspace || ((uintptr_t)groupWorkspace & 511u))
+            canna_sim::fault(loc, "GroupBarrier: groupWorkspace %p must be a 512-byte aligned global memory address",
+                             (void *)groupWorkspace);
+        if (arriveSizeIn == 0 || waitSizeIn == 0 || (uint64_t)arriveSizeIn + waitSizeIn > (uint64_t)::GetBlockNum())
+            canna_sim::fault(loc, "GroupBarrier: arriveSize %u and waitSize %u must be > 0 and together at most the "
+                             "launch's %lld blocks", arriveSizeIn, waitSizeIn, (long long)::GetBlockNum());
+        canna_sim::gm_check(loc, "GroupBarrier", ws_, (size_t)waitSizeIn * 512u);
+    }
+    void Arrive(uint32_t arriveIndex, CANNA_LOC_)
+    {
+        if (arriveIndex >= arrive_)
+            canna_sim::fault(loc, "GroupBarrier::Arrive: index %u is out of range of the %u blocks of the Arrive "
+                             "group", arriveIndex, arrive_);
+        std::atomic_thread_fence(std::memory_order_seq_cst);   /* the block's writes first */
+        __atomic_fetch_add(ws_, 1, __ATOMIC_SEQ_CST);
+    }
+    void Wait(uint32_t waitIndex, CANNA_LOC_)
+    {
+        if (waitIndex >= wait_)
+            canna_sim::fault(loc, "GroupBarrier::Wait: index %u is out of range of the %u blocks of the Wait group",
+                             waitIndex, wait_);
+        want_ = (int64_t)(++rounds_) * arrive_;
+        const canna_sim_host *h = canna_sim::host();
+        if (!h || h->version < 2 || !h->wait_until)
+            canna_sim::fault(loc, "GroupBarrier::Wait: the simulator's runtime is older than this kernel_operator.h "
+                             "(rebuild canna)");
+        char why[300] = "";
+        int r = h->wait_until(&GroupBarrier::Ready, this, why, sizeof why);
+        if (r == 2)
+            canna_sim::fault(loc, "GroupBarrier::Wait: stopped (the launch is stopping)");
+        if (r)
+            canna_sim::fault(loc, "GroupBarrier::Wait: block %lld waits for %lld Arrive calls (%d came), which can "
+                             "never come: %s", (long long)::GetBlockIdx(), (long long)want_,
+                             (int)__atomic_load_n(ws_, __ATOMIC_SEQ_CST), why);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+
+private:
+    static int Ready(void *self)
+    {
+        auto *b = static_cast<GroupBarrier *>(self);
+        return (int64_t)__atomic_load_n(b->ws_, __ATOMIC_SEQ_CST) >= b->want_;
+    }
+    int32_t *ws_;
+    uint32_t arrive_, wait_;
+    uint32_t rounds_ = 0;
+    int64_t want_ = 0;
+};
+
 /* UB -> UB */
 template <class T> void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, CANNA_LOC_)
 {
