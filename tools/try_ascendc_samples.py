@@ -336,6 +336,31 @@ def _reduce_min(m):
     _check("y", y, x.astype(np.float64), 0)
 
 
+def _abs_pad(m):
+    # 16_unaligned_abs_kernellaunch/AbsPad: 8 blocks of rows of 7 valid half read 16 at a time, Pad fills
+    # columns 7..15 with 0 (PadTiling from a 16 x 16 shape with 16 x 7 valid), |x| added into the output;
+    # input -1, -2, ..., -14336 and 9 more elements read past its end (its main.cpp and gen_data.py)
+    k = m.get_function("abs_pad_custom")
+    x = np.concatenate([-np.arange(14336) - 1, np.zeros(9)]).astype(np.float16)
+    y = np.full_like(x, np.nan)
+    t = np.zeros(26, np.uint32)   # PadTiling: srcHeight, srcWidth, srcOriWidth, ...
+    t[:3] = 16, 16, 7
+    _launch(k, 8, x, y, t)
+    _check("y", y[:14336], np.abs(x[:14336].astype(np.float64)), 0)
+
+
+def _abs_unpad(m):
+    # AbsUnPad: |x| of 8 blocks of 16 x 16 half tiles read with 2 elements of the next row, UnPad drops
+    # the 2 right columns (UnPadTiling of 16 x 16); input 0 .. 28671 (its gen_data.py) and 2 more
+    k = m.get_function("abs_unpad_custom")
+    x = np.concatenate([np.arange(28672), np.zeros(2)]).astype(np.float16)
+    y = np.full_like(x, np.nan)
+    t = np.zeros(8, np.uint32)    # UnPadTiling: srcHeight, srcWidth, ...
+    t[:2] = 16, 16
+    _launch(k, 8, x, y, t)
+    _check("y", y[:28672], np.abs(x[:28672].astype(np.float64)), 0)
+
+
 def _aligned(n_bytes, align=512):
     raw = np.zeros(n_bytes + align, np.uint8)
     off = (-raw.ctypes.data) % align
@@ -377,6 +402,8 @@ RUNNERS = [
     ("AbsDuplicateKernelInvocation/", _abs_duplicate),
     ("ReduceMinKernelInvocation/", _reduce_min),
     ("16_group_barrier/", _group_barrier),
+    ("AbsPadKernelInvocation/", _abs_pad),
+    ("AbsUnPadKernelInvocation/", _abs_unpad),
 ]
 
 

@@ -54,6 +54,7 @@
 #include <limits>
 #include <new>
 #include <type_traits>
+#include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -2112,6 +2113,128 @@ void GatherMask(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const uin
     internal_::GatherMaskImpl(loc, dst, src0, reduceMode, mask, gatherMaskParams, rsvdCnt, false, [pt](uint32_t k) {
         return pt == 7 || (pt <= 2 ? k % 2 == (uint32_t)(pt - 1) : k % 4 == (uint32_t)(pt - 3));
     });
+}
+
+/* ------------------------------------------------------------------ Pad / UnPad (advanced API) */
+/* Pad: a height x width tensor (row-major in the UB) padded in the width direction to 32 bytes
+ * (Ascend C API reference, "Pad"): width not 32-byte aligned -> rows of leftPad + width + rightPad
+ * elements, the new ones padValue (that width must be 32-byte aligned); width aligned with
+ * redundant columns (srcOriWidth < srcWidth) -> the same shape, columns srcOriWidth.. set to
+ * padValue. UnPad: each row loses leftPad elements on its left and rightPad on its right
+ * ("UnPad"). The shape comes from the tiling the host's PadTilingFunc / UnPadTilingFunc fill:
+ * PadTiling's first fields are srcHeight, srcWidth, srcOriWidth, UnPadTiling's srcHeight, srcWidth
+ * (the layout of CANN's pad_tilingdata.h; the simulator reads only those). The temporary buffer of
+ * the device's algorithm is not needed here. */
+}  // namespace AscendC
+struct PadTiling {
+    uint32_t srcHeight, srcWidth, srcOriWidth;
+    uint32_t widthWithoutLastBlock, blocksPerRow, heightTiling, heightFractal, heightFractalTail, mainLoopOffset,
+        tailBlockOffset;
+    uint32_t tmpBuffer1BlockNum, tmpBuffer1RowNum, tmpBuffer2Offset, widthTiling, widthFractal, widthFractalTail,
+        widthFractalTailAlingned, brcbTiling, brcbFractal, brcbFractalTail, maxRepeatTimes, brcbTilingRepeatTimes,
+        brcbTilingRepeatTimesTail, brcbFractalTailRepeatTimes, brcbFractalTailRepeatTimesTail, reserved;
+};
+struct UnPadTiling {
+    uint32_t srcHeight, srcWidth;
+    uint32_t tmpBuffer1BlockNum, tmpBuffer1RowNum, tmpBuffer2Offset, widthTiling, widthFractal, widthFractalTail;
+};
+namespace AscendC {
+namespace tiling {
+using ::PadTiling;
+using ::UnPadTiling;
+}  // namespace tiling
+struct PadParams {
+    uint16_t leftPad = 0;
+    uint16_t rightPad = 0;
+    int32_t padValue = 0;
+};
+struct UnPadParams {
+    uint16_t leftPad = 0;
+    uint16_t rightPad = 0;
+};
+namespace internal_ {
+template <class T>
+void PadImpl(const canna_sim::Loc &loc, const LocalTensor<T> &dst, const LocalTensor<T> &src, const PadParams &p,
+             const PadTiling &t)
+{
+    const uint64_t h = t.srcHeight, w = t.srcWidth, ori = t.srcOriWidth;
+    if (h == 0 || w == 0 || ori == 0 || ori > w)
+        canna_sim::fault(loc, "Pad: the tiling's shape %llu x %llu (%llu valid columns) is not a tensor to pad (fill "
+                         "it with PadTilingFunc)", (unsigned long long)h, (unsigned long long)w,
+                         (unsigned long long)ori);
+    const T v = (T)p.padValue;
+    if ((w * sizeof(T)) % 32 == 0) {
+        if (ori == w)
+            canna_sim::fault(loc, "Pad: the width %llu is 32-byte aligned and every column is valid data: there is "
+                             "nothing to pad", (unsigned long long)w);
+        if (p.leftPad)
+            canna_sim::fault(loc, "Pad: leftPad %u on an aligned width (%llu): only the redundant columns on the right "
+                             "are filled", (unsigned)p.leftPad, (unsigned long long)w);
+        T *d = dst.Operand(loc, "Pad", "destination", h * w);
+        const T *a = src.Operand(loc, "Pad", "source", h * w);
+        for (uint64_t r = 0; r < h; r++)
+            for (uint64_t c = 0; c < w; c++)
+                d[r * w + c] = c < ori ? a[r * w + c] : v;
+        return;
+    }
+    const uint64_t w2 = w + p.leftPad + p.rightPad;
+    if ((w2 * sizeof(T)) % 32)
+        canna_sim::fault(loc, "Pad: leftPad %u + width %llu + rightPad %u = %llu elements of %zu bytes, not a multiple "
+                         "of 32 bytes", (unsigned)p.leftPad, (unsigned long long)w, (unsigned)p.rightPad,
+                         (unsigned long long)w2, sizeof(T));
+    const T *a = src.Operand(loc, "Pad", "source", h * w);
+    T *d = dst.Operand(loc, "Pad", "destination", h * w2);
+    std::vector<T> copy(a, a + h * w);   /* dst may be src */
+    for (uint64_t r = 0; r < h; r++)
+        for (uint64_t c = 0; c < w2; c++)
+            d[r * w2 + c] = (c >= p.leftPad && c < p.leftPad + w && c < p.leftPad + ori) ? copy[r * w + c - p.leftPad]
+                                                                                         : v;
+}
+template <class T>
+void UnPadImpl(const canna_sim::Loc &loc, const LocalTensor<T> &dst, const LocalTensor<T> &src, const UnPadParams &p,
+               const UnPadTiling &t)
+{
+    const uint64_t h = t.srcHeight, w = t.srcWidth;
+    if (h == 0 || w == 0)
+        canna_sim::fault(loc, "UnPad: the tiling's shape %llu x %llu is empty (fill it with UnPadTilingFunc)",
+                         (unsigned long long)h, (unsigned long long)w);
+    if ((uint64_t)p.leftPad + p.rightPad >= w)
+        canna_sim::fault(loc, "UnPad: leftPad %u + rightPad %u leave nothing of rows of %llu elements",
+                         (unsigned)p.leftPad, (unsigned)p.rightPad, (unsigned long long)w);
+    const uint64_t w2 = w - p.leftPad - p.rightPad;
+    const T *a = src.Operand(loc, "UnPad", "source", h * w);
+    T *d = dst.Operand(loc, "UnPad", "destination", h * w2);
+    std::vector<T> copy(a, a + h * w);
+    for (uint64_t r = 0; r < h; r++)
+        for (uint64_t c = 0; c < w2; c++)
+            d[r * w2 + c] = copy[r * w + p.leftPad + c];
+}
+}  // namespace internal_
+template <class T>
+void Pad(const LocalTensor<T> &dst, const LocalTensor<T> &src, const PadParams &padParams, const PadTiling &tiling,
+         CANNA_LOC_)
+{
+    internal_::PadImpl(loc, dst, src, padParams, tiling);
+}
+template <class T>
+void Pad(const LocalTensor<T> &dst, const LocalTensor<T> &src, const PadParams &padParams,
+         const LocalTensor<uint8_t> &sharedTmpBuffer, const PadTiling &tiling, CANNA_LOC_)
+{
+    sharedTmpBuffer.Live(loc, "Pad");
+    internal_::PadImpl(loc, dst, src, padParams, tiling);
+}
+template <class T>
+void UnPad(const LocalTensor<T> &dst, const LocalTensor<T> &src, const UnPadParams &unPadParams,
+           const UnPadTiling &tiling, CANNA_LOC_)
+{
+    internal_::UnPadImpl(loc, dst, src, unPadParams, tiling);
+}
+template <class T>
+void UnPad(const LocalTensor<T> &dst, const LocalTensor<T> &src, const UnPadParams &unPadParams,
+           const LocalTensor<uint8_t> &sharedTmpBuffer, const UnPadTiling &tiling, CANNA_LOC_)
+{
+    sharedTmpBuffer.Live(loc, "UnPad");
+    internal_::UnPadImpl(loc, dst, src, unPadParams, tiling);
 }
 
 /* ------------------------------------------------------------------ Broadcast (advanced API) */
