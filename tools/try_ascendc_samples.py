@@ -361,6 +361,21 @@ def _abs_unpad(m):
     _check("y", y[:28672], np.abs(x[:28672].astype(np.float64)), 0)
 
 
+def _addn(m):
+    # 4_addn_frameworklaunch / 5_addn_kernellaunch: z = x + y, the inputs a list of two 8 x 2048 half
+    # tensors in global memory (ListTensorDesc: ptrOffset, (dim | index << 32, shape) per tensor, then
+    # the data pointers -- as 5_addn_kernellaunch's main.cpp builds it); 8 blocks
+    k = m.get_function("addn_custom")
+    x, y = _f16(8, 2048), _f16(8, 2048)
+    z = np.empty_like(x)
+    lst = np.array([8 * 7, 2, 8, 2048, 2 | (1 << 32), 8, 2048, x.ctypes.data, y.ctypes.data], np.uint64)
+    if k.num_params == 2:
+        _launch(k, 8, lst, z)
+    else:
+        _launch(k, 8, lst, z, _ws(), _u32(x.size, 8))
+    _check("z", z, x.astype(np.float64) + y, 1e-3)
+
+
 def _aligned(n_bytes, align=512):
     raw = np.zeros(n_bytes + align, np.uint8)
     off = (-raw.ctypes.data) % align
@@ -403,6 +418,7 @@ RUNNERS = [
     ("ReduceMinKernelInvocation/", _reduce_min),
     ("16_group_barrier/", _group_barrier),
     ("AbsPadKernelInvocation/", _abs_pad),
+    ("_addn_", _addn),
     ("AbsUnPadKernelInvocation/", _abs_unpad),
 ]
 
