@@ -11,8 +11,9 @@
  * What it models: GlobalTensor / LocalTensor, TPipe with TQue / TQueBind / TBuf buffers in the
  * Unified Buffer (UB) of the block's vector core, DataCopy / DataCopyPad between global memory and
  * the UB, the vector instructions (count form, and the mask/repeat form with 256-byte repeats of
- * eight 32-byte blocks), Cast, the reductions, Compare / Select, the synchronization calls (no-ops
- * here: each block runs its instructions in program order), printf and DumpTensor.
+ * eight 32-byte blocks), Cast, the reductions, Compare / Select, the pipe synchronization calls
+ * (no-ops here: each block runs its instructions in program order), the barriers across blocks
+ * (SyncAll, GroupBarrier: real waits, see acl_rt/_sim/README.md), Pad / UnPad, printf and DumpTensor.
  *
  * What it checks, as a device fault of the block (a KernelError at the next synchronize naming the
  * kernel, the block and the source line): the UB capacity of the SoC profile at InitBuffer; the
