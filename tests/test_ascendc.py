@@ -783,7 +783,9 @@ FAULT_CASES = {
     9: ("count", r"Add: 300 elements exceed the float LocalTensor destination of 256 elements"),
     11: ("empty", r"Duplicate: the LocalTensor holds no buffer"),
     12: ("foreign", r"FreeTensor: the LocalTensor belongs to another queue or buffer"),
-    13: ("syncall", r"SyncAll: synchronizing the 3 blocks of a launch is not supported by the simulator"),
+    # blocks 0 and 2 return early: block 1 would wait for ever (tests/test_ascendc_sync.py has the barrier itself)
+    13: ("syncall", r"SyncAll: block 1 waits for 3 blocks, which can never arrive: every other block of the 3 has "
+                    r"ended \(2\) or waits too \(0\)"),
     15: ("nullgm", r"DataCopy: the global memory address is NULL \(a GlobalTensor without SetGlobalBuffer"),
 }
 
@@ -1255,9 +1257,14 @@ def test_syncall_with_a_workspace(static):
     ws = np.zeros(64, np.int32)
     static.get_function("sync_ws").launch(1, ws, 1)      # one block: nothing to wait for
     sync()
-    static.get_function("sync_ws").launch(2, ws, 2)
+    static.get_function("sync_ws").launch(4, ws, 4)      # four blocks meet
+    sync()
+    static.get_function("sync_ws").launch(4, ws, 2)      # the first two of four (usedCores)
+    sync()
+    static.get_function("sync_ws").launch(2, ws, 3)      # three of two: a wait that could never end
     with pytest.raises(acl_rt.KernelError, match=rf"kernel 'sync_ws' block \d of 2: kernel.cpp:{_line(STATIC, 'sync')}: "
-                                                 r"SyncAll: synchronizing 2 blocks of a launch is not supported"):
+                                                 r"SyncAll: block \d waits for 3 blocks, which can never arrive: 3 "
+                                                 r"blocks cannot synchronize in a launch of 2 blocks"):
         sync()
 
 

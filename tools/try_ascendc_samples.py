@@ -19,7 +19,7 @@ says: ``-include op_host/x_tiling.h -DCANNA_TILING_DATA_TYPE=optiling::<its stru
 ``-DCANNA_TILING_KEY=<key>`` from its ``SetTilingKey`` (else key 1). The samples listed in
 ``RUNNERS`` below are launched on NumPy (or PyTorch, for bfloat16) inputs with the shapes of their
 host code and compared with NumPy in float64; one that reaches a feature the simulator reports as
-unsupported (``SyncAll`` across blocks) is counted apart. The sample sources stay in the
+unsupported is counted apart. The sample sources stay in the
 temporary directory: nothing is copied into canna.
 
 Re-run on the public samples: ``git clone https://gitee.com/ascend/samples`` (or any copy of its
@@ -314,22 +314,82 @@ class Unsupported(Exception):
     """A sample that needs what the simulator reports as not supported (a KernelError saying so)."""
 
 
-def _syncall_sample(name, blocks, n):
-    # 16 AbsDuplicate / 17 ReduceMin: SyncAll across the launch's blocks, a fault in the simulator
-    def run(m):
-        k = m.get_function(name)
-        x = _f16(n)
-        y = np.zeros_like(x)
-        args = (x, y) if k.num_params == 2 else (x, y, np.zeros(1024, np.int32))
-        k.launch(blocks, *args)
-        try:
-            _sync()
-        except acl_rt.KernelError as e:
-            if "SyncAll" in str(e) and "not supported" in str(e):
-                raise Unsupported(f"SyncAll across {blocks} blocks") from None
-            raise
-        raise AssertionError("SyncAll across blocks did not fault")
-    return run
+def _abs_duplicate(m):
+    # 16_unaligned_abs_kernellaunch/AbsDuplicate: 4 blocks each zero their part of the output, SyncAll
+    # (workspace form), then add |x| of 16 groups of 11 half into it (atomic adds overlapping the next
+    # group); input -0, -1, ..., -703 and five zeros (its gen_data.py)
+    k = m.get_function("abs_duplicate_custom")
+    x = np.concatenate([-np.arange(704), np.zeros(5)]).astype(np.float16)
+    y = np.full_like(x, np.nan)
+    _launch(k, 4, x, y, np.zeros(32, np.int32))
+    _check("y", y, np.abs(x.astype(np.float64)), 0)
+
+
+def _reduce_min(m):
+    # 17_unaligned_reducemin_kernellaunch: 4 blocks, SyncAll, then the minimum of each group of 4 half
+    # added at the group's first element; input: -i-3 at every 4th index i of 64, then zeros (76 in all)
+    k = m.get_function("reduce_min_custom")
+    x = np.zeros(76, np.float16)
+    x[0:64:4] = -np.arange(0, 64, 4) - 3
+    y = np.full_like(x, np.nan)
+    _launch(k, 4, x, y, np.zeros(32, np.int32))
+    _check("y", y, x.astype(np.float64), 0)
+
+
+def _abs_pad(m):
+    # 16_unaligned_abs_kernellaunch/AbsPad: 8 blocks of rows of 7 valid half read 16 at a time, Pad fills
+    # columns 7..15 with 0 (PadTiling from a 16 x 16 shape with 16 x 7 valid), |x| added into the output;
+    # input -1, -2, ..., -14336 and 9 more elements read past its end (its main.cpp and gen_data.py)
+    k = m.get_function("abs_pad_custom")
+    x = np.concatenate([-np.arange(14336) - 1, np.zeros(9)]).astype(np.float16)
+    y = np.full_like(x, np.nan)
+    t = np.zeros(26, np.uint32)   # PadTiling: srcHeight, srcWidth, srcOriWidth, ...
+    t[:3] = 16, 16, 7
+    _launch(k, 8, x, y, t)
+    _check("y", y[:14336], np.abs(x[:14336].astype(np.float64)), 0)
+
+
+def _abs_unpad(m):
+    # AbsUnPad: |x| of 8 blocks of 16 x 16 half tiles read with 2 elements of the next row, UnPad drops
+    # the 2 right columns (UnPadTiling of 16 x 16); input 0 .. 28671 (its gen_data.py) and 2 more
+    k = m.get_function("abs_unpad_custom")
+    x = np.concatenate([np.arange(28672), np.zeros(2)]).astype(np.float16)
+    y = np.full_like(x, np.nan)
+    t = np.zeros(8, np.uint32)    # UnPadTiling: srcHeight, srcWidth, ...
+    t[:2] = 16, 16
+    _launch(k, 8, x, y, t)
+    _check("y", y[:28672], np.abs(x[:28672].astype(np.float64)), 0)
+
+
+def _addn(m):
+    # 4_addn_frameworklaunch / 5_addn_kernellaunch: z = x + y, the inputs a list of two 8 x 2048 half
+    # tensors in global memory (ListTensorDesc: ptrOffset, (dim | index << 32, shape) per tensor, then
+    # the data pointers -- as 5_addn_kernellaunch's main.cpp builds it); 8 blocks
+    k = m.get_function("addn_custom")
+    x, y = _f16(8, 2048), _f16(8, 2048)
+    z = np.empty_like(x)
+    lst = np.array([8 * 7, 2, 8, 2048, 2 | (1 << 32), 8, 2048, x.ctypes.data, y.ctypes.data], np.uint64)
+    if k.num_params == 2:
+        _launch(k, 8, lst, z)
+    else:
+        _launch(k, 8, lst, z, _ws(), _u32(x.size, 8))
+    _check("z", z, x.astype(np.float64) + y, 1e-3)
+
+
+def _aligned(n_bytes, align=512):
+    raw = np.zeros(n_bytes + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + n_bytes]
+
+
+def _group_barrier(m):
+    # 2_features/16_group_barrier: 8 blocks zero out, SyncAll; blocks 0-1 atomically add 12 to out[0] and
+    # Arrive, blocks 2-7 Wait and print it (24); workspace 6 x 512 bytes, 512-byte aligned, zeroed
+    k = m.get_function("group_barrier")
+    out = np.full(8, -1, np.int32)
+    _launch(k, 8, _aligned(6 * 512), out, _ws(), _u32(8))
+    if out[0] != 24:
+        raise AssertionError(f"out[0] = {out[0]}, want 24")
 
 
 # a sample's path (its directory) -> how to run it
@@ -354,8 +414,12 @@ RUNNERS = [
     ("0_scatter_kernellaunch", _scatter),
     ("2_tbufpool/", _tbufpool),
     ("AbsGatherMaskKernelInvocation/", _abs_gather_mask),
-    ("AbsDuplicateKernelInvocation/", _syncall_sample("abs_duplicate_custom", 8, 8 * 8 * 2 * 16 * 7)),
-    ("ReduceMinKernelInvocation/", _syncall_sample("reduce_min_custom", 4, 4 * 4 * 4)),
+    ("AbsDuplicateKernelInvocation/", _abs_duplicate),
+    ("ReduceMinKernelInvocation/", _reduce_min),
+    ("16_group_barrier/", _group_barrier),
+    ("AbsPadKernelInvocation/", _abs_pad),
+    ("_addn_", _addn),
+    ("AbsUnPadKernelInvocation/", _abs_unpad),
 ]
 
 

@@ -144,6 +144,7 @@ typedef struct kthread {
     void *altstack;
     void *ub;                              /* the Unified Buffer of Ascend C kernels (canna_sim_host.ub) */
     size_t ub_size;
+    int quiet;                             /* the block left a wait because its launch is stopping */
 } kthread_t;
 
 static pthread_key_t g_kkey;
@@ -371,6 +372,17 @@ typedef struct klaunch {
     struct klaunch *wd_next;
     kcanary_t *canaries;
     uint32_t ncanaries;
+    /* blocks waiting for one another (SyncAll, GroupBarrier; "Blocks that wait" below) */
+    atomic_uint claim;           /* the next block to run: pool calls and helper threads claim from it */
+    pthread_mutex_t bar_lock;    /* the fields below */
+    pthread_cond_t bar_cv;
+    uint32_t bar_waiting;        /* blocks inside kwait (some may have been released and not woken yet) */
+    struct kready *polls;        /* the wait_until waiters (on their stacks) */
+    uint32_t bar_done;           /* blocks that ended */
+    uint32_t bar_arrived;        /* at the current SyncAll */
+    uint64_t bar_gen;            /* SyncAll barriers passed */
+    pthread_t *helpers;          /* threads started for blocks while others waited (joined by run_kernel) */
+    uint32_t nhelpers;
 } klaunch_t;
 
 static int klaunch_timed_out(const struct klaunch *L) { return L && atomic_load(&L->timed_out); }
@@ -471,6 +483,209 @@ static int khost_gm_check(const void *p, size_t n, char *why, size_t why_size)
     return 0;   /* memory the simulator does not track */
 }
 
+/* ------------------------------------------------------------------ blocks that wait (SyncAll, GroupBarrier)
+ *
+ * On a device the blocks of a launch that synchronizes are all resident on their cores at once (the
+ * runtime refuses more blocks than cores for SyncAll). Here blocks run on the pool's threads, fewer
+ * than the blocks: a block that starts waiting while blocks of its launch have not started yet starts
+ * a helper thread that runs them (claiming from L->claim, as the pool's calls do), so the blocks it
+ * waits for get to run. A wait that can never end -- every other block has ended or waits too -- is
+ * a fault of the block (a KernelError naming the kernel), never a hang; a launch being stopped
+ * (another block's fault, a timeout) releases its waiters quietly. */
+
+static aclError kblock_run(klaunch_t *L, uint32_t idx, uint32_t n);
+static void kblock_ended(klaunch_t *L);
+
+static void *khelper_main(void *arg)
+{
+    klaunch_t *L = arg;
+    sim_busy_enter();
+    for (;;) {
+        uint32_t idx = atomic_fetch_add_explicit(&L->claim, 1, memory_order_relaxed);
+        if (idx >= L->nblocks)
+            break;
+        (void)kblock_run(L, idx, L->nblocks);
+        kblock_ended(L);
+    }
+    sim_busy_leave();
+    return NULL;
+}
+
+/* caller holds L->bar_lock */
+static void khelper_start_locked(klaunch_t *L)
+{
+    if (atomic_load_explicit(&L->claim, memory_order_relaxed) >= L->nblocks)
+        return;
+    if (!L->helpers && !(L->helpers = calloc(L->nblocks, sizeof *L->helpers)))
+        return;
+    if (L->nhelpers >= L->nblocks)
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* as the runtime's threads: kthread_get unblocks the fault signals */
+    if (pthread_create(&L->helpers[L->nhelpers], NULL, khelper_main, L) == 0)
+        L->nhelpers++;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void khelpers_join(klaunch_t *L)
+{
+    for (;;) {
+        pthread_mutex_lock(&L->bar_lock);
+        uint32_t n = L->nhelpers;
+        pthread_t *h = L->helpers;
+        pthread_mutex_unlock(&L->bar_lock);
+        if (!n)
+            return;
+        pthread_join(h[n - 1], NULL);   /* helpers only start while a block waits: none starts after the last */
+        pthread_mutex_lock(&L->bar_lock);
+        L->nhelpers--;
+        pthread_mutex_unlock(&L->bar_lock);
+    }
+}
+
+typedef struct kready {
+    int (*ready)(void *);
+    void *ctx;
+    struct kready *next;
+} kready_t;
+
+/* whether no waiting block can ever go on (caller holds L->bar_lock): every block has started and
+ * has ended, or waits at the current SyncAll (bar_arrived counts exactly those: the released ones
+ * were subtracted when it opened), or waits in wait_until for a condition still false */
+static bool kstuck_locked(klaunch_t *L)
+{
+    if (atomic_load_explicit(&L->claim, memory_order_relaxed) < L->nblocks)
+        return false;
+    uint32_t polls = 0;
+    for (kready_t *k = L->polls; k; k = k->next) {
+        if (k->ready(k->ctx))
+            return false;
+        polls++;
+    }
+    return L->bar_arrived + polls + L->bar_done >= L->nblocks;
+}
+
+static uint32_t kcores(const klaunch_t *L)
+{
+    return L->engine == KENG_AIC ? g_cfg.profile->ai_cores : g_cfg.profile->vector_cores;
+}
+
+/* wait (holding L->bar_lock) until done(L, ctx); 0, 1 (never: why filled) or 2 (stopping) */
+static int kwait_locked(klaunch_t *L, kthread_t *kt, int (*done)(klaunch_t *, void *), void *ctx, char *why,
+                        size_t why_size)
+{
+    L->bar_waiting++;
+    khelper_start_locked(L);
+    pthread_cond_broadcast(&L->bar_cv);   /* a waiter may now see every block waiting */
+    int r = 0;
+    kt->active = 0;   /* the timeout's interrupt must not leave the block inside pthread_cond_timedwait */
+    while (!done(L, ctx)) {
+        if (atomic_load(&L->abort) || atomic_load(&L->timed_out)) {
+            r = 2;
+            break;
+        }
+        if (kstuck_locked(L)) {
+            snprintf(why, why_size, "every other block of the %u has ended (%u) or waits too (%u)", L->nblocks,
+                     L->bar_done, L->nblocks - L->bar_done - 1);
+            r = 1;
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 1000000;   /* what `done` reads may change without a signal (global memory): poll */
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&L->bar_cv, &L->bar_lock, &ts);
+    }
+    kt->active = 1;
+    L->bar_waiting--;
+    return r;
+}
+
+static int kbar_passed(klaunch_t *L, void *ctx)
+{
+    return L->bar_gen != *(uint64_t *)ctx;
+}
+
+static int khost_sync_all(uint32_t count, char *why, size_t why_size)
+{
+    kthread_t *kt = kthread_get();
+    klaunch_t *L = kt ? kt->launch : NULL;
+    if (!L) {
+        snprintf(why, why_size, "called outside a kernel block");
+        return 1;
+    }
+    if (count == 0 || count > L->nblocks) {
+        snprintf(why, why_size, "%u blocks cannot synchronize in a launch of %u blocks", count, L->nblocks);
+        return 1;
+    }
+    if (count > kcores(L)) {
+        snprintf(why, why_size, "%u blocks cannot all be resident at once: the %s has %u %s cores (the device refuses "
+                 "such a launch; launch at most %u blocks)", count, g_cfg.profile->name, kcores(L),
+                 L->engine == KENG_AIC ? "AI" : "vector", kcores(L));
+        return 1;
+    }
+    pthread_mutex_lock(&L->bar_lock);
+    int r = 0;
+    if (++L->bar_arrived >= count) {
+        L->bar_arrived = 0;
+        L->bar_gen++;
+        pthread_cond_broadcast(&L->bar_cv);
+    } else {
+        uint64_t gen = L->bar_gen;
+        r = kwait_locked(L, kt, kbar_passed, &gen, why, why_size);
+        if (r == 1)
+            L->bar_arrived--;
+    }
+    pthread_mutex_unlock(&L->bar_lock);
+    if (r == 2)
+        kt->quiet = 1;
+    return r;
+}
+
+
+static int kready(klaunch_t *L, void *ctx)
+{
+    (void)L;
+    kready_t *k = ctx;
+    return k->ready(k->ctx);
+}
+
+static int khost_wait_until(int (*ready)(void *ctx), void *ctx, char *why, size_t why_size)
+{
+    kthread_t *kt = kthread_get();
+    klaunch_t *L = kt ? kt->launch : NULL;
+    if (!L || !ready) {
+        snprintf(why, why_size, "called outside a kernel block");
+        return 1;
+    }
+    if (ready(ctx))
+        return 0;
+    if (L->nblocks > kcores(L)) {
+        snprintf(why, why_size, "the %u blocks of the launch cannot all be resident at once: the %s has %u %s cores "
+                 "(launch at most %u blocks)", L->nblocks, g_cfg.profile->name, kcores(L),
+                 L->engine == KENG_AIC ? "AI" : "vector", kcores(L));
+        return 1;
+    }
+    kready_t k = {ready, ctx, NULL};
+    pthread_mutex_lock(&L->bar_lock);
+    k.next = L->polls;
+    L->polls = &k;
+    int r = kwait_locked(L, kt, kready, &k, why, why_size);
+    for (kready_t **pp = &L->polls; *pp; pp = &(*pp)->next)
+        if (*pp == &k) {
+            *pp = k.next;
+            break;
+        }
+    pthread_mutex_unlock(&L->bar_lock);
+    if (r == 2)
+        kt->quiet = 1;
+    return r;
+}
+
 static canna_sim_host g_khost;
 static pthread_once_t g_khost_once = PTHREAD_ONCE_INIT;
 
@@ -483,6 +698,8 @@ static void khost_init(void)   /* the configuration is loaded (binaries load aft
     g_khost.kernel_name = khost_kernel_name;
     g_khost.gm_check = khost_gm_check;
     g_khost.ub = khost_ub;
+    g_khost.sync_all = khost_sync_all;
+    g_khost.wait_until = khost_wait_until;
 }
 
 /* a binary that exports canna_sim_host_ gets the simulator's services (sim_kernel_abi.h) */
@@ -791,9 +1008,33 @@ static void record_fault(klaunch_t *L, uint32_t blk, aclError code, const char *
     atomic_store(&L->abort, 1);
 }
 
-static aclError kblock(uint32_t idx, uint32_t n, void *arg)
+static void kblock_ended(klaunch_t *L)
 {
+    pthread_mutex_lock(&L->bar_lock);
+    L->bar_done++;
+    if (L->bar_waiting)
+        pthread_cond_broadcast(&L->bar_cv);
+    pthread_mutex_unlock(&L->bar_lock);
+}
+
+static aclError kblock_run(klaunch_t *L, uint32_t idx, uint32_t n);
+
+/* one call of the pool per block: it runs the next unclaimed block (a helper thread may have run
+ * the one of this call's index) */
+static aclError kblock(uint32_t pidx, uint32_t n, void *arg)
+{
+    (void)pidx;
     klaunch_t *L = arg;
+    uint32_t idx = atomic_fetch_add_explicit(&L->claim, 1, memory_order_relaxed);
+    if (idx >= L->nblocks)
+        return ACL_SUCCESS;
+    aclError rc = kblock_run(L, idx, n);
+    kblock_ended(L);
+    return rc;
+}
+
+static aclError kblock_run(klaunch_t *L, uint32_t idx, uint32_t n)
+{
     if (atomic_load_explicit(&L->abort, memory_order_relaxed))
         return ACL_SUCCESS;
     kthread_t *kt = kthread_get();
@@ -801,6 +1042,7 @@ static aclError kblock(uint32_t idx, uint32_t n, void *arg)
         record_fault(L, idx, ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "out of host memory for a kernel thread");
         return ACL_ERROR_RT_RESOURCE_ALLOC_FAIL;
     }
+    kt->quiet = 0;
     atomic_fetch_add_explicit(&L->started, 1, memory_order_relaxed);
     krunner_t me = {pthread_self(), NULL};
     bool timed = L->timeout_ns != 0;
@@ -832,7 +1074,7 @@ static aclError kblock(uint32_t idx, uint32_t n, void *arg)
         pthread_mutex_unlock(&L->lock);
     }
     kt->launch = NULL;
-    if (erc == 0)
+    if (erc == 0 || (erc != -1 && kt->quiet))   /* quiet: stopped in a wait because the launch is stopping */
         return ACL_SUCCESS;
     char msg[SIM_MSG_MAX - 96];
     aclError code;
@@ -872,7 +1114,12 @@ static aclError run_kernel(sim_task_t *t, sim_stream_t *s)
         L->deadline = t0 + L->timeout_ns;
         watchdog_add(L);
     }
+    atomic_store(&L->claim, 0);
+    L->bar_waiting = L->bar_done = L->bar_arrived = 0;
+    L->polls = NULL;
+    L->bar_gen = 0;
     aclError rc = aclsimParallelFor(s->dev->id, L->nblocks, kblock, L);
+    khelpers_join(L);
     if (L->timeout_ns)
         watchdog_remove(L);
     atomic_store_explicit(&L->f->last_ns, sim_now_ns() - t0, memory_order_relaxed);
@@ -895,6 +1142,9 @@ static void release_kernel(sim_task_t *t)
         return;
     sim_obj_unref(&L->f->obj);
     pthread_mutex_destroy(&L->lock);
+    pthread_mutex_destroy(&L->bar_lock);
+    pthread_cond_destroy(&L->bar_cv);
+    free(L->helpers);
     free(L->canaries);
     free(L->args);
     free(L);
@@ -1773,6 +2023,8 @@ static aclError launch_common(const char *api, aclrtFuncHandle funcHandle, uint3
     L->dev = s->dev->id;
     L->timeout_ns = timeout_ns;
     pthread_mutex_init(&L->lock, NULL);
+    pthread_mutex_init(&L->bar_lock, NULL);
+    pthread_cond_init(&L->bar_cv, NULL);
     if (g_cfg.check && k->num_params) {
         L->canaries = calloc(k->num_params, sizeof *L->canaries);
         if (!L->canaries)

@@ -70,7 +70,7 @@ typedef struct canna_sim_binary {
  * kernel_operator.h (Ascend C for the simulator) reads the SoC's Unified Buffer size and checks
  * global-memory ranges through it. Fields may be added at the end (version grows). */
 #define CANNA_SIM_HOST_SYMBOL "canna_sim_host_"
-#define CANNA_SIM_HOST_VERSION 1u
+#define CANNA_SIM_HOST_VERSION 2u
 
 typedef struct canna_sim_host {
     uint32_t version;             /* CANNA_SIM_HOST_VERSION */
@@ -85,6 +85,16 @@ typedef struct canna_sim_host {
     /* the calling thread's Unified Buffer, ub_bytes long (page aligned; the same for every binary on
      * that thread, freed when the thread ends); NULL when out of memory */
     void *(*ub)(void);
+    /* version 2: waiting for the other blocks of the launch (Ascend C's SyncAll, GroupBarrier).
+     * sync_all: the calling block arrives at the launch's barrier of `count` blocks and returns when
+     * `count` blocks have arrived. wait_until: returns when ready(ctx) is non-zero (ready reads state
+     * other blocks write, e.g. global memory; it is polled). Blocks that wait are replaced on the
+     * host, so every block of the launch gets to run. Both return 0; 1 with why filled when the wait
+     * can never end (count exceeds the cores that can be resident, or every other block has ended
+     * or waits); 2 when the launch is being stopped (another block faulted, a timeout): the block
+     * must then end at once (its fault is not reported). */
+    int (*sync_all)(uint32_t count, char *why, size_t why_size);
+    int (*wait_until)(int (*ready)(void *ctx), void *ctx, char *why, size_t why_size);
 } canna_sim_host;
 
 #ifdef __cplusplus

@@ -11,8 +11,9 @@
  * What it models: GlobalTensor / LocalTensor, TPipe with TQue / TQueBind / TBuf buffers in the
  * Unified Buffer (UB) of the block's vector core, DataCopy / DataCopyPad between global memory and
  * the UB, the vector instructions (count form, and the mask/repeat form with 256-byte repeats of
- * eight 32-byte blocks), Cast, the reductions, Compare / Select, the synchronization calls (no-ops
- * here: each block runs its instructions in program order), printf and DumpTensor.
+ * eight 32-byte blocks), Cast, the reductions, Compare / Select, the pipe synchronization calls
+ * (no-ops here: each block runs its instructions in program order), the barriers across blocks
+ * (SyncAll, GroupBarrier: real waits, see acl_rt/_sim/README.md), Pad / UnPad, printf and DumpTensor.
  *
  * What it checks, as a device fault of the block (a KernelError at the next synchronize naming the
  * kernel, the block and the source line): the UB capacity of the SoC profile at InitBuffer; the
@@ -42,6 +43,7 @@
 #include "sim_kernel_abi.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdarg>
 #include <cstddef>
@@ -53,6 +55,7 @@
 #include <limits>
 #include <new>
 #include <type_traits>
+#include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -321,13 +324,32 @@ namespace AscendC {
 template <pipe_t pipe> inline void PipeBarrier() {}
 template <HardEvent e> inline void SetFlag(int32_t) {}
 template <HardEvent e> inline void WaitFlag(int32_t) {}
-/* a barrier across the launch's blocks: the simulator runs blocks on a pool of threads, not all at
- * once, so one block cannot wait for the others -- a fault rather than a silent non-barrier */
+/* SyncAll: a barrier across the launch's blocks. The simulator's host waits (canna_sim_host.sync_all):
+ * blocks run on a pool of threads, and a block that waits is replaced by a thread running the blocks
+ * not started yet, so every block reaches the barrier; one that cannot ever pass (a block ended
+ * without calling it, more blocks than the SoC's cores can be resident) is a fault of the block */
+namespace sync_ {
+inline void sync_all(const canna_sim::Loc &loc, const char *api, uint32_t count)
+{
+    using canna_sim::fault;
+    using canna_sim::host;
+    if (::GetBlockNum() <= 1 && count <= 1)
+        return;
+    const canna_sim_host *h = host();
+    if (!h || h->version < 2 || !h->sync_all)
+        fault(loc, "%s: the simulator's runtime is older than this kernel_operator.h (rebuild canna)", api);
+    char why[300] = "";
+    int r = h->sync_all(count, why, sizeof why);
+    if (r == 2)
+        fault(loc, "%s: stopped (the launch is stopping)", api);
+    if (r)
+        fault(loc, "%s: block %lld waits for %u blocks, which can never arrive: %s (every block of the launch must "
+              "call SyncAll the same number of times)", api, (long long)::GetBlockIdx(), count, why);
+}
+}  // namespace sync_
 template <bool isAIVOnly = true> inline void SyncAll(CANNA_LOC_)
 {
-    if (::GetBlockNum() > 1)
-        canna_sim::fault(loc, "SyncAll: synchronizing the %lld blocks of a launch is not supported by the simulator "
-                         "(split the kernel in two launches)", (long long)::GetBlockNum());
+    sync_::sync_all(loc, "SyncAll", (uint32_t)::GetBlockNum());
 }
 
 inline int64_t GetTaskRation() { return 1; }
@@ -335,15 +357,15 @@ inline int64_t GetTaskRation() { return 1; }
 inline void InitSocState() {}
 /* ceil(a / b) of unsigned integers */
 template <class T, class U> constexpr T DivCeil(T a, U b) { return (T)((a + (T)b - 1) / (T)b); }
-/* the software SyncAll (a global workspace and a UB scratch tensor): the same fault as SyncAll() */
+/* the software SyncAll (a global workspace and a UB scratch tensor, which the simulator does not need):
+ * a barrier of the first usedCores blocks (all of them when 0) */
 template <bool isAIVOnly = true, class G, class L>
 inline void SyncAll(const G &gmWorkspace, const L &ubWorkspace, int32_t usedCores = 0, CANNA_LOC_)
 {
     (void)gmWorkspace; (void)ubWorkspace;
-    long long n = usedCores > 0 ? usedCores : (long long)::GetBlockNum();
-    if (n > 1 && ::GetBlockNum() > 1)
-        canna_sim::fault(loc, "SyncAll: synchronizing %lld blocks of a launch is not supported by the simulator "
-                         "(split the kernel in two launches)", n);
+    if (usedCores < 0)
+        canna_sim::fault(loc, "SyncAll: usedCores %d is negative", usedCores);
+    sync_::sync_all(loc, "SyncAll", usedCores > 0 ? (uint32_t)usedCores : (uint32_t)::GetBlockNum());
 }
 inline uint32_t GetRuntimeUBSize() { return (uint32_t)canna_sim::ub().cap; }
 inline int64_t GetSubBlockIdx() { return 0; }
@@ -1001,6 +1023,72 @@ template <class T, class U> void Fill(const GlobalTensor<T> &gm, uint64_t size, 
 {
     InitGlobalMemory(gm, size, value, loc);
 }
+/* InitOutput: the name of InitGlobalMemory in older CANN releases (the GroupBarrier sample uses it) */
+template <class T, class U> void InitOutput(const GlobalTensor<T> &gm, uint64_t size, const U value, CANNA_LOC_)
+{
+    InitGlobalMemory(gm, size, value, loc);
+}
+
+/* GroupBarrier<PipeMode::MTE3_MODE>(groupWorkspace, arriveSize, waitSize): the waitSize blocks that
+ * call Wait(i) go on once the arriveSize blocks have called Arrive(j) (Ascend C API reference,
+ * "GroupBarrier"). The workspace is global memory of the user's, 512-byte aligned and zeroed before
+ * the launch, waitSize x 512 bytes; the simulator counts the arrivals in its first 4 bytes (an
+ * atomic add) and each block's object counts its own rounds, so the barrier may be used repeatedly. */
+enum class PipeMode : uint8_t { SCALAR_MODE = 0, MTE3_MODE = 1, MAX };
+template <PipeMode pipeMode> class GroupBarrier {
+public:
+    GroupBarrier(GM_ADDR groupWorkspace, uint32_t arriveSizeIn, uint32_t waitSizeIn, CANNA_LOC_)
+        : ws_(reinterpret_cast<int32_t *>(groupWorkspace)), arrive_(arriveSizeIn), wait_(waitSizeIn)
+    {
+        if (!groupWorkspace || ((uintptr_t)groupWorkspace & 511u))
+            canna_sim::fault(loc, "GroupBarrier: groupWorkspace %p must be a 512-byte aligned global memory address",
+                             (void *)groupWorkspace);
+        if (arriveSizeIn == 0 || waitSizeIn == 0 || (uint64_t)arriveSizeIn + waitSizeIn > (uint64_t)::GetBlockNum())
+            canna_sim::fault(loc, "GroupBarrier: arriveSize %u and waitSize %u must be > 0 and together at most the "
+                             "launch's %lld blocks", arriveSizeIn, waitSizeIn, (long long)::GetBlockNum());
+        canna_sim::gm_check(loc, "GroupBarrier", ws_, (size_t)waitSizeIn * 512u);
+    }
+    void Arrive(uint32_t arriveIndex, CANNA_LOC_)
+    {
+        if (arriveIndex >= arrive_)
+            canna_sim::fault(loc, "GroupBarrier::Arrive: index %u is out of range of the %u blocks of the Arrive "
+                             "group", arriveIndex, arrive_);
+        std::atomic_thread_fence(std::memory_order_seq_cst);   /* the block's writes first */
+        __atomic_fetch_add(ws_, 1, __ATOMIC_SEQ_CST);
+    }
+    void Wait(uint32_t waitIndex, CANNA_LOC_)
+    {
+        if (waitIndex >= wait_)
+            canna_sim::fault(loc, "GroupBarrier::Wait: index %u is out of range of the %u blocks of the Wait group",
+                             waitIndex, wait_);
+        want_ = (int64_t)(++rounds_) * arrive_;
+        const canna_sim_host *h = canna_sim::host();
+        if (!h || h->version < 2 || !h->wait_until)
+            canna_sim::fault(loc, "GroupBarrier::Wait: the simulator's runtime is older than this kernel_operator.h "
+                             "(rebuild canna)");
+        char why[300] = "";
+        int r = h->wait_until(&GroupBarrier::Ready, this, why, sizeof why);
+        if (r == 2)
+            canna_sim::fault(loc, "GroupBarrier::Wait: stopped (the launch is stopping)");
+        if (r)
+            canna_sim::fault(loc, "GroupBarrier::Wait: block %lld waits for %lld Arrive calls (%d came), which can "
+                             "never come: %s", (long long)::GetBlockIdx(), (long long)want_,
+                             (int)__atomic_load_n(ws_, __ATOMIC_SEQ_CST), why);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+
+private:
+    static int Ready(void *self)
+    {
+        auto *b = static_cast<GroupBarrier *>(self);
+        return (int64_t)__atomic_load_n(b->ws_, __ATOMIC_SEQ_CST) >= b->want_;
+    }
+    int32_t *ws_;
+    uint32_t arrive_, wait_;
+    uint32_t rounds_ = 0;
+    int64_t want_ = 0;
+};
+
 /* UB -> UB */
 template <class T> void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, CANNA_LOC_)
 {
@@ -2026,6 +2114,128 @@ void GatherMask(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const uin
     internal_::GatherMaskImpl(loc, dst, src0, reduceMode, mask, gatherMaskParams, rsvdCnt, false, [pt](uint32_t k) {
         return pt == 7 || (pt <= 2 ? k % 2 == (uint32_t)(pt - 1) : k % 4 == (uint32_t)(pt - 3));
     });
+}
+
+/* ------------------------------------------------------------------ Pad / UnPad (advanced API) */
+/* Pad: a height x width tensor (row-major in the UB) padded in the width direction to 32 bytes
+ * (Ascend C API reference, "Pad"): width not 32-byte aligned -> rows of leftPad + width + rightPad
+ * elements, the new ones padValue (that width must be 32-byte aligned); width aligned with
+ * redundant columns (srcOriWidth < srcWidth) -> the same shape, columns srcOriWidth.. set to
+ * padValue. UnPad: each row loses leftPad elements on its left and rightPad on its right
+ * ("UnPad"). The shape comes from the tiling the host's PadTilingFunc / UnPadTilingFunc fill:
+ * PadTiling's first fields are srcHeight, srcWidth, srcOriWidth, UnPadTiling's srcHeight, srcWidth
+ * (the layout of CANN's pad_tilingdata.h; the simulator reads only those). The temporary buffer of
+ * the device's algorithm is not needed here. */
+}  // namespace AscendC
+struct PadTiling {
+    uint32_t srcHeight, srcWidth, srcOriWidth;
+    uint32_t widthWithoutLastBlock, blocksPerRow, heightTiling, heightFractal, heightFractalTail, mainLoopOffset,
+        tailBlockOffset;
+    uint32_t tmpBuffer1BlockNum, tmpBuffer1RowNum, tmpBuffer2Offset, widthTiling, widthFractal, widthFractalTail,
+        widthFractalTailAlingned, brcbTiling, brcbFractal, brcbFractalTail, maxRepeatTimes, brcbTilingRepeatTimes,
+        brcbTilingRepeatTimesTail, brcbFractalTailRepeatTimes, brcbFractalTailRepeatTimesTail, reserved;
+};
+struct UnPadTiling {
+    uint32_t srcHeight, srcWidth;
+    uint32_t tmpBuffer1BlockNum, tmpBuffer1RowNum, tmpBuffer2Offset, widthTiling, widthFractal, widthFractalTail;
+};
+namespace AscendC {
+namespace tiling {
+using ::PadTiling;
+using ::UnPadTiling;
+}  // namespace tiling
+struct PadParams {
+    uint16_t leftPad = 0;
+    uint16_t rightPad = 0;
+    int32_t padValue = 0;
+};
+struct UnPadParams {
+    uint16_t leftPad = 0;
+    uint16_t rightPad = 0;
+};
+namespace internal_ {
+template <class T>
+void PadImpl(const canna_sim::Loc &loc, const LocalTensor<T> &dst, const LocalTensor<T> &src, const PadParams &p,
+             const PadTiling &t)
+{
+    const uint64_t h = t.srcHeight, w = t.srcWidth, ori = t.srcOriWidth;
+    if (h == 0 || w == 0 || ori == 0 || ori > w)
+        canna_sim::fault(loc, "Pad: the tiling's shape %llu x %llu (%llu valid columns) is not a tensor to pad (fill "
+                         "it with PadTilingFunc)", (unsigned long long)h, (unsigned long long)w,
+                         (unsigned long long)ori);
+    const T v = (T)p.padValue;
+    if ((w * sizeof(T)) % 32 == 0) {
+        if (ori == w)
+            canna_sim::fault(loc, "Pad: the width %llu is 32-byte aligned and every column is valid data: there is "
+                             "nothing to pad", (unsigned long long)w);
+        if (p.leftPad)
+            canna_sim::fault(loc, "Pad: leftPad %u on an aligned width (%llu): only the redundant columns on the right "
+                             "are filled", (unsigned)p.leftPad, (unsigned long long)w);
+        T *d = dst.Operand(loc, "Pad", "destination", h * w);
+        const T *a = src.Operand(loc, "Pad", "source", h * w);
+        for (uint64_t r = 0; r < h; r++)
+            for (uint64_t c = 0; c < w; c++)
+                d[r * w + c] = c < ori ? a[r * w + c] : v;
+        return;
+    }
+    const uint64_t w2 = w + p.leftPad + p.rightPad;
+    if ((w2 * sizeof(T)) % 32)
+        canna_sim::fault(loc, "Pad: leftPad %u + width %llu + rightPad %u = %llu elements of %zu bytes, not a multiple "
+                         "of 32 bytes", (unsigned)p.leftPad, (unsigned long long)w, (unsigned)p.rightPad,
+                         (unsigned long long)w2, sizeof(T));
+    const T *a = src.Operand(loc, "Pad", "source", h * w);
+    T *d = dst.Operand(loc, "Pad", "destination", h * w2);
+    std::vector<T> copy(a, a + h * w);   /* dst may be src */
+    for (uint64_t r = 0; r < h; r++)
+        for (uint64_t c = 0; c < w2; c++)
+            d[r * w2 + c] = (c >= p.leftPad && c < p.leftPad + w && c < p.leftPad + ori) ? copy[r * w + c - p.leftPad]
+                                                                                         : v;
+}
+template <class T>
+void UnPadImpl(const canna_sim::Loc &loc, const LocalTensor<T> &dst, const LocalTensor<T> &src, const UnPadParams &p,
+               const UnPadTiling &t)
+{
+    const uint64_t h = t.srcHeight, w = t.srcWidth;
+    if (h == 0 || w == 0)
+        canna_sim::fault(loc, "UnPad: the tiling's shape %llu x %llu is empty (fill it with UnPadTilingFunc)",
+                         (unsigned long long)h, (unsigned long long)w);
+    if ((uint64_t)p.leftPad + p.rightPad >= w)
+        canna_sim::fault(loc, "UnPad: leftPad %u + rightPad %u leave nothing of rows of %llu elements",
+                         (unsigned)p.leftPad, (unsigned)p.rightPad, (unsigned long long)w);
+    const uint64_t w2 = w - p.leftPad - p.rightPad;
+    const T *a = src.Operand(loc, "UnPad", "source", h * w);
+    T *d = dst.Operand(loc, "UnPad", "destination", h * w2);
+    std::vector<T> copy(a, a + h * w);
+    for (uint64_t r = 0; r < h; r++)
+        for (uint64_t c = 0; c < w2; c++)
+            d[r * w2 + c] = copy[r * w + p.leftPad + c];
+}
+}  // namespace internal_
+template <class T>
+void Pad(const LocalTensor<T> &dst, const LocalTensor<T> &src, const PadParams &padParams, const PadTiling &tiling,
+         CANNA_LOC_)
+{
+    internal_::PadImpl(loc, dst, src, padParams, tiling);
+}
+template <class T>
+void Pad(const LocalTensor<T> &dst, const LocalTensor<T> &src, const PadParams &padParams,
+         const LocalTensor<uint8_t> &sharedTmpBuffer, const PadTiling &tiling, CANNA_LOC_)
+{
+    sharedTmpBuffer.Live(loc, "Pad");
+    internal_::PadImpl(loc, dst, src, padParams, tiling);
+}
+template <class T>
+void UnPad(const LocalTensor<T> &dst, const LocalTensor<T> &src, const UnPadParams &unPadParams,
+           const UnPadTiling &tiling, CANNA_LOC_)
+{
+    internal_::UnPadImpl(loc, dst, src, unPadParams, tiling);
+}
+template <class T>
+void UnPad(const LocalTensor<T> &dst, const LocalTensor<T> &src, const UnPadParams &unPadParams,
+           const LocalTensor<uint8_t> &sharedTmpBuffer, const UnPadTiling &tiling, CANNA_LOC_)
+{
+    sharedTmpBuffer.Live(loc, "UnPad");
+    internal_::UnPadImpl(loc, dst, src, unPadParams, tiling);
 }
 
 /* ------------------------------------------------------------------ Broadcast (advanced API) */
