@@ -15,6 +15,7 @@ import pytest
 import acl_rt
 import kernels
 
+from ascendc_common import compile_module, source_line, sync
 from conftest import run_python
 
 VECTOR = r'''
@@ -471,22 +472,12 @@ extern "C" __global__ __aicore__ void faulty(GM_ADDR x, uint32_t mode, uint32_t 
 '''
 
 
-def _line(src: str, tag: str) -> int:
-    for i, text in enumerate(src.split("\n"), 1):
-        if f"// L:{tag}" in text:
-            return i
-    raise AssertionError(tag)
-
-
-def sync():
-    acl_rt.current_stream().synchronize()
+_line = source_line
 
 
 @pytest.fixture(scope="module")
 def vec():
-    acl_rt.init()
-    acl_rt.Device(0).set_current()
-    return kernels.RawModule(VECTOR).compile()
+    return compile_module(VECTOR)
 
 
 @pytest.fixture(scope="module")

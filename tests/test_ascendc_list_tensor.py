@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import acl_rt
-import kernels
+from ascendc_common import compile_module, source_line, sync
 
 SRC = r'''
 #include "kernel_operator.h"
@@ -49,18 +49,12 @@ extern "C" __global__ __aicore__ void bad_index(GM_ADDR list)
 
 
 def _line(tag):
-    return next(i for i, t in enumerate(SRC.split("\n"), 1) if f"// L:{tag}" in t)
-
-
-def sync():
-    acl_rt.current_stream().synchronize()
+    return source_line(SRC, tag)
 
 
 @pytest.fixture(scope="module")
 def mod():
-    acl_rt.init()
-    acl_rt.Device(0).set_current()
-    return kernels.RawModule(SRC).compile()
+    return compile_module(SRC)
 
 
 def _list(arrays):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import acl_rt
-import kernels
+from ascendc_common import compile_module, source_line, sync
 
 PAD = r'''
 #include "kernel_operator.h"
@@ -79,18 +79,12 @@ extern "C" __global__ __aicore__ void unpad_float(GM_ADDR x, GM_ADDR y, uint32_t
 
 
 def _line(tag: str) -> int:
-    return next(i for i, t in enumerate(PAD.split("\n"), 1) if f"// L:{tag}" in t)
-
-
-def sync():
-    acl_rt.current_stream().synchronize()
+    return source_line(PAD, tag)
 
 
 @pytest.fixture(scope="module")
 def mod():
-    acl_rt.init()
-    acl_rt.Device(0).set_current()
-    return kernels.RawModule(PAD).compile()
+    return compile_module(PAD)
 
 
 def _tiling(h, w, ori):

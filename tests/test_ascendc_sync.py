@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import acl_rt
-import kernels
 
+from ascendc_common import compile_module, source_line, sync
 from conftest import run_python
 
 SYNC = r'''
@@ -94,21 +94,12 @@ extern "C" __global__ __aicore__ void group_bad_index(GM_ADDR bar)
 
 
 def _line(tag: str) -> int:
-    for i, text in enumerate(SYNC.split("\n"), 1):
-        if f"// L:{tag}" in text:
-            return i
-    raise AssertionError(tag)
-
-
-def sync():
-    acl_rt.current_stream().synchronize()
+    return source_line(SYNC, tag)
 
 
 @pytest.fixture(scope="module")
 def mod():
-    acl_rt.init()
-    acl_rt.Device(0).set_current()
-    return kernels.RawModule(SYNC).compile()
+    return compile_module(SYNC)
 
 
 def _aligned(n_bytes: int, align: int = 512) -> np.ndarray:

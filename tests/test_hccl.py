@@ -181,6 +181,18 @@ def test_collectives_processes(tmp_path):
         assert out.strip().endswith("ok")
 
 
+def _assert_survivor_saw_the_death(outs, *words_in_error):
+    """Rank 1 exited with 3 mid-collective; rank 0's synchronize raised, its communicator's async
+    error is HCCL_E_REMOTE (21) and the message says the peer died (and names ``words_in_error``)."""
+    assert outs[1][0] == 3, outs[1][2][-3000:]
+    rc, out, err = outs[0]
+    assert rc == 0, err[-3000:]
+    words = out.split()
+    assert words[0] == "error", out
+    assert int(words[2]) == 21, out      # HCCL_E_REMOTE
+    assert "died" in out and all(w in out for w in words_in_error), out
+
+
 def test_peer_killed_mid_collective(tmp_path):
     """Rank 1 dies while rank 0 waits in an all-reduce: rank 0's stream reports an error (the dead
     peer is noticed well before HCCL_EXEC_TIMEOUT, which bounds the wait anyway)."""
@@ -201,13 +213,7 @@ def test_peer_killed_mid_collective(tmp_path):
     ''')
     outs = _finish([_spawn(code, r, 2, tmp_path / "root", {"HCCL_EXEC_TIMEOUT": "30"}) for r in range(2)],
                    timeout=120)
-    assert outs[1][0] == 3, outs[1][2][-3000:]
-    rc, out, err = outs[0]
-    assert rc == 0, err[-3000:]
-    words = out.split()
-    assert words[0] == "error", out
-    assert int(words[2]) == 21, out      # HCCL_E_REMOTE
-    assert "died" in out
+    _assert_survivor_saw_the_death(outs)
 
 
 def test_exec_timeout(tmp_path):
@@ -743,13 +749,7 @@ def test_peer_killed_during_direct_all_reduces(tmp_path):
     ''')
     outs = _finish([_spawn(code, r, 2, tmp_path / "root", {"HCCL_EXEC_TIMEOUT": "60"}) for r in range(2)],
                    timeout=300)
-    assert outs[1][0] == 3, outs[1][2][-3000:]
-    rc, out, err = outs[0]
-    assert rc == 0, err[-3000:]
-    words = out.split()
-    assert words[0] == "error", out
-    assert int(words[2]) == 21, out      # HCCL_E_REMOTE
-    assert "rank 1" in out and "died" in out, out
+    _assert_survivor_saw_the_death(outs, "rank 1")
 
 
 def test_buffers_freed_while_queued_stay_valid_until_the_collective_ran(py):
