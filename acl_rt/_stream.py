@@ -179,6 +179,20 @@ class Stream:
 
     sync = synchronize
 
+    def settle(self) -> None:
+        """Wait until the work queued on this stream has run, also after the stream was
+        destroyed: its queued work still runs, and a device synchronize waits for it (and reports
+        the faults of destroyed streams). After the runtime was finalized there is nothing to
+        wait for. (What an array whose last writer was this stream waits on before a host read.)
+
+        Raises:
+            DeviceError: as :meth:`synchronize` / :meth:`acl_rt.Device.synchronize`.
+        """
+        if self._h is not None:
+            self.synchronize()
+        elif self._gen == rt._state.generation and rt._state.ready:
+            self._device.synchronize()
+
     def query(self) -> bool:
         """``True`` when all queued work has finished (``aclrtStreamQuery``); never waits."""
         out = ffi.new("aclrtStreamStatus *")

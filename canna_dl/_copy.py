@@ -107,7 +107,7 @@ def sync_for_host(a) -> None:
     st = a.storage
     s = st.stream
     if s is not None:
-        s.synchronize()
+        s.settle()   # (a destroyed stream's queued writes still land)
         st.stream = None
 
 

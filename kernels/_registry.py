@@ -50,6 +50,7 @@ __all__ = ["Tensor", "TensorList", "Attr", "Spec", "Aclnn", "Launch", "Impl", "O
            "get_op", "registered_ops", "OpId", "op_id", "RegistrationError", "draw_seed"]
 
 _REQ = object()     # a required attribute
+_I64 = (-(1 << 63), (1 << 63) - 1)   # the range of an int attribute (an int64 in every schema)
 
 
 class RegistrationError(ValueError):
@@ -253,6 +254,8 @@ class Attr:
             if type(v) is not t:
                 raise TypeError(f"{api}: {self.name} must be a{'n' if t is int else ''} {t.__name__}"
                                 f"{' or None' if self.default is None else ''}, not {type(v).__name__}")
+            if t is int and not _I64[0] <= v <= _I64[1]:
+                raise OverflowError(f"{api}: {self.name} = {v} is out of the int64 range")
         if self.choices is not None and v not in self.choices:
             raise ValueError(f"{api}: {self.name} must be one of {', '.join(map(repr, self.choices))}, not {v!r}")
         return v
@@ -1073,8 +1076,9 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
         from ._abstract import KOPS
         return op.forward(KOPS, *_composed_inputs(op, arrays), **attrs)
     for a in op.attrs:
-        if a.choices is not None or a.type is not type(attrs[a.name]):
-            attrs[a.name] = a.check(api, attrs[a.name])
+        v = attrs[a.name]
+        if a.choices is not None or a.type is not type(v) or (a.type is int and not _I64[0] <= v <= _I64[1]):
+            attrs[a.name] = a.check(api, v)
     ins = check_inputs(op, arrays)
     if op.lists:
         kind = C.result_kind(*flatten(op, arrays)[0]) if out is None else None
@@ -1313,6 +1317,10 @@ def _check_registration(op: OpDef, example, example_attrs=None):
         raise RegistrationError(f"{where}: the shape rule returns {len(outs)} value(s) "
                                 f"({', '.join(type(o).__name__ for o in outs)}) but the schema declares "
                                 f"{len(op.outputs)} output(s) {op.outputs} (return one kernels.Spec per output)")
+    for n, o in zip(op.outputs, outs):
+        if not all(isinstance(d, int) and not isinstance(d, builtins.bool) and d >= 0 for d in o.shape):
+            raise RegistrationError(f"{where}: the shape rule gives output {n!r} the shape {tuple(o.shape)} on inputs "
+                                    f"{', '.join(map(repr, ins))}; a dimension is an int >= 0")
     for n in op.save:
         if n not in op.arg_names[:len(op.inputs)] and n not in op.outputs:
             raise RegistrationError(f"{where}: save names {n!r}, which is neither an input "
@@ -1432,9 +1440,13 @@ def register_op(name, *, inputs, outputs=("out",), attrs=(), shape, forward, bac
         raise RegistrationError(f"register_op({name!r}): an op without outputs has nothing to differentiate; "
                                 "remove the backward")
     names = [t.name for t in ins] + [a.name for a in attrs]
-    dup = {n for n in names if names.count(n) > 1} | (set(outputs) & set(t.name for t in ins))
+    dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise RegistrationError(f"register_op({name!r}): names {sorted(dup)} are used twice")
+    clash = sorted(set(outputs) & set(names))
+    if clash:
+        raise RegistrationError(f"register_op({name!r}): {clash} name both an argument and an output "
+                                f"(outputs={tuple(outputs)!r}); rename one")
     if not callable(shape):
         raise RegistrationError(f"register_op({name!r}): shape must be a function (inputs, attrs) -> Spec(s)")
     if not isinstance(forward, (Aclnn, Launch)) and not callable(forward):

@@ -210,3 +210,12 @@ def test_offload_dropout_train_eval_and_p0():
     with ct.offload() as r:
         F.dropout(x.clone(), 0.5, training=True, inplace=True)   # in place: PyTorch's
     assert r.ops["dropout"].fallback == 1
+
+
+def test_a_seed_beyond_int64_is_an_overflow_error_naming_it():
+    """An int attribute is an int64 in every schema: seed=2**70 was cffi's bare "int too big to
+    convert"; it names the attribute now (one rule in Attr.check, also on the call's fast check)."""
+    x = np.ones(8, np.float32)
+    with pytest.raises(OverflowError, match=r"seed = 1180591620717411303424 is out of the int64 range"):
+        kernels.dropout(x, 0.5, seed=2**70)
+    assert kernels.dropout(x, 0.5, seed=2**63 - 1)[0].shape == (8,)

@@ -173,6 +173,8 @@ def _launch():
     (dict(forward="square"), "forward must be"),
     (dict(attrs=[Attr("k", object, 1)]), "needs a type"),
     (dict(inputs=["x", "x"]), "used twice"),
+    (dict(inputs=["out"]), r"\['out'\] name both an argument and an output"),
+    (dict(shape=lambda x: Spec((-1,), x.dtype)), "shape \\(-1,\\).*a dimension is an int >= 0"),
     (dict(inputs=["not an id"]), "identifier"),
     (dict(namespace="canna"), "canna's own"),
     (dict(torch=[42]), "torch= takes torch functions"),
