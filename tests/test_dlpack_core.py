@@ -712,3 +712,21 @@ def test_setitem_overlapping_views_property_based():
         da[...] = take(a, src)
         np.testing.assert_array_equal(a.numpy(), ref)
     check()
+
+
+def test_an_array_written_on_a_destroyed_stream_stays_readable(acl):
+    """A stream destroyed with a write pending: the array's host read waited on the dead stream and
+    raised InvalidHandleError forever, though the write lands (the queued work still runs). It now
+    waits through a device synchronize."""
+    import canna_dl as cd
+    import kernels
+    import numpy as np
+    s = acl.Device(0).create_stream()
+    a = cd.asarray(np.ones((64, 64), np.float32))
+    h = kernels.matmul(a, a, stream=s)
+    s.destroy()
+    assert h.numpy()[0, 0] == 64.0
+    torch = pytest.importorskip("torch")
+    h2 = kernels.add(a, 1.0, stream=(s2 := acl.Device(0).create_stream()))
+    s2.destroy()
+    assert torch.equal(cd.to_torch(h2), torch.full((64, 64), 2.0))
