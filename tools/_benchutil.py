@@ -8,8 +8,10 @@ alike. Ratios, never absolute numbers, are what the scripts compare.
 from __future__ import annotations
 
 import os
+import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -139,3 +141,26 @@ def machine_info() -> dict:
         info["torch_threads"] = t.get_num_threads()
     info["versions"] = versions
     return info
+
+
+def child_rows(script: str, threads: int, *, quick: bool, only=None, timeout: float = 1800, env=None) -> dict:
+    """Run ``script --child --threads N [--quick] [--only ...]`` in a fresh interpreter with ``threads``
+    simulator threads (the child sets torch's); its last stdout line is its rows as JSON. Returns
+    ``{"threads", "loadavg": [before, after], "rows": [...]}``.
+
+    Raises:
+        RuntimeError: the child failed (its exit code and the end of its stderr).
+    """
+    env = dict(os.environ, CANNA_SIM_THREADS=str(threads), CANNA_BACKEND=os.environ.get("CANNA_BACKEND", "sim"),
+               **(env or {}))
+    cmd = [sys.executable, os.path.abspath(script), "--child", "--threads", str(threads)]
+    if quick:
+        cmd.append("--quick")
+    if only:
+        cmd += ["--only", ",".join(only)]
+    before = os.getloadavg()[0]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(script)} child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"threads": threads, "loadavg": [before, os.getloadavg()[0]], "rows": rows}

@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 _TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_TOOLS))
 sys.path.insert(0, _TOOLS)
 
-from _benchutil import bench_rounds, fmt  # noqa: E402
+from _benchutil import bench_rounds, child_rows, fmt  # noqa: E402
 
 #: (name, input [N, C, H, W], weight [O, C/groups, KH, KW], stride, padding, groups, bias, grad_input)
 SHAPES = (
@@ -113,20 +112,9 @@ def measure_here(*, quick: bool, only=None) -> list:
 
 
 def measure(threads: int, *, quick: bool, only=None, timeout: float = 1800) -> dict:
-    """Every row in a fresh interpreter with ``threads`` torch threads and simulator threads.
-    Returns ``{"threads", "loadavg": [before, after], "rows": [...]}``."""
-    env = dict(os.environ, CANNA_SIM_THREADS=str(threads), CANNA_BACKEND=os.environ.get("CANNA_BACKEND", "sim"))
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads)]
-    if quick:
-        cmd.append("--quick")
-    if only:
-        cmd += ["--only", ",".join(only)]
-    before = os.getloadavg()[0]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench_conv child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"threads": threads, "loadavg": [before, os.getloadavg()[0]], "rows": rows}
+    """Every row in a fresh interpreter with ``threads`` torch threads and simulator threads
+    (``_benchutil.child_rows``). Returns ``{"threads", "loadavg": [before, after], "rows": [...]}``."""
+    return child_rows(__file__, threads, quick=quick, only=only, timeout=timeout)
 
 
 def table(result) -> str:

@@ -33,14 +33,13 @@ import argparse
 import copy
 import json
 import os
-import subprocess
 import sys
 
 _TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_TOOLS))
 sys.path.insert(0, _TOOLS)
 
-from _benchutil import WIDE_SPREAD, bench_rounds, fmt, wide_spread  # noqa: E402
+from _benchutil import WIDE_SPREAD, bench_rounds, child_rows, fmt, wide_spread  # noqa: E402
 
 #: the Hugging Face size of BERT-tiny / GPT-2-tiny (config keys as coverage.py's --hf-config)
 TINY = ("hidden_size=128", "num_hidden_layers=2", "num_attention_heads=2", "intermediate_size=512",
@@ -142,21 +141,10 @@ def measure_here(*, quick: bool, only=None) -> list:
 
 
 def measure(threads: int, *, quick: bool, only=None, timeout: float = 1800) -> dict:
-    """Every model in a fresh interpreter with ``threads`` torch threads and simulator threads.
-    Returns ``{"threads", "loadavg": [before, after], "rows": [...]}``."""
-    env = dict(os.environ, CANNA_SIM_THREADS=str(threads), CANNA_BACKEND=os.environ.get("CANNA_BACKEND", "sim"),
-               TF_CPP_MIN_LOG_LEVEL="3")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads)]
-    if quick:
-        cmd.append("--quick")
-    if only:
-        cmd += ["--only", ",".join(only)]
-    before = os.getloadavg()[0]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench_models child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"threads": threads, "loadavg": [before, os.getloadavg()[0]], "rows": rows}
+    """Every model in a fresh interpreter with ``threads`` torch threads and simulator threads
+    (``_benchutil.child_rows``). Returns ``{"threads", "loadavg": [before, after], "rows": [...]}``."""
+    return child_rows(__file__, threads, quick=quick, only=only, timeout=timeout,
+                      env={"TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
 def wide(row) -> bool:
