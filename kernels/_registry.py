@@ -681,6 +681,8 @@ class OpDef:
         self.qualname = f"{namespace}::{name}"
         self.inputs = tuple(inputs)
         self.attrs = tuple(attrs)
+        #: the Python-number attributes (schema Scalar), checked against the result dtype per call
+        self.number_attrs = tuple(a.name for a in self.attrs if a.type is numbers.Number)
         self.outputs = tuple(outputs)
         self.shape = shape
         self.forward = forward
@@ -1085,9 +1087,9 @@ def _call(op, arrays, attrs, out, stream, fkey=None):
     else:
         kind = C.result_kind(*arrays) if out is None else None
     specs = op.specs(ins, attrs)
-    for a in op.attrs:   # a Python-number attribute (alpha, exponent) obeys the scalar operands' rule
-        if a.type is numbers.Number and specs:
-            attrs[a.name] = C.scalar_operand(api, attrs[a.name], specs[0].dtype)
+    for name in op.number_attrs:   # a Python-number attribute (alpha, exponent) obeys the scalar operands' rule
+        if specs:
+            attrs[name] = C.scalar_operand(api, attrs[name], specs[0].dtype)
     arrs = [None if C.is_scalar(a) else a for a in ins]
     s = C.device_and_stream(api, _flat(op, arrs), stream)
     muts = _mutated(op, api, arrays, ins, isinstance(op.forward, Launch)) if op.mutated else []
