@@ -12,7 +12,9 @@ kernels per parameter — ``kernels.apply_adamw`` (``aclnnApplyAdamWV2``) and ``
   ``add``), and ``torch._foreach_add_`` (the fused path's step-count increment) to canna's in-place add;
 - makes a ``torch.optim.Adam`` / ``AdamW`` / ``SGD`` step taken in the block whose parameter group
   is on PyTorch's default implementation (``foreach=None`` and ``fused=None``, the constructor
-  defaults) take the fused path for that step: a global optimizer step pre-hook
+  defaults) take the fused path for that step — except an SGD group without momentum and weight
+  decay, whose default step already is one op per parameter (``param.add_(grad, alpha=-lr)``,
+  canna's in-place add through its C fast path, cheaper than the fused call's bookkeeping): a global optimizer step pre-hook
   (``torch.optim.optimizer.register_optimizer_step_pre_hook``) sets the group's ``fused`` to True
   and the post-hook puts None back (a step that raised is restored by the next step's pre-hook).
   The fused path computes the same update as the default one (PyTorch tests them against each
@@ -252,6 +254,8 @@ def _pre_hook(opt, args, kwargs):
     for group in opt.param_groups:
         if group.get("fused") is not None or group.get("foreach") is not None:
             continue    # the user chose an implementation
+        if op == "fused_sgd" and not group.get("momentum") and not group.get("weight_decay"):
+            continue    # nothing to fuse: PyTorch's own step is one param.add_(grad, alpha=-lr), on canna
         reason = _why_not(opt, group, op)
         if reason is not None:
             st = mode.report._stat(op)

@@ -56,6 +56,7 @@ static aclnnStatus pair(const char *api, const char *name, const nn_intarray_t *
 
 #define CV_PANEL_BYTES ((int64_t)8 << 20)   /* im2col columns of a panel, all groups */
 #define CV_SPAN_POSITIONS 512               /* images with fewer output positions share panels */
+#define CV_SPAN_MACS ((double)(1 << 21))    /* so do images whose product is smaller than this */
 #define CV_KMAX 64                          /* kernel columns whose valid output ranges are tabulated */
 #define CV_PAD_MAX 16384                    /* elements of a zero-padded input plane on the stack */
 #define CV_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -200,31 +201,31 @@ IM2COL(double)
  * dw_wgrad: w's gradient for one output channel, sum over images of the taps' products (each tap
  *   accumulates rows of up to 64 positions as vectors, then sums them in double). */
 #define DWCONV(T, VT, CW)                                                                                 \
-    /* out[oh][ow] += sum over taps of w[kh][kw] * pad[oh*sh + kh*dh][ow*sw + kw*dw] (w flipped   \
-     * when flip), CW outputs of a row at a time in one vector register: every tap is one          \
-     * unconditional vector multiply-add (pad is zero-padded, CW * sw columns wider than read) */  \
-    static CV_CLONES void dw_corr_##T(const T *restrict pad, int64_t Wp, int64_t OHc, int64_t OWc, int64_t sh,    \
-                                      int64_t sw, int64_t dh, int64_t dw, int64_t KH, int64_t KW,  \
-                                      const T *restrict wk, bool flip, T *restrict out)            \
+    /* rows [oh, oh + R) of out: R accumulators, one per row, so that consecutive taps' adds do   \
+     * not wait on each other (each output still adds its taps in the same order) */              \
+    static inline __attribute__((always_inline)) void dw_corr_rows_##T(                           \
+        const T *restrict pad, int64_t Wp, int64_t oh, int R, int64_t OWc, int64_t sh, int64_t sw, \
+        int64_t dh, int64_t dw, int64_t KH, int64_t KW, const T *restrict wk, bool flip, T *restrict out) \
     {                                                                                              \
-        for (int64_t oh = 0; oh < OHc; oh++)                                                       \
-            for (int64_t ow0 = 0; ow0 < OWc; ow0 += CW) {                                          \
-                VT acc;                                                                            \
-                int64_t m = OWc - ow0 < CW ? OWc - ow0 : CW;                                       \
-                T *o = out + oh * OWc + ow0;                                                       \
+        for (int64_t ow0 = 0; ow0 < OWc; ow0 += CW) {                                              \
+            VT acc[4];                                                                             \
+            int64_t m = OWc - ow0 < CW ? OWc - ow0 : CW;                                           \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                                          \
+                T *o = out + (oh + r) * OWc + ow0;                                                 \
                 if (m == CW) {                                                                     \
-                    memcpy(&acc, o, sizeof acc);                                                   \
+                    memcpy(&acc[r], o, sizeof acc[r]);                                             \
                 } else {                                                                           \
-                    acc = (VT){0};                                                                 \
+                    acc[r] = (VT){0};                                                              \
                     for (int64_t i = 0; i < m; i++)                                                \
-                        acc[i] = o[i];                                                             \
+                        acc[r][i] = o[i];                                                          \
                 }                                                                                  \
-                for (int64_t kh = 0; kh < KH; kh++) {                                              \
-                    const T *restrict xr = pad + (oh * sh + kh * dh) * Wp + ow0 * sw;              \
-                    const T *restrict wr = wk + (flip ? (KH - 1 - kh) * KW : kh * KW);             \
-                    for (int64_t kw = 0; kw < KW; kw++) {                                          \
-                        T wv = wr[flip ? KW - 1 - kw : kw];                                        \
-                        const T *restrict xk = xr + kw * dw;                                       \
+            }                                                                                      \
+            for (int64_t kh = 0; kh < KH; kh++) {                                                  \
+                const T *restrict wr = wk + (flip ? (KH - 1 - kh) * KW : kh * KW);                 \
+                for (int64_t kw = 0; kw < KW; kw++) {                                              \
+                    T wv = wr[flip ? KW - 1 - kw : kw];                                            \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                                  \
+                        const T *restrict xk = pad + ((oh + r) * sh + kh * dh) * Wp + ow0 * sw + kw * dw; \
                         VT xv;                                                                     \
                         if (sw == 1) {                                                             \
                             memcpy(&xv, xk, sizeof xv);                                            \
@@ -232,15 +233,32 @@ IM2COL(double)
                             for (int i = 0; i < CW; i++)                                           \
                                 xv[i] = xk[i * sw];                                                \
                         }                                                                          \
-                        acc += wv * xv;                                                            \
+                        acc[r] += wv * xv;                                                         \
                     }                                                                              \
                 }                                                                                  \
+            }                                                                                      \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                                          \
+                T *o = out + (oh + r) * OWc + ow0;                                                 \
                 if (m == CW)                                                                       \
-                    memcpy(o, &acc, sizeof acc);                                                   \
+                    memcpy(o, &acc[r], sizeof acc[r]);                                             \
                 else                                                                               \
                     for (int64_t i = 0; i < m; i++)                                                \
-                        o[i] = acc[i];                                                             \
+                        o[i] = acc[r][i];                                                          \
             }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* out[oh][ow] += sum over taps of w[kh][kw] * pad[oh*sh + kh*dh][ow*sw + kw*dw] (w flipped   \
+     * when flip), CW outputs of a row in one vector register, four rows at a time: every tap is   \
+     * unconditional vector multiply-adds (pad is zero-padded, CW * sw columns wider than read) */ \
+    static CV_CLONES void dw_corr_##T(const T *restrict pad, int64_t Wp, int64_t OHc, int64_t OWc, int64_t sh,    \
+                                      int64_t sw, int64_t dh, int64_t dw, int64_t KH, int64_t KW,  \
+                                      const T *restrict wk, bool flip, T *restrict out)            \
+    {                                                                                              \
+        int64_t oh = 0;                                                                            \
+        for (; oh + 4 <= OHc; oh += 4)                                                             \
+            dw_corr_rows_##T(pad, Wp, oh, 4, OWc, sh, sw, dh, dw, KH, KW, wk, flip, out);         \
+        for (; oh < OHc; oh++)                                                                     \
+            dw_corr_rows_##T(pad, Wp, oh, 1, OWc, sh, sw, dh, dw, KH, KW, wk, flip, out);         \
     }                                                                                              \
     /* forward of one plane through a zero-padded copy; false when it would not fit CV_PAD_MAX */  \
     static bool dw_fwd_pad_##T(const cv_params_t *p, const T *restrict xp, const T *restrict wk, T b, \
@@ -369,10 +387,12 @@ IM2COL(double)
                 gwk[kh * p->KW + kw] = (T)total;                                                   \
             }                                                                                      \
     }
-typedef float cv_v16f __attribute__((vector_size(64)));
-typedef double cv_v8d __attribute__((vector_size(64)));
-DWCONV(float, cv_v16f, 16)
-DWCONV(double, cv_v8d, 8)
+/* one AVX register of outputs: a wider generic vector is split by GCC into halves kept in memory
+ * (each tap then reads back a half just stored, a failed store-to-load forward: 10x slower) */
+typedef float cv_v8f __attribute__((vector_size(32)));
+typedef double cv_v4d __attribute__((vector_size(32)));
+DWCONV(float, cv_v8f, 8)
+DWCONV(double, cv_v4d, 4)
 
 static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double beta, const void *a, int64_t lda,
                  const void *b, int64_t ldb, void *c, int64_t ldc)
@@ -725,14 +745,18 @@ static void cv_plan(nn_exec_t *ex, cv_params_t *p, bool backward)
     size_t csz = nn_ct_size(p->ct);
     int64_t L = p->OH * p->OW;
     cv_fill_ranges(p);
-    p->direct = p->Cg == 1;
+    /* direct loops for grouped convolutions of one input channel per group (depthwise); one input
+     * channel in all (G == 1) shares its im2col between the output channels: a GEMM */
+    p->direct = p->Cg == 1 && p->G > 1;
     p->pointwise = p->KH == 1 && p->KW == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
     int64_t percol = p->G * p->Kg * (int64_t)csz;   /* bytes of one im2col column, all groups */
     int64_t pmax = percol ? CV_PANEL_BYTES / percol : L * (p->N ? p->N : 1);
     if (pmax < 1)
         pmax = 1;
     int64_t ipp = pmax / L < p->N ? pmax / L : p->N;
-    if (ipp >= 2 && L < CV_SPAN_POSITIONS) {
+    /* whole images per panel for small images, and for small products per image (a thin layer:
+     * one image's im2col and GEMM take less time than starting the two phases on the AI cores) */
+    if (ipp >= 2 && (L < CV_SPAN_POSITIONS || (double)p->Og * (double)p->Kg * (double)L < CV_SPAN_MACS)) {
         p->span = true;
         p->P = ipp * L;
     } else {
