@@ -4,6 +4,7 @@ of resnet18, mobilenet_v3_small and convnext_atto (tools/bench_conv.py's rows, b
 stride / padding / dilation / groups combinations, and at the shapes that take the simulator's
 other code paths: depthwise planes too large for the padded kernel, padding past the kernel's
 extent, several column panels per image, panels of whole images with a partial last one,
+tiles of positions for few im2col rows (input layers),
 non-contiguous and lower-precision operands, empty and degenerate shapes."""
 from __future__ import annotations
 
@@ -103,6 +104,18 @@ def test_depthwise_padding_past_the_kernel_extent():
 def test_several_column_panels_per_image():
     # 64 channels x 3x3 in float64: 4.5 KiB per im2col column, so a 48x48 image needs two panels
     _check((2, 64, 48, 48), (8, 64, 3, 3), padding=1)
+
+
+def test_few_im2col_rows_run_per_tile_of_positions():
+    # Kg = Cg*KH*KW <= 64 (an input layer): im2col + GEMM per tile of 4096 positions in a block's
+    # scratch; 70x70 images have two tiles (a partial last one), 9 images spread the gradWeight
+    # partial sums over several blocks; with groups, strides and dilation; float32 too
+    _check((9, 3, 70, 70), (16, 3, 3, 3), padding=1)
+    _check((9, 1, 70, 70), (16, 1, 3, 3), padding=1)                   # one input channel: a GEMM
+    _check((3, 6, 140, 131), (8, 3, 3, 3), stride=(2, 1), padding=(2, 0), dilation=2, groups=2)
+    _check((2, 7, 90, 90), (5, 7, 3, 3), padding=1, mask=(True, False, True))
+    _check((2, 7, 90, 90), (5, 7, 3, 3), padding=1, mask=(False, True, False))
+    _check((4, 3, 80, 80), (16, 3, 4, 4), padding=1, dtype=torch.float32, rtol=1e-4, atol=1e-4)
 
 
 def test_panels_of_whole_images_with_a_partial_last_one():

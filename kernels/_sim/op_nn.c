@@ -45,6 +45,11 @@ static aclnnStatus pair(const char *api, const char *name, const nn_intarray_t *
  * - Cg == 1 (depthwise, or one input channel per group): direct loops, per output plane (forward),
  *   per input plane (gradInput) and per output channel (gradWeight); the inner loops run along a
  *   row (unit stride when the stride is 1) and are compiled for AVX-512, AVX2 + FMA and baseline.
+ * - few rows of im2col (Kg <= CV_TILED_KG, not 1x1: the input's first layers): per tile of
+ *   CV_TILE_POS output positions of one image, its im2col and its GEMM in a block's own scratch
+ *   (cache-resident; a panel of whole images would spend its time writing and reading the
+ *   columns): the forward per tile, gradInput per image (col2im of the image's tiles), gradWeight
+ *   per image into the block's partial sum, the blocks' partials added in block order.
  * - otherwise im2col + GEMM over column panels: the N * OH * OW output positions are cut into
  *   panels of at most CV_PANEL_BYTES of im2col columns (all groups): part of one image, or whole
  *   images when an image has fewer than CV_SPAN_POSITIONS (deep layers), so the GEMMs stay wide. Per panel:
@@ -57,6 +62,10 @@ static aclnnStatus pair(const char *api, const char *name, const nn_intarray_t *
 #define CV_PANEL_BYTES ((int64_t)8 << 20)   /* im2col columns of a panel, all groups */
 #define CV_SPAN_POSITIONS 512               /* images with fewer output positions share panels */
 #define CV_SPAN_MACS ((double)(1 << 21))    /* so do images whose product is smaller than this */
+#define CV_MAC_GRAIN ((int64_t)1 << 18)     /* multiply-adds per block of the direct loops (~20-40 us) */
+#define CV_TILED_KG 64                      /* Kg up to this: im2col + GEMM per tile of positions */
+#define CV_TILE_POS 4096                    /* output positions of a tile */
+#define CV_SLOTS 8                         /* blocks of a tiled phase (each has its scratch) */
 #define CV_KMAX 64                          /* kernel columns whose valid output ranges are tabulated */
 #define CV_PAD_MAX 16384                    /* elements of a zero-padded input plane on the stack */
 #define CV_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -69,11 +78,12 @@ typedef struct cv_params {
     int32_t vgo, vgi, vgw, vgb;    /* backward: gradOutput, gradInput, gradWeight, gradBias */
     bool mask[3];
     bool direct;                   /* Cg == 1: direct loops */
+    bool tiled;                    /* im2col + GEMM per tile of positions (few im2col rows) */
     bool pointwise;                /* 1x1, stride 1, no padding: the input is its own im2col */
     bool span;                     /* panels of whole images (P = images * OH*OW); else part of one */
     bool pk_x, pk_w, pk_go, pk_y, pk_gi, pk_gw;   /* packed into / computed in the workspace */
     int64_t P;                     /* columns per panel */
-    size_t off_x, off_w, off_go, off_y, off_gi, off_gw, off_b, off_col, off_res;
+    size_t off_x, off_w, off_go, off_y, off_gi, off_gw, off_b, off_col, off_res, off_tile, off_part;
     int32_t kwlo[CV_KMAX], kwhi[CV_KMAX];   /* cv_valid_ow of the first CV_KMAX kernel columns */
 } cv_params_t;
 
@@ -425,7 +435,7 @@ CV_SUM(double)
 
 /* phases of a run (one aclsimParallelFor each) */
 enum { CV_DW_FWD, CV_DW_DGRAD, CV_DW_WGRAD, CV_BIAS_GRAD, CV_IM2COL, CV_GEMM_FWD, CV_GEMM_WGRAD, CV_GEMM_DGRAD,
-       CV_COL2IM };
+       CV_COL2IM, CV_T_FWD, CV_T_DGRAD, CV_T_WGRAD };
 
 typedef struct cv_job {
     nn_exec_t *ex;
@@ -437,6 +447,7 @@ typedef struct cv_job {
     const double *bias;            /* forward bias (double[O]) or NULL */
     double *gb;                    /* gradBias (double[O]) */
     char *col, *res;               /* the panel's im2col columns [G][Kg][nc]; forward result / gathered gradOutput [O][nc] */
+    char *tile, *part;             /* tiled: per block, im2col scratch [Kg][CV_TILE_POS] and gradWeight partial [O][Kg] */
     /* the current panel: images [n0, n0+nimg) whole (span), or positions [c0, c0+nc) of image n0 */
     int64_t n0, nimg, c0, nc;
     bool first;                    /* the first panel (gradWeight starts from 0) */
@@ -668,6 +679,92 @@ static void cv_item(cv_job_t *j, int64_t t)
     }
 }
 
+/* item t of a tiled phase on block slot `slot` */
+static void cv_titem(cv_job_t *j, int64_t t, int64_t slot)
+{
+    const cv_params_t *p = j->p;
+    size_t csz = cv_csz(p);
+    bool f32 = p->ct == CT_F32;
+    int64_t L = p->OH * p->OW, HW = p->H * p->W, ntl = (L + CV_TILE_POS - 1) / CV_TILE_POS;
+    char *col = CV_AT(j->tile, slot * p->Kg * CV_TILE_POS);
+    if (j->phase == CV_T_FWD) {   /* t = (n, g, tile): y[n, g*Og + o, c0 + i] = bias + W_g x col */
+        int64_t tl = t % ntl, g = (t / ntl) % p->G, n = t / (ntl * p->G);
+        int64_t c0 = tl * CV_TILE_POS, nc = L - c0 < CV_TILE_POS ? L - c0 : CV_TILE_POS;
+        if (f32)
+            im2col_float(p, (const float *)j->X, n, g, 0, p->Cg, c0, nc, (float *)col, nc);
+        else
+            im2col_double(p, (const double *)j->X, n, g, 0, p->Cg, c0, nc, (double *)col, nc);
+        char *Cm = CV_AT(j->Y, (n * p->O + g * p->Og) * L + c0);
+        gemm(p->ct, false, false, p->Og, nc, p->Kg, 0, CV_AT(j->Wt, g * p->Og * p->Kg), p->Kg, col, nc, Cm, L);
+        for (int64_t r = 0; j->bias && r < p->Og; r++) {
+            double b = j->bias[g * p->Og + r];
+            if (f32) {
+                float bf = (float)b, *rr = (float *)CV_AT(Cm, r * L);
+                for (int64_t i = 0; i < nc; i++)
+                    rr[i] += bf;
+            } else {
+                double *rr = (double *)CV_AT(Cm, r * L);
+                for (int64_t i = 0; i < nc; i++)
+                    rr[i] += b;
+            }
+        }
+        return;
+    }
+    /* t = (n, g): the image's tiles in order */
+    int64_t g = t % p->G, n = t / p->G;
+    const char *go = CV_AT(j->GO, (n * p->O + g * p->Og) * L);
+    char *dx = j->phase == CV_T_DGRAD ? CV_AT(j->GI, (n * p->C + g * p->Cg) * HW) : NULL;
+    if (dx)
+        memset(dx, 0, (size_t)(p->Cg * HW) * csz);
+    for (int64_t c0 = 0; c0 < L; c0 += CV_TILE_POS) {
+        int64_t nc = L - c0 < CV_TILE_POS ? L - c0 : CV_TILE_POS;
+        if (dx) {   /* col = W_g^T x go tile, added back into the image's planes */
+            gemm(p->ct, true, false, p->Kg, nc, p->Og, 0, CV_AT(j->Wt, g * p->Og * p->Kg), p->Kg, CV_AT(go, c0), L, col,
+                 nc);
+            if (f32)
+                col2im_float(p, (const float *)col, nc, 0, p->Cg, c0, nc, (float *)dx);
+            else
+                col2im_double(p, (const double *)col, nc, 0, p->Cg, c0, nc, (double *)dx);
+        } else {   /* the block's partial gradWeight of group g += go tile x col^T */
+            if (f32)
+                im2col_float(p, (const float *)j->X, n, g, 0, p->Cg, c0, nc, (float *)col, nc);
+            else
+                im2col_double(p, (const double *)j->X, n, g, 0, p->Cg, c0, nc, (double *)col, nc);
+            char *part = CV_AT(j->part, (slot * p->O + g * p->Og) * p->Kg);
+            gemm(p->ct, false, true, p->Og, p->Kg, nc, 1, CV_AT(go, c0), L, col, nc, part, p->Kg);
+        }
+    }
+}
+
+static aclError cv_tblock(uint32_t bi, uint32_t nb, void *arg)
+{
+    (void)nb;
+    cv_job_t *j = arg;
+    int64_t t0 = (int64_t)bi * j->per, t1 = t0 + j->per < j->items ? t0 + j->per : j->items;
+    for (int64_t t = t0; t < t1; t++)
+        cv_titem(j, t, bi);
+    return ACL_SUCCESS;
+}
+
+/* a tiled phase: at most CV_SLOTS blocks (one scratch each); returns the number of blocks */
+static aclError cv_tphase(cv_job_t *j, int phase, int64_t items, int64_t work, uint32_t *nblocks)
+{
+    j->phase = phase;
+    j->items = items;
+    uint32_t nb = nn_blocks(j->ex, work, CV_MAC_GRAIN);
+    if (nb > CV_SLOTS)
+        nb = CV_SLOTS;
+    if ((int64_t)nb > items)
+        nb = (uint32_t)items;
+    if (nb < 1)
+        nb = 1;
+    j->per = (items + nb - 1) / nb;
+    nb = (uint32_t)((items + j->per - 1) / j->per);
+    if (nblocks)
+        *nblocks = nb;
+    return nn_parallel(j->ex, nb, cv_tblock, j);
+}
+
 static aclError cv_block(uint32_t bi, uint32_t nb, void *arg)
 {
     (void)nb;
@@ -736,7 +833,6 @@ static aclError cv_in(nn_exec_t *ex, int32_t vi, bool packed, size_t off, const 
     return nn_pack(ex, p->ct, ex->ws + off, &ex->v[vi]);
 }
 
-#define CV_MAC_GRAIN ((int64_t)1 << 18)   /* multiply-adds per block of the direct loops (~20-40 us) */
 
 /* phase 1: the direct / GEMM choice, the panels and the workspace layout (after the views are
  * added: which operands are dense compute-type arrays is known from their dtypes and strides) */
@@ -749,6 +845,7 @@ static void cv_plan(nn_exec_t *ex, cv_params_t *p, bool backward)
      * channel in all (G == 1) shares its im2col between the output channels: a GEMM */
     p->direct = p->Cg == 1 && p->G > 1;
     p->pointwise = p->KH == 1 && p->KW == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
+    p->tiled = !p->direct && !p->pointwise && p->Kg && p->Kg <= CV_TILED_KG;
     int64_t percol = p->G * p->Kg * (int64_t)csz;   /* bytes of one im2col column, all groups */
     int64_t pmax = percol ? CV_PANEL_BYTES / percol : L * (p->N ? p->N : 1);
     if (pmax < 1)
@@ -786,8 +883,11 @@ static void cv_plan(nn_exec_t *ex, cv_params_t *p, bool backward)
     CV_RESERVE(off_gw, p->pk_gw, ex->v[p->vgw].numel * (int64_t)csz);
     CV_RESERVE(off_b, fwd ? p->vb >= 0 : p->mask[2], p->O * (int64_t)sizeof(double));
     bool gemms = !p->direct && p->Kg && (fwd || p->mask[0] || p->mask[1]);
-    CV_RESERVE(off_col, gemms && (p->span || !p->pointwise), p->G * p->Kg * p->P * (int64_t)csz);
-    CV_RESERVE(off_res, gemms && p->span, p->O * p->P * (int64_t)csz);
+    bool panels = gemms && !p->tiled;
+    CV_RESERVE(off_col, panels && (p->span || !p->pointwise), p->G * p->Kg * p->P * (int64_t)csz);
+    CV_RESERVE(off_res, panels && p->span, p->O * p->P * (int64_t)csz);
+    CV_RESERVE(off_tile, gemms && p->tiled, CV_SLOTS * p->Kg * CV_TILE_POS * (int64_t)csz);
+    CV_RESERVE(off_part, gemms && p->tiled && backward && p->mask[1], CV_SLOTS * p->O * p->Kg * (int64_t)csz);
 #undef CV_RESERVE
     ex->ws_size = off;
     double macs = (double)p->N * (double)p->O * (double)L * (double)p->Kg *
@@ -831,6 +931,10 @@ static aclError cv_fwd_run(nn_exec_t *ex)
                     ((double *)j.Y)[r * L + i] = b;
             }
         }
+    } else if (p->tiled) {
+        j.tile = ex->ws + p->off_tile;
+        int64_t ntl = (L + CV_TILE_POS - 1) / CV_TILE_POS;
+        rc = cv_tphase(&j, CV_T_FWD, p->N * p->G * ntl, p->N * p->O * L * p->Kg, NULL);
     } else {
         j.col = ex->ws + p->off_col;
         j.res = ex->ws + p->off_res;
@@ -873,6 +977,7 @@ static aclError cv_bwd_run(nn_exec_t *ex)
     if (p->mask[1])
         j.GW = p->pk_gw ? ex->ws + p->off_gw : ex->v[p->vgw].data;
     int64_t L = p->OH * p->OW, KK = p->KH * p->KW;
+    bool f32 = p->ct == CT_F32;
     int64_t gi_n = p->mask[0] ? ex->v[p->vgi].numel : 0, gw_n = p->mask[1] ? ex->v[p->vgw].numel : 0;
     if (p->mask[2]) {
         j.gb = (double *)(ex->ws + p->off_b);
@@ -887,6 +992,27 @@ static aclError cv_bwd_run(nn_exec_t *ex)
             rc = cv_phase(&j, CV_DW_DGRAD, p->N * p->C, p->N * p->O * L * KK, CV_MAC_GRAIN);
         if (!rc && gw_n)
             rc = cv_phase(&j, CV_DW_WGRAD, p->O, p->N * p->O * L * KK, CV_MAC_GRAIN);
+    } else if (gemms && p->tiled) {
+        j.tile = ex->ws + p->off_tile;
+        int64_t work = p->N * p->O * L * p->Kg;
+        if (gi_n && p->N)
+            rc = cv_tphase(&j, CV_T_DGRAD, p->N * p->G, work, NULL);
+        if (!rc && gw_n) {
+            uint32_t nb = 0;
+            j.part = ex->ws + p->off_part;
+            memset(j.part, 0, (size_t)(CV_SLOTS * p->O * p->Kg) * csz);
+            if (p->N)
+                rc = cv_tphase(&j, CV_T_WGRAD, p->N * p->G, work, &nb);
+            for (int64_t e = 0; !rc && e < gw_n; e++) {   /* the blocks' partials, in block order */
+                double acc = 0;
+                for (uint32_t b = 0; b < nb; b++)
+                    acc += f32 ? (double)((const float *)j.part)[b * gw_n + e] : ((const double *)j.part)[b * gw_n + e];
+                if (f32)
+                    ((float *)j.GW)[e] = (float)acc;
+                else
+                    ((double *)j.GW)[e] = acc;
+            }
+        }
     } else if (gemms) {
         int64_t np = cv_npanels(p);
         if (gw_n && !np)   /* no images: gradWeight is 0 */
