@@ -12,6 +12,10 @@
  * (float for float32/float16/bfloat16, double, int32, int64). */
 #include "opsim.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <tgmath.h>
 
 #pragma GCC optimize("O3")
@@ -127,6 +131,83 @@ static aclDataType ct_dtype(int ct)
         for (int64_t i = 0; i < n; i++) { double x = a[i], y = b[i]; o[i] = (EXPR); }              \
     }
 
+/* ------------------------------------------------------------------ vector math (float32)
+ *
+ * The float32 transcendental kernels (exp, tanh, erf and the activations made of them) run eight
+ * elements at a time through glibc's vector math library, libmvec (the x86-64 vector function ABI:
+ * _ZGVdN8v_expf is expf on the eight floats of an AVX2 register; glibc 2.22+, tanhf and erff
+ * 2.35+; maximum error 4 ulp, documented in glibc's manual "Errors in Math Functions"), the way
+ * PyTorch's CPU kernels use SLEEF's vector functions; a scalar libm call per element is several
+ * times slower. It is looked up at the first use (dlopen, like the BLAS): without it (another C
+ * library, a CPU without AVX2 + FMA, or CANNA_SIM_LIBMVEC=0) the scalar loops below run. */
+typedef float vm8f __attribute__((vector_size(32)));
+typedef vm8f (*vm8f_fn)(vm8f);
+
+static struct {
+    pthread_once_t once;
+    bool ok;
+    vm8f_fn vexp, vtanh, verf;
+} g_vm = {PTHREAD_ONCE_INIT, false, NULL, NULL, NULL};
+
+static void vm_init(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    const char *env = getenv("CANNA_SIM_LIBMVEC");
+    if (env && strcmp(env, "0") == 0)
+        return;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return;
+    void *h = dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return;
+    g_vm.vexp = (vm8f_fn)dlsym(h, "_ZGVdN8v_expf");
+    g_vm.vtanh = (vm8f_fn)dlsym(h, "_ZGVdN8v_tanhf");
+    g_vm.verf = (vm8f_fn)dlsym(h, "_ZGVdN8v_erff");
+    g_vm.ok = g_vm.vexp && g_vm.vtanh && g_vm.verf;
+#endif
+}
+
+static bool vm_ready(void)
+{
+    pthread_once(&g_vm.once, vm_init);
+    return g_vm.ok;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VM_TARGET __attribute__((target("avx2,fma")))
+#else
+#define VM_TARGET
+#endif
+
+/* o[i] = VEXPR of x = a[i] (and y = b[i] when b): whole registers, the tail through a padded one */
+#define VMK(NAME, VEXPR)                                                                                VM_TARGET static void NAME##_v8(int64_t n, float *o, const float *a, const float *b)              {                                                                                                      int64_t i = 0;                                                                                     for (; i + 8 <= n; i += 8) {                                                                           vm8f x, y = {0}, r;                                                                                memcpy(&x, a + i, sizeof x);                                                                       if (b)                                                                                                 memcpy(&y, b + i, sizeof y);                                                                   (void)y;                                                                                           r = (VEXPR);                                                                                       memcpy(o + i, &r, sizeof r);                                                                   }                                                                                                  if (i < n) {                                                                                           vm8f x = {0}, y = {0}, r;                                                                          memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));                                                if (b)                                                                                                 memcpy(&y, b + i, (size_t)(n - i) * sizeof(float));                                            (void)y;                                                                                           r = (VEXPR);                                                                                       memcpy(o + i, &r, (size_t)(n - i) * sizeof(float));                                            }                                                                                              }
+#define VEXP(v) g_vm.vexp(v)
+#define VTANH(v) g_vm.vtanh(v)
+#define VERF(v) g_vm.verf(v)
+#define VGELU_K 0.79788456080286535588f
+#define VGELU_C 0.044715f
+VMK(vm_exp, VEXP(x))
+VMK(vm_sigmoid, 1.0f / (1.0f + VEXP(-x)))
+VMK(vm_silu, x / (1.0f + VEXP(-x)))
+VMK(vm_tanh, VTANH(x))
+VMK(vm_gelu_erf, 0.5f * x * (1.0f + VERF(x * 0.70710678118654752440f)))
+VMK(vm_gelu_tanh, 0.5f * x * (1.0f + VTANH(VGELU_K * (x + VGELU_C * x * x * x))))
+/* backward: x = grad, y = self */
+VMK(vm_silu_bw, x * (1.0f / (1.0f + VEXP(-y))) * (1.0f + y * (1.0f - 1.0f / (1.0f + VEXP(-y)))))
+VMK(vm_gelu_erf_bw, x * (0.5f * (1.0f + VERF(y * 0.70710678118654752440f)) +
+                         y * 0.39894228040143267794f * VEXP(-0.5f * y * y)))
+VM_TARGET static inline vm8f vm_gelu_tanh_grad(vm8f y)
+{
+    vm8f t = VTANH(VGELU_K * (y + VGELU_C * y * y * y));
+    return 0.5f * (1.0f + t) + 0.5f * y * (1.0f - t * t) * VGELU_K * (1.0f + 3.0f * VGELU_C * y * y);
+}
+VMK(vm_gelu_tanh_bw, x * vm_gelu_tanh_grad(y))
+
+/* a float32 kernel through libmvec when it is there, else the scalar loop of FKU / FKBT */
+#define FKU_VM(NAME, EXPR)                                                                              KSIG(k_##NAME##_f32, float)                                                                            {                                                                                                      float *restrict o = o_; const float *restrict a = a_; (void)b_; (void)p;                           if (vm_ready()) {                                                                                      vm_##NAME##_v8(n, o, a, NULL);                                                                     return;                                                                                        }                                                                                                  typedef float T; (void)sizeof(T);                                                                  for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }                             }                                                                                                  KSIG(k_##NAME##_f64, double)                                                                           {                                                                                                      double *restrict o = o_; const double *restrict a = a_; (void)b_; (void)p;                         typedef double T; (void)sizeof(T);                                                                 for (int64_t i = 0; i < n; i++) { double x = a[i]; o[i] = (EXPR); }                            }
+#define FKBT_VM(NAME, EXPR)                                                                             KSIG(k_##NAME##_f32, float)                                                                            {                                                                                                      float *restrict o = o_; const float *restrict a = a_; const float *restrict b = b_;                if (vm_ready()) {                                                                                      vm_##NAME##_v8(n, o, a, b);                                                                        return;                                                                                        }                                                                                                  typedef float T; const float thr = (float)p->param_f; (void)thr; (void)sizeof(T);                  for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); }                   }                                                                                                  KSIG(k_##NAME##_f64, double)                                                                           {                                                                                                      double *restrict o = o_; const double *restrict a = a_; const double *restrict b = b_;             typedef double T; const double thr = p->param_f; (void)thr; (void)sizeof(T);                      for (int64_t i = 0; i < n; i++) { double x = a[i], y = b[i]; o[i] = (EXPR); }                  }
+
 FKB(k_add, x + alpha * y)
 FKB(k_sub, x - alpha * y)
 FKB(k_mul, x * y)
@@ -135,26 +216,26 @@ FKU(k_copy, x)
 FKU(k_neg, -x)
 FKU(k_abs, fabs(x))
 FKU(k_sign, (T)((x > (T)0) - (x < (T)0)))   /* 0 for NaN and ±0, as torch.sign */
-FKU(k_exp, exp(x))
+FKU_VM(exp, exp(x))
 FKU(k_log, log(x))
 FKU(k_sqrt, sqrt(x))
 FKU(k_relu, (x > (T)0 || x != x) ? x : (T)0)
-FKU(k_sigmoid, (T)1 / ((T)1 + exp(-x)))
-FKU(k_tanh, tanh(x))
-FKU(k_silu, x / ((T)1 + exp(-x)))
-FKU(k_gelu_erf, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)))
-FKU(k_gelu_tanh, (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))
+FKU_VM(sigmoid, (T)1 / ((T)1 + exp(-x)))
+FKU_VM(tanh, tanh(x))
+FKU_VM(silu, x / ((T)1 + exp(-x)))
+FKU_VM(gelu_erf, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)))
+FKU_VM(gelu_tanh, (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))
 
 /* x = grad, y = self / output */
 FKBT(k_thresh_bw, (y <= thr) ? (T)0 : x)
 FKBT(k_sigmoid_bw, x * y * ((T)1 - y))
 FKBT(k_tanh_bw, x * ((T)1 - y * y))
-FKBT(k_silu_bw, x * ((T)1 / ((T)1 + exp(-y))) * ((T)1 + y * ((T)1 - (T)1 / ((T)1 + exp(-y)))))
-FKBT(k_gelu_erf_bw,
+FKBT_VM(silu_bw, x * ((T)1 / ((T)1 + exp(-y))) * ((T)1 + y * ((T)1 - (T)1 / ((T)1 + exp(-y)))))
+FKBT_VM(gelu_erf_bw,
      x * ((T)0.5 * ((T)1 + erf(y * (T)0.70710678118654752440)) +
           y * (T)0.39894228040143267794 * exp((T)-0.5 * y * y)))
 /* d/dy of 0.5 y (1 + tanh(k (y + c y^3))) */
-FKBT(k_gelu_tanh_bw,
+FKBT_VM(gelu_tanh_bw,
      x * ((T)0.5 * ((T)1 + tanh((T)0.79788456080286535588 * (y + (T)0.044715 * y * y * y))) +
           (T)0.5 * y * ((T)1 - tanh((T)0.79788456080286535588 * (y + (T)0.044715 * y * y * y)) *
                                    tanh((T)0.79788456080286535588 * (y + (T)0.044715 * y * y * y))) *
