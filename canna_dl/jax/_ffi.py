@@ -51,6 +51,7 @@ __all__ = ["available", "call", "stats", "jit_stream", "MAX_ENTRIES"]
 
 TARGET = "canna_jax_call"
 MAX_ENTRIES = 1 << 16   # the handler's table (kMaxEntries in _ffi_handler.cc)
+MAX_CHAIN = 8           # aclnn calls one op may make and still take the route
 _SOURCE = Path(__file__).with_name("_ffi_handler.cc")
 
 _lock = threading.RLock()
@@ -100,7 +101,7 @@ def _load():
     lib.canna_jax_add.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                   ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
                                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int32),
-                                  ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int, ctypes.c_char_p]
+                                  ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64]
     lib.canna_jax_retire_all.restype = None
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.canna_jax_call), platform="cpu")
     return lib
@@ -199,8 +200,9 @@ def _ones(shape, dtype):
 
 
 def _make_entry(op, attrs, full, avals, nres):
-    """Capture the op's one plan on arrays of ones of the traced shapes; the handler's entry index,
-    or None when the op is not one aclnn call on its operands."""
+    """Capture the op's plans on arrays of ones of the traced shapes; the index of the handler's
+    entry (the first of a chain, one per plan), or None when the op is not a sequence of aclnn
+    calls reading its operands and writing its results only."""
     dev = rt.current_device_id()
     s = jit_stream(dev)
     s.synchronize()
@@ -211,58 +213,60 @@ def _make_entry(op, attrs, full, avals, nres):
     s.synchronize()
     t1 = _tasks(dev)
     res = res if isinstance(res, tuple) else (res,)
-    if len(rec) != 1 or len(res) != nres:
+    if not rec or len(rec) > MAX_CHAIN or len(res) != nres:
         return None
-    if t0 is not None and t1 - t0 != 1:   # other work (a copy, a fill) belongs to the op
-        return None
-    plan, addrs = rec[0]
-    if not plan.repeatable or plan.closed:
-        return None
-    executor, run, nin, nout, tensors = plan.raw
-    if nin + nout != len(addrs) or not executor:
+    if t0 is not None and t1 - t0 != len(rec):   # other work (a copy, a fill) belongs to the op
         return None
     base = {}
     for k, a in enumerate(dummies):
         if a.size:
-            base.setdefault(a.ctypes.data, ("arg", k))
+            base.setdefault(a.ctypes.data, (0, k))
     outs = []
-    for j, r in enumerate(res):
+    for r in res:
         v = canna_dl.asarray(r)
         if not v.size or not v.is_contiguous():
             return None
         outs.append(v)
-    kinds, index = [], []
-    for i, p in enumerate(addrs):
-        if i < nin:
+    for j, v in enumerate(outs):
+        if v.ptr in base:
+            return None
+        base[v.ptr] = (1, j)
+    written = set()
+    specs = []
+    for plan, addrs in rec:
+        if not plan.repeatable or plan.closed:
+            return None
+        executor, run, nin, nout, tensors = plan.raw
+        if nin + nout != len(addrs) or not executor:
+            return None
+        kinds, index = [], []
+        for i, p in enumerate(addrs):
             src = base.get(p)
-            if src is None:
-                return None
-            kinds.append(0)
+            if src is None or (i >= nin and src[0] != 1) or (i < nin and src[0] == 1 and src[1] not in written):
+                return None   # a temporary, an output that is not a result, a result read before it is written
+            kinds.append(src[0])
             index.append(src[1])
-        else:
-            js = [j for j, v in enumerate(outs) if v.ptr == p]
-            if len(js) != 1:
-                return None
-            kinds.append(1)
-            index.append(js[0])
-    if sorted(index[nin:]) != list(range(nres)):   # every result is written by the plan
+        written.update(j for kd, j in zip(kinds[nin:], index[nin:]))
+        specs.append((plan, executor, run, nin, nout, tensors, kinds, index))
+    if written != set(range(nres)):   # every result is written by the op's plans
         return None
-    ws = None
-    if plan.ws_size:
-        import acl_rt
-        ws = acl_rt.alloc(plan.ws_size, stream=s)
     fns = _fns()
-    ctx = rt.activate(dev).ctx
+    ctx = int(rt.ffi.cast("uintptr_t", rt.activate(dev).ctx))
     arr = lambda t, v: (t * len(v))(*v)  # noqa: E731
-    idx = _state["lib"].canna_jax_add(
-        arr(ctypes.c_void_p, [run, fns[0], fns[1], fns[2], fns[3], fns[4]]), executor,
-        int(rt.ffi.cast("uintptr_t", ctx)), s._id, ws.ptr if ws is not None else 0, plan.ws_size, nin, nout,
-        arr(ctypes.c_void_p, tensors), arr(ctypes.c_int32, kinds), arr(ctypes.c_int64, index), len(avals), nres,
-        plan.name.encode())
-    if idx < 0:
-        return None
-    _keep.append((plan, ws, s))
-    return int(idx)
+    nxt = -1
+    for plan, executor, run, nin, nout, tensors, kinds, index in reversed(specs):   # the last plan first
+        ws = None
+        if plan.ws_size:
+            import acl_rt
+            ws = acl_rt.alloc(plan.ws_size, stream=s)
+        nxt = _state["lib"].canna_jax_add(
+            arr(ctypes.c_void_p, [run, *fns]), executor, ctx, s._id, ws.ptr if ws is not None else 0, plan.ws_size,
+            nin, nout, arr(ctypes.c_void_p, tensors), arr(ctypes.c_int32, kinds), arr(ctypes.c_int64, index),
+            len(avals), nres, plan.name.encode(), nxt)
+        if nxt < 0:
+            return None
+        _keep.append((plan, ws, s))
+    return int(nxt)
 
 
 def call(op, sig, attrs, full, xs, structs):

@@ -58,6 +58,7 @@ struct Entry {
     void *cur[kMaxTensors];
     int32_t kind[kMaxTensors];
     int64_t index[kMaxTensors];   // operand / result number, or the fixed address
+    int64_t next = -1;            // the entry launched after this one (an op of several aclnn calls)
     char name[64];
 };
 
@@ -104,41 +105,48 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t entry,
                                            std::to_string(e.nargs) + " operands and " + std::to_string(e.nrets) +
                                            " results, got " + std::to_string(args.size()) + " and " +
                                            std::to_string(rets.size()));
-    void *addr[kMaxTensors];
-    int n = e.nin + e.nout;
-    for (int i = 0; i < n; i++) {
-        if (e.kind[i] == kFixed) {
-            addr[i] = reinterpret_cast<void *>(uintptr_t(e.index[i]));
-        } else if (e.kind[i] == kArg) {
-            auto b = args.get<ffi::AnyBuffer>(size_t(e.index[i]));
-            if (b.has_error())
-                return b.error();
-            addr[i] = b->untyped_data();
-        } else {
-            auto b = rets.get<ffi::AnyBuffer>(size_t(e.index[i]));
-            if (b.has_error())
-                return b.error();
-            addr[i] = (*b)->untyped_data();
-        }
-    }
-    std::lock_guard<std::mutex> lock(e.mu);
-    int32_t rc = e.set_ctx(e.context);   // XLA's threads have no current context
+    std::lock_guard<std::mutex> lock(e.mu);   // the head's mutex guards its whole chain
+    int32_t rc = e.set_ctx(e.context);         // XLA's threads have no current context
     if (rc)
         return acl_error(e, rc, "aclrtSetCurrentContext");
-    for (int i = 0; i < n; i++) {
-        if (addr[i] == e.cur[i])
-            continue;
-        bool out = i >= e.nin;
-        rc = (out ? e.set_out : e.set_in)(e.executor, size_t(out ? i - e.nin : i), e.tensors[i], addr[i]);
-        if (rc) {
-            e.cur[i] = reinterpret_cast<void *>(uintptr_t(1));
-            return acl_error(e, rc, out ? "aclSetOutputTensorAddr" : "aclSetInputTensorAddr");
+    int64_t k = entry;
+    uint64_t launched = 0;
+    while (k >= 0) {
+        Entry &p = g_entries[k];
+        void *addr[kMaxTensors];
+        int n = p.nin + p.nout;
+        for (int i = 0; i < n; i++) {
+            if (p.kind[i] == kFixed) {
+                addr[i] = reinterpret_cast<void *>(uintptr_t(p.index[i]));
+            } else if (p.kind[i] == kArg) {
+                auto b = args.get<ffi::AnyBuffer>(size_t(p.index[i]));
+                if (b.has_error())
+                    return b.error();
+                addr[i] = b->untyped_data();
+            } else {
+                auto b = rets.get<ffi::AnyBuffer>(size_t(p.index[i]));
+                if (b.has_error())
+                    return b.error();
+                addr[i] = (*b)->untyped_data();
+            }
         }
-        e.cur[i] = addr[i];
+        for (int i = 0; i < n; i++) {
+            if (addr[i] == p.cur[i])
+                continue;
+            bool out = i >= p.nin;
+            rc = (out ? p.set_out : p.set_in)(p.executor, size_t(out ? i - p.nin : i), p.tensors[i], addr[i]);
+            if (rc) {
+                p.cur[i] = reinterpret_cast<void *>(uintptr_t(1));
+                return acl_error(p, rc, out ? "aclSetOutputTensorAddr" : "aclSetInputTensorAddr");
+            }
+            p.cur[i] = addr[i];
+        }
+        rc = p.run(p.workspace, p.ws_size, p.executor, p.stream);
+        if (rc)
+            return acl_error(p, rc, p.name);
+        launched++;
+        k = p.next;
     }
-    rc = e.run(e.workspace, e.ws_size, e.executor, e.stream);
-    if (rc)
-        return acl_error(e, rc, e.name);
     for (;;) {   // XLA reads the results as soon as the handler returns
         rc = e.sync(e.stream, kSyncSliceMs);
         if (rc == 0)
@@ -146,7 +154,7 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t entry,
         if (rc != kSyncTimeout)
             return acl_error(e, rc, "aclrtSynchronizeStreamWithTimeout");
     }
-    g_launches.fetch_add(1, std::memory_order_relaxed);
+    g_launches.fetch_add(launched, std::memory_order_relaxed);
     return ffi::Error::Success();
 }
 
@@ -163,12 +171,13 @@ __attribute__((visibility("default"))) int64_t canna_jax_token(void) { return to
 __attribute__((visibility("default"))) uint64_t canna_jax_launches(void) { return g_launches.load(); }
 
 // fns: run, set_in, set_out, sync, set_ctx, err_msg. kind/index: per tensor (inputs, then outputs).
+// next: the entry launched after this one (made before it), or -1.
 // Returns the entry's index, or -1 when the table is full / the arguments are out of range.
 __attribute__((visibility("default"))) int64_t canna_jax_add(void *const *fns, void *executor, void *context,
                                                               void *stream, void *workspace, uint64_t ws_size, int nin,
                                                               int nout, void *const *tensors, const int32_t *kind,
                                                               const int64_t *index, int nargs, int nrets,
-                                                              const char *name)
+                                                              const char *name, int64_t next)
 {
     if (nin < 0 || nout < 0 || nin + nout > kMaxTensors)
         return -1;
@@ -198,6 +207,9 @@ __attribute__((visibility("default"))) int64_t canna_jax_add(void *const *fns, v
         e.kind[i] = kind[i];
         e.index[i] = index[i];
     }
+    if (next >= k)
+        return -1;
+    e.next = next;
     std::snprintf(e.name, sizeof e.name, "%s", name ? name : "aclnn");
     e.live.store(1, std::memory_order_release);
     g_count.store(k + 1, std::memory_order_release);
