@@ -272,6 +272,8 @@ def _make_entry(op, attrs, full, avals, nres):
 def call(op, sig, attrs, full, xs, structs):
     """The op's results as ``canna_jax_call`` custom calls on the traced ``xs`` (``full(xs)``:
     the kernel's arguments), or None when this signature takes the ``pure_callback`` path."""
+    if op.seed is not None:   # a random op draws a new seed at every call: its plan cannot be reused
+        return None
     avals = [(tuple(x.shape), np.dtype(x.dtype)) for x in xs]
     key = (op.qualname, sig, tuple((sh, str(dt)) for sh, dt in avals))
     idx = _entries.get(key, False)
