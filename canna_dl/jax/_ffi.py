@@ -101,7 +101,7 @@ def _load():
     lib.canna_jax_add.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                   ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
                                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int32),
-                                  ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64]
+                                  ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int64, ctypes.c_uint64]
     lib.canna_jax_retire_all.restype = None
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.canna_jax_call), platform="cpu")
     return lib
@@ -221,13 +221,21 @@ def _make_entry(op, attrs, full, avals, nres):
     for k, a in enumerate(dummies):
         if a.size:
             base.setdefault(a.ctypes.data, (0, k))
-    outs = []
-    for r in res:
+    outs, zero = [], 0
+    for j, r in enumerate(res):
+        if r is None:   # a result the op does not produce (an absent optional input's gradient): zeros
+            if j >= 64:
+                return None
+            zero |= 1 << j
+            outs.append(None)
+            continue
         v = canna_dl.asarray(r)
         if not v.size or not v.is_contiguous():
             return None
         outs.append(v)
     for j, v in enumerate(outs):
+        if v is None:
+            continue
         if v.ptr in base:
             return None
         base[v.ptr] = (1, j)
@@ -246,9 +254,9 @@ def _make_entry(op, attrs, full, avals, nres):
                 return None   # a temporary, an output that is not a result, a result read before it is written
             kinds.append(src[0])
             index.append(src[1])
-        written.update(j for kd, j in zip(kinds[nin:], index[nin:]))
+        written.update(index[nin:])
         specs.append((plan, executor, run, nin, nout, tensors, kinds, index))
-    if written != set(range(nres)):   # every result is written by the op's plans
+    if written | {j for j in range(nres) if zero >> j & 1} != set(range(nres)):   # every result is written
         return None
     fns = _fns()
     ctx = int(rt.ffi.cast("uintptr_t", rt.activate(dev).ctx))
@@ -262,7 +270,7 @@ def _make_entry(op, attrs, full, avals, nres):
         nxt = _state["lib"].canna_jax_add(
             arr(ctypes.c_void_p, [run, *fns]), executor, ctx, s._id, ws.ptr if ws is not None else 0, plan.ws_size,
             nin, nout, arr(ctypes.c_void_p, tensors), arr(ctypes.c_int32, kinds), arr(ctypes.c_int64, index),
-            len(avals), nres, plan.name.encode(), nxt)
+            len(avals), nres, plan.name.encode(), nxt, zero if plan is specs[0][0] else 0)
         if nxt < 0:
             return None
         _keep.append((plan, ws, s))

@@ -59,6 +59,7 @@ struct Entry {
     int32_t kind[kMaxTensors];
     int64_t index[kMaxTensors];   // operand / result number, or the fixed address
     int64_t next = -1;            // the entry launched after this one (an op of several aclnn calls)
+    uint64_t zero_rets = 0;       // results no kernel writes (an absent optional input's gradient): zeroed
     char name[64];
 };
 
@@ -109,6 +110,14 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t entry,
     int32_t rc = e.set_ctx(e.context);         // XLA's threads have no current context
     if (rc)
         return acl_error(e, rc, "aclrtSetCurrentContext");
+    for (size_t j = 0; j < rets.size() && j < 64; j++) {
+        if (!(e.zero_rets >> j & 1))
+            continue;
+        auto b = rets.get<ffi::AnyBuffer>(j);
+        if (b.has_error())
+            return b.error();
+        std::memset((*b)->untyped_data(), 0, (*b)->size_bytes());
+    }
     int64_t k = entry;
     uint64_t launched = 0;
     while (k >= 0) {
@@ -171,13 +180,14 @@ __attribute__((visibility("default"))) int64_t canna_jax_token(void) { return to
 __attribute__((visibility("default"))) uint64_t canna_jax_launches(void) { return g_launches.load(); }
 
 // fns: run, set_in, set_out, sync, set_ctx, err_msg. kind/index: per tensor (inputs, then outputs).
-// next: the entry launched after this one (made before it), or -1.
+// next: the entry launched after this one (made before it), or -1. zero_rets: a bit per result to
+// zero before the launches (results no kernel writes).
 // Returns the entry's index, or -1 when the table is full / the arguments are out of range.
 __attribute__((visibility("default"))) int64_t canna_jax_add(void *const *fns, void *executor, void *context,
                                                               void *stream, void *workspace, uint64_t ws_size, int nin,
                                                               int nout, void *const *tensors, const int32_t *kind,
                                                               const int64_t *index, int nargs, int nrets,
-                                                              const char *name, int64_t next)
+                                                              const char *name, int64_t next, uint64_t zero_rets)
 {
     if (nin < 0 || nout < 0 || nin + nout > kMaxTensors)
         return -1;
@@ -210,6 +220,7 @@ __attribute__((visibility("default"))) int64_t canna_jax_add(void *const *fns, v
     if (next >= k)
         return -1;
     e.next = next;
+    e.zero_rets = zero_rets;
     std::snprintf(e.name, sizeof e.name, "%s", name ? name : "aclnn");
     e.live.store(1, std::memory_order_release);
     g_count.store(k + 1, std::memory_order_release);

@@ -112,7 +112,8 @@ def _call(fn, args, structs):
 
     def host(*a):
         r = fn(*(np.asarray(v) for v in a))   # NumPy in, NumPy out (written in place by the kernels)
-        return tuple(np.asarray(v) for v in r)
+        # an output the kernel does not produce (None: the gradient of an absent optional input) is zeros
+        return tuple(np.zeros(s.shape, s.dtype) if v is None else np.asarray(v) for v, s in zip(r, structs))
     return tuple(jax.pure_callback(host, tuple(structs), *args, vmap_method="sequential"))
 
 
