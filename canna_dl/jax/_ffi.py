@@ -1,22 +1,22 @@
-"""canna's kernels under ``jax.jit`` as XLA FFI custom calls (no copies; docs/DESIGN.md §11).
+"""canna's kernels under ``jax.jit`` as XLA FFI custom calls (no copies; docs/DESIGN.md §11,
+"JAX under jit").
 
-Under ``jit`` a registry op whose kernel is **one aclnn call** runs as the custom call
-``canna_jax_call`` (``jax.ffi.ffi_call``): XLA's CPU runtime calls a small C++ handler
-(``_ffi_handler.cc``) with its own operand and result buffers, and the handler swaps those
-addresses into a cached repeatable aclnn executor, runs phase 2 on a stream of canna's and waits
-for it. Nothing is copied: under the unified memory model host memory is a kernel operand
-(docs/DESIGN.md §3.2), and XLA's CPU buffers are host memory.
+Under ``jit`` a registry op whose kernel is a sequence of aclnn calls reading its operands and
+writing its results runs as the custom call ``canna_jax_call`` (``jax.ffi.ffi_call``): XLA's CPU
+runtime calls a small C++ handler (``_ffi_handler.cc``) with its own operand and result buffers,
+and the handler swaps those addresses into cached repeatable aclnn executors, runs phase 2 on a
+stream of canna's and waits for it. Nothing is copied: under the unified memory model host memory
+is a kernel operand (docs/DESIGN.md §3.2), and XLA's CPU buffers are host memory.
 
-How an entry is made (once per op, attributes, operand shapes and dtypes: at trace time):
-the op's kernel runs on host arrays of ones of the traced shapes inside
-:func:`kernels._core.capture_plans`, which records the plans it launches (each built afresh,
-left out of the plan cache, so the entry owns its executor). The route is taken only when that
-call launched exactly one plan, every operand address of the plan is one of the arrays given
-(at its start) and every result is one of the plan's outputs, contiguous; and (on the simulator)
-the device ran exactly one task for it, so no other work (a copy, a fill) is part of the op.
-Anything else -- a composition, a RawKernel, an op with a mutated input, a Python-number operand
-without an aclnn scalar form, the discrete memory model, a JAX backend other than CPU -- keeps
-the ``jax.pure_callback`` path.
+How an entry is made (once per op, attributes, operand shapes and dtypes: at trace time): the
+op's kernel runs on host arrays of ones of the traced shapes inside
+:func:`kernels._core.capture_plans`, which records the plans it launches (each built afresh and
+left out of the plan cache, so the entry owns its executors). The route is taken only when every
+address of every plan is one of the arrays given or one of the op's results (contiguous), every
+result is written by a plan or is None (zeroed by the handler), and (on the simulator) the
+device ran exactly one task per plan, so no other work (a copy, a fill) is part of the op.
+Anything else -- a temporary operand, a RawKernel, an op with a mutated input, a random op, the
+discrete memory model, a JAX backend other than CPU -- keeps the ``jax.pure_callback`` path.
 
 Lifetime: entries (their plans, workspaces) live for the process, at most :data:`MAX_ENTRIES`
 (then new signatures take the ``pure_callback`` path); ``acl_rt.finalize`` retires them (an
@@ -25,8 +25,9 @@ executable traced before fails with a clear error: trace again, e.g. after
 
 The handler is compiled at first use with the system C++ compiler against jaxlib's FFI headers
 (``jax.ffi.include_dir()``) and cached next to canna's kernel binaries (``$CANNA_KERNEL_CACHE``,
-see :mod:`kernels._compiler`). Without a compiler or the headers, a ``RuntimeWarning`` is given
-once and the ``pure_callback`` path serves. ``CANNA_JAX_FFI=0`` turns the route off.
+see :mod:`kernels._compiler`): jax is an optional extra, absent from pip's isolated build, so
+setup.py cannot build it. Without a compiler or the headers, a ``RuntimeWarning`` is given once
+and the ``pure_callback`` path serves. ``CANNA_JAX_FFI=0`` turns the route off.
 """
 from __future__ import annotations
 

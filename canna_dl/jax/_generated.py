@@ -2,9 +2,12 @@
 
 :func:`function` makes, once per entry, a ``jax.custom_vjp`` function (``canna_dl.jax.<name>``
 for canna's own ops, ``op.jax_fn`` for a user's): eager calls run canna's kernels zero-copy; under
-``jax.jit`` the kernels run through ``jax.pure_callback`` with the result shapes of the entry's
-shape rule; the gradient comes from the entry's backward (see :mod:`canna_dl.jax._ops` for the
-rules: floating operands of one dtype, second derivatives refused).
+``jax.jit`` the kernels run as an XLA FFI custom call on XLA's buffers where the op is a sequence
+of aclnn calls on its operands and results (:mod:`canna_dl.jax._ffi`), else through
+``jax.pure_callback``, with the result shapes of the entry's shape rule; the gradient comes from
+the entry's backward (under ``jit`` run with the ops' JAX forms, so they take the same route; see
+:mod:`canna_dl.jax._ops` for the rules: floating operands of one dtype, second derivatives
+refused).
 """
 from __future__ import annotations
 
