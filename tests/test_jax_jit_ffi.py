@@ -208,3 +208,17 @@ def test_finalize_retires_entries(py):
         print(np.asarray(jax.jit(cjax.relu)(x)))
     """).stdout
     assert "[0. 2.] 1" in out and "raised: True" in out and out.strip().endswith("[0. 2.]")
+
+
+def test_no_compiler_warns_and_falls_back(py, tmp_path):
+    out = py("""
+        import warnings
+        import jax, jax.numpy as jnp, numpy as np
+        import canna_dl.jax as cjax
+        from canna_dl.jax import _ffi
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            y = jax.jit(cjax.relu)(jnp.asarray([-1.0, 2.0]))
+        print(np.asarray(y), _ffi.stats()["available"], [str(x.message)[:80] for x in w if x.category is RuntimeWarning])
+    """, env={"PATH": str(tmp_path), "CXX": None, "CANNA_KERNEL_CACHE": str(tmp_path / "cache")}).stdout
+    assert "[0. 2.] False" in out and "use jax.pure_callback" in out, out
