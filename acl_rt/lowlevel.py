@@ -16,7 +16,8 @@ Contents:
 - libraries: :func:`backend` (``.lib``: the runtime library, ``.is_sim``), :func:`op_library`
   (the aclnn libraries), :data:`ffi` (the cffi FFI of every declaration in ``acl_rt/_cdef``);
 - session: :data:`state` (``.ready``, ``.generation``: read them for a cheap "still the same
-  session?" check), :func:`ensure`, :func:`is_initialized`, :func:`generation`,
+  session?" check), :func:`ensure`, :func:`is_initialized`, :func:`generation`, :func:`on_finalize`
+  (a hook run at the start of every finalize),
   :func:`activate` (make a device's context current on this thread; returns its record with
   ``.default_stream``), :func:`current_device_id`, :func:`thread_state`;
 - errors: :func:`check` (raise the :class:`acl_rt.AclError` subclass for a non-zero code),
@@ -35,13 +36,13 @@ from __future__ import annotations
 
 from ._lib import backend, ffi, op_library
 from ._runtime import (_state as state, activate, check, current_device_id, ensure, generation, is_initialized,
-                       raise_error, thread_state)
+                       on_finalize, raise_error, thread_state)
 from ._constants import (AclnnStatus, DataType, ErrorCode, EventFlag, EventRecordedStatus, Format, LaunchKernelAttrId,
                          MemcpyKind, StreamFlag, StreamStatus)
 from ._keepalive import hold, pending as pending_holds
 from ._stream import Stream, accept_stream, current_stream
 
 __all__ = ["backend", "ffi", "op_library", "state", "ensure", "is_initialized", "generation", "activate",
-           "current_device_id", "thread_state", "check", "raise_error", "Stream", "current_stream", "accept_stream", "hold", "pending_holds",
+           "on_finalize", "current_device_id", "thread_state", "check", "raise_error", "Stream", "current_stream", "accept_stream", "hold", "pending_holds",
            "ErrorCode", "AclnnStatus", "MemcpyKind", "StreamFlag", "EventFlag", "StreamStatus", "EventRecordedStatus",
            "LaunchKernelAttrId", "DataType", "Format"]

@@ -21,6 +21,7 @@ How one call runs (docs/DESIGN.md §6):
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import operator
 import os
@@ -407,7 +408,36 @@ def clear_plan_cache() -> None:
         fast_cache.clear()
 
 
+#: (thread id, list) while :func:`capture_plans` runs on that thread: the plans launched there
+#: are fresh (never from or into the cache) and recorded
+_capture = None
+_capture_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def capture_plans():
+    """Record the plans the calling thread launches in the block: a list of ``(plan, addresses)``
+    (the plan's operand addresses, inputs then outputs). Each plan is built afresh and left out
+    of the cache, so it belongs to the caller alone (canna_dl.jax's XLA FFI route takes it for an
+    executable's life). One capture at a time in the process (other threads run as usual)."""
+    global _capture
+    with _capture_lock:
+        rec = []
+        _capture = (threading.get_ident(), rec)
+        try:
+            yield rec
+        finally:
+            _capture = None
+
+
+def _capturing():
+    c = _capture
+    return c is not None and c[0] == threading.get_ident()
+
+
 def get_plan(key):
+    if _capture is not None and _capturing():
+        return None
     if _lib.gen != _state.generation:
         _new_generation()
     p = _plans.get(key)
@@ -425,7 +455,7 @@ def _new_generation():
 
 
 def put_plan(key, plan):
-    if not plan.repeatable:
+    if not plan.repeatable or (_capture is not None and _capturing()):
         return
     with _plans_lock:
         if len(_plans) >= _PLAN_CACHE_MAX:   # drop the older half (dicts keep insertion order)
@@ -744,6 +774,8 @@ def launch(plan, s, addrs, outs, keep):
         if o.sync:
             sync = True
             break
+    if _capture is not None and _capturing():
+        _capture[1].append((plan, tuple(addrs)))
     h = s._handle(plan.name)   # validates the stream and makes its context current
     sh = s._id
     size = plan.ws_size

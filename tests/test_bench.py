@@ -36,6 +36,8 @@ ROWS = {
     "custom": [f"registered custom add {size} ({fw})" for size in ("1M elements", "1024x1024", "32x1024x1024")
                for fw in ("torch", "tf")],
     "hccl": ["all-reduce 64 MiB fp32, 2 processes vs gloo", "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth"],
+    "jax": [f"jax.jit {w}{how}" for w in ("add 2**20 float32", "dense 256x512x512 fwd+bwd")
+            for how in ("", ", pure_callback")],
 }
 
 
@@ -110,14 +112,14 @@ def test_quick_run_json_and_plot(tmp_path):
             "SimpleCNN step, batch 64x1x28x28", "alloc+free 1 MiB vs raw",
             "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth"} <= targeted
     assert set(doc["details"]) >= {"pool", "dlpack", "launch", "matmul", "softmax", "conv", "train", "tf_train",
-                                   "hccl"}
+                                   "hccl", "jax"}
     h = doc["details"]["hccl"]
     assert h["bytes"] == 64 * 2**20 and all(len(h[k + "_rounds"]) == h["rounds"] for k in ("canna", "gloo", "copy"))
     for r in rows:   # the conv and model rows give the spread of their ratio over the interleaved rounds
         if r["section"] in ("conv", "models"):
             lo, hi = r["spread"]
             assert _pos(lo) and lo <= hi, r
-        elif r["section"] != "hccl":
+        elif r["section"] not in ("hccl", "jax"):
             assert r["spread"] is None, r
 
     models = doc["details"]["models"]   # 1 and 2 threads, each with the load average before and after
@@ -147,6 +149,27 @@ def test_sections_and_bad_section(tmp_path):
     assert {r["section"] for r in doc["rows"]} == {"pool", "dlpack"}
     p = _run(["--only", "pool,nope"], timeout=60)
     assert p.returncode == 2 and "unknown section" in p.stderr and "nope" in p.stderr
+
+
+def test_jax_section(tmp_path):
+    """The JAX rows: canna_dl.jax under jit through the FFI route (targeted, with its spread) and
+    through pure_callback, each against jnp under jit measured in the same run."""
+    pytest.importorskip("jax")
+    js = tmp_path / "j.json"
+    p = _run(["--quick", "--no-tf", "--only", "jax", "--json", str(js)], timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(js.read_text())
+    rows = doc["rows"]
+    assert [r["name"] for r in rows] == ROWS["jax"]
+    for r in rows:
+        assert _pos(r["canna_s"]) and _pos(r["reference_s"]) and r["ratio"] == pytest.approx(r["reference_s"] / r["canna_s"])
+        if r["name"].endswith("pure_callback"):
+            assert r["target"] is None and r["spread"] is None
+        else:
+            lo, hi = r["spread"]
+            assert r["target"] == 0.8 and _pos(lo) and lo <= hi
+    for w, m in doc["details"]["jax"].items():
+        assert m["ffi_launches"] >= 1 if m["ffi_available"] else m["ffi_launches"] == 0, (w, m)
 
 
 def test_models_table_and_wide_flag():

@@ -21,7 +21,7 @@ canna takes twice the reference's time). Each figure is the median per-call time
 batches after a warm-up, candidates measured in interleaved rounds so that load from other
 processes hits them alike (tools/_benchutil.py). The measurements are the importable functions of
 the single-purpose scripts (bench_kernels, bench_pool, bench_dlpack, bench_rawkernel, bench_ops_c,
-bench_train, bench_tf_train, bench_conv, bench_models, bench_hccl), which print more detail on each subject.
+bench_train, bench_tf_train, bench_conv, bench_models, bench_hccl, bench_jax), which print more detail on each subject.
 
 Targets (issues 3, 4, 5, 7), as speed ratios: the large add >= 1.0x torch and >= 0.8x the best
 framework (issue 15: with ``out=`` >= 1.0x ``torch.add(out=)`` and >= 0.9x the bandwidth of a copy,
@@ -29,7 +29,8 @@ the faster of ``Tensor.copy_`` and ``np.copyto``, measured in the same run); mat
 training step >= 0.5x plain PyTorch (at most 2x its time); the pool's alloc/free pair >= 20x
 aclrtMalloc/aclrtFree at 1 MiB; DLPack exchange >= 0.5x torch.from_dlpack (at most 2x its time);
 (issue 17) the 64 MiB all-reduce's bandwidth >= 0.5x the copy bandwidth (a copy of the same bytes
-takes at most half the all-reduce's time); (issue 15) every model row >= 1.0x plain PyTorch.
+takes at most half the all-reduce's time); (issue 15) every model row >= 1.0x plain PyTorch, and
+canna_dl.jax under jit >= 0.8x jnp under jit.
 The report ends with the load average at the start and the end; a ratio whose spread over rounds
 (max/min) exceeds 1.25 is marked "wide" (a loaded box: read it loosely).
 
@@ -60,7 +61,7 @@ from _benchutil import WIDE_SPREAD, fmt, machine_info, wide_spread  # noqa: E402
 from _common import unwritable  # noqa: E402
 
 SECTIONS = ("add", "overhead", "pool", "dlpack", "matmul", "softmax", "conv", "train", "models", "custom",
-            "hccl")
+            "hccl", "jax")
 SCHEMA = "canna-bench/2"    # 2: the framework add table is "framework_add" (was "seeds_add"), section "add"
 #: the widest line the benchmark prints (its tables fit a 100-column terminal)
 OUTPUT_WIDTH = 100
@@ -308,6 +309,27 @@ def section_train(run, st, tf):
             run.row("train", name, cl, t[k][0], rl, t[k][1])
 
 
+def section_jax(run, st):
+    """canna_dl.jax under jax.jit (the XLA FFI route, and pure_callback: the path before issue 15)
+    against jnp under jax.jit (tools/bench_jax.py)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        run.note("jax: not installed, skipped")
+        return
+    import bench_jax
+    run.note("JAX under jit")
+    m = bench_jax.measure(budget=st["op_budget"] / 2, batch=5 if st["conv_quick"] else 20,
+                          rounds=3 if st["conv_quick"] else 5)
+    run.details["jax"] = m
+    for name, r in m.items():
+        run.row("jax", f"jax.jit {name}", "canna_dl.jax (FFI)", r["ffi"], "jnp (jit)", r["jnp"],
+                target=bench_jax.TARGET, spread=r["ffi_spread"],
+                note="" if r["ffi_available"] else "FFI route unavailable: pure_callback")
+        run.row("jax", f"jax.jit {name}, pure_callback", "canna_dl.jax (callback)", r["pure_callback"], "jnp (jit)",
+                r["jnp"], note="the path before issue 15")
+
+
 def section_hccl(run, st):
     """A 64 MiB float32 all-reduce between 2 processes (tools/bench_hccl.py): canna's HCCL against
     torch.distributed's gloo on the same tensors, and against a copy of the same bytes (the ratio
@@ -503,6 +525,8 @@ def main(argv=None):
             section_custom(run, st, tf)
         elif s == "hccl":
             section_hccl(run, st)
+        elif s == "jax":
+            section_jax(run, st)
         gc.collect()
 
     console.print()

@@ -3,7 +3,8 @@
 Exchange: :func:`to_jax` / :func:`from_jax` (zero-copy through DLPack).
 
 Differentiable ops (``jax.custom_vjp``, forward and backward on canna's kernels; eager calls are
-zero-copy, and under ``jax.jit`` they run through ``jax.pure_callback``; see
+zero-copy, and under ``jax.jit`` they run as XLA FFI custom calls on XLA's buffers (else through
+``jax.pure_callback``); see
 :mod:`canna_dl.jax._ops`; the arithmetic and unary ops are generated from their registry entries):
 :func:`add`, :func:`sub`, :func:`mul`, :func:`div`, :func:`pow`, :func:`matmul`, :func:`relu`,
 :func:`sigmoid`, :func:`tanh`, :func:`softmax`, :func:`log_softmax`::

@@ -2,9 +2,12 @@
 
 :func:`function` makes, once per entry, a ``jax.custom_vjp`` function (``canna_dl.jax.<name>``
 for canna's own ops, ``op.jax_fn`` for a user's): eager calls run canna's kernels zero-copy; under
-``jax.jit`` the kernels run through ``jax.pure_callback`` with the result shapes of the entry's
-shape rule; the gradient comes from the entry's backward (see :mod:`canna_dl.jax._ops` for the
-rules: floating operands of one dtype, second derivatives refused).
+``jax.jit`` the kernels run as an XLA FFI custom call on XLA's buffers where the op is a sequence
+of aclnn calls on its operands and results (:mod:`canna_dl.jax._ffi`), else through
+``jax.pure_callback``, with the result shapes of the entry's shape rule; the gradient comes from
+the entry's backward (under ``jit`` run with the ops' JAX forms, so they take the same route; see
+:mod:`canna_dl.jax._ops` for the rules: floating operands of one dtype, second derivatives
+refused).
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ import canna_dl
 from kernels import _abstract
 from kernels import _registry as R
 
-from ._ops import _array, _call, _is_pyscalar, _sds
+from . import _ffi
+from ._ops import _array, _call, _check_not_differentiated, _is_pyscalar, _sds, _traced
 
 __all__ = ["function"]
 
@@ -89,6 +93,10 @@ def _make(op):
             specs = op.specs(_specs(full(xs)), attrs)
             structs = [_sds(s.shape, jnp.dtype(s.dtype.name)) for s in specs]
             if not muts:
+                if _jit_route(xs):   # one aclnn call on XLA's buffers (canna_dl/jax/_ffi.py), else pure_callback
+                    r = _ffi.call(op, key, attrs, full, xs, structs)
+                    if r is not None:
+                        return r
                 return _call(lambda *a: _tuple(op.kernel(*full(a), **attrs)), xs, structs)
             structs += [_sds(xs[k].shape, xs[k].dtype) for k in muts]
             return _call(lambda *a: [_jax_like(r, a) for r in op.functional(full(a), attrs)], xs, structs)
@@ -112,6 +120,12 @@ def _make(op):
             res_g = [_zero_cotangent(x) for x in xs]
             if op.backward is None or not diff_idx:
                 return tuple(res_g)
+            if _jit_route((*gs, *[x for x in saved if x is not None and not isinstance(x, (list, tuple))])):
+                r = _traced_backward(op, owner, inputs, diff_idx, xs, gs, saved, saved_const, attrs, mask)
+                if r is not None:
+                    for k, gr in zip(diff_idx, r):
+                        res_g[k] = gr
+                    return tuple(res_g)
             structs = [_sds(xs[k].shape, xs[k].dtype) for k in diff_idx]
             ng = len(gs)
             slay = [len(v) if isinstance(v, (list, tuple)) else -1 for v in saved]
@@ -185,6 +199,48 @@ def _make(op):
     fn.__doc__ = f"JAX form of :func:`kernels.{op.name}` (jax.grad, jax.jit).\n\n{op.doc}"
     fn.opdef = op
     return fn
+
+
+def _jit_route(xs) -> bool:
+    """Traced values (under jit, vmap) and the FFI route available (canna_dl/jax/_ffi.py)."""
+    if not _traced(xs):
+        return False
+    _check_not_differentiated(xs)
+    return _ffi.available()
+
+
+def _traced_backward(op, owner, inputs, diff_idx, xs, gs, saved, saved_const, attrs, mask):
+    """The backward under jit as the differentiable JAX ops of its registered ops (each one an FFI
+    custom call where it is one aclnn call), a broadcast operand's gradient summed to its shape
+    with jnp (XLA's own reduction). None when the backward needs an op without a JAX form (then
+    the whole backward runs in one pure_callback, as before)."""
+    sv = list(saved)
+    for k, c in saved_const.items():
+        sv[k] = c
+    try:
+        by = R.call_backward(op, JOPS, gs, sv, attrs, mask)
+    except Exception:   # an op without a JAX form, ...: the one-callback path (which raises real errors again)
+        return None
+    out = []
+    for k in diff_idx:
+        i, j = owner[k]
+        gr = by.get(inputs[i].name)
+        if gr is not None and j >= 0:
+            gr = gr[j]
+        if gr is None:
+            out.append(jnp.zeros(xs[k].shape, xs[k].dtype))
+            continue
+        out.append(_sum_to_jnp(gr, tuple(xs[k].shape)))
+    return out
+
+
+def _sum_to_jnp(g, shape):
+    """``g`` summed over the dims broadcasting added to ``shape`` (NumPy's rule)."""
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + d for d, n in enumerate(shape) if n == 1 and g.shape[lead + d] != 1)
+    return jnp.sum(g, axis=dims, keepdims=False).reshape(shape) if dims else g.reshape(shape)
 
 
 def _owners(op, lay):

@@ -6,10 +6,12 @@ Each op is a ``jax.custom_vjp`` function whose forward and backward call canna's
 - **eager** (concrete ``jax.Array`` operands, also inside ``jax.grad`` without ``jit``): the
   kernels read the arrays' memory in place and hand their results back through DLPack
   (zero-copy, see :mod:`canna_dl.jax._exchange`);
-- **traced** (under ``jax.jit``, ``jax.vmap``, ...): the kernel call is a ``jax.pure_callback``
-  with the result's shape and dtype given as ``jax.ShapeDtypeStruct``; JAX hands the callback
-  host arrays and copies its results into XLA's buffers (a copy ``pure_callback`` always makes).
-  ``vmap`` runs the callback once per batch element (``vmap_method="sequential"``).
+- **traced** (under ``jax.jit``, ``jax.vmap``, ...): the kernel call is an XLA FFI custom call
+  running canna's executor on XLA's own buffers (no copy; :mod:`canna_dl.jax._ffi` says which ops
+  and when), else a ``jax.pure_callback`` with the result's shape and dtype given as
+  ``jax.ShapeDtypeStruct``; JAX hands the callback host arrays and copies its results into XLA's
+  buffers (a copy ``pure_callback`` always makes). ``vmap`` runs either once per batch element
+  (``vmap_method="sequential"``).
 
 Rules: operands are JAX arrays (NumPy arrays and Python numbers next to an array are converted
 with ``jnp.asarray``) of one floating dtype (float16, bfloat16, float32, float64); integer, bool
@@ -112,7 +114,8 @@ def _call(fn, args, structs):
 
     def host(*a):
         r = fn(*(np.asarray(v) for v in a))   # NumPy in, NumPy out (written in place by the kernels)
-        return tuple(np.asarray(v) for v in r)
+        # an output the kernel does not produce (None: the gradient of an absent optional input) is zeros
+        return tuple(np.zeros(s.shape, s.dtype) if v is None else np.asarray(v) for v, s in zip(r, structs))
     return tuple(jax.pure_callback(host, tuple(structs), *args, vmap_method="sequential"))
 
 

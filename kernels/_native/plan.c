@@ -283,6 +283,27 @@ static PyObject *plan_get_name(PlanObject *self, void *c)
     return self->name;
 }
 
+/* (executor, phase-2 function, (tensor handles...)) as addresses: for a caller that launches the
+ * plan from C itself (canna_dl.jax's XLA FFI handler, which owns the plan it reads them from) */
+static PyObject *plan_get_raw(PlanObject *self, void *c)
+{
+    (void)c;
+    int n = self->nin + self->nout;
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->tensors[i]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return Py_BuildValue("(KKiiN)", (unsigned long long)(uintptr_t)self->executor,
+                         (unsigned long long)(uintptr_t)self->run, self->nin, self->nout, t);
+}
+
 static PyObject *plan_get_meta(PlanObject *self, void *c)
 {
     (void)c;
@@ -323,6 +344,7 @@ static PyGetSetDef plan_getset[] = {
     {"ws_size", (getter)plan_get_ws, NULL, "workspace bytes phase 2 needs", NULL},
     {"repeatable", (getter)plan_get_repeatable, NULL, "whether the executor can be launched again", NULL},
     {"name", (getter)plan_get_name, NULL, "the aclnn function it runs", NULL},
+    {"raw", (getter)plan_get_raw, NULL, "(executor, run, nin, nout, tensor handles): addresses (internal)", NULL},
     {"meta", (getter)plan_get_meta, (setter)plan_set_meta, "data the Python side attaches", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
