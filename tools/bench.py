@@ -165,6 +165,20 @@ def section_overhead(run, st):
     run.row("overhead", "1-element add, per call", "kernels.add", m["canna"], "torch.add", m["torch"], target=0.25)
     run.row("overhead", "1-element add, per call (autograd op)", "canna_dl.torch.add", m["canna_torch"],
             "torch.add", m["torch"])
+    run.note("launch overhead: a 1-element op inside offload()")
+    o = bench_kernels.measure_offload_per_call(budget=st["one_budget"] * 3)
+    run.details["offload_per_call"] = o
+    share = "" if o["fast_share"] is None else f"; {o['fast_share']:.0%} on the C fast path"
+    run.row("overhead", "1-element F.relu in offload(), per call", "offload() F.relu", o["relu_offload"],
+            "F.relu", o["relu_torch"], target=0.5,
+            note=f"+{(o['relu_offload'] - o['relu_kernel']) * 1e6:.1f} us over kernels.relu{share}")
+    run.row("overhead", "1-element F.relu, PyTorch's mode dispatch alone", "empty TorchFunctionMode",
+            o["relu_floor"], "F.relu", o["relu_torch"], note="the floor of any torch-function mode")
+    run.row("overhead", "1-element torch.add in offload(), per call", "offload() torch.add", o["add_offload"],
+            "torch.add", o["add_torch"],
+            note=f"+{(o['add_offload'] - o['add_kernel']) * 1e6:.1f} us over kernels.add")
+    run.row("overhead", "1-element torch.add, PyTorch's mode dispatch alone", "empty TorchFunctionMode",
+            o["add_floor"], "torch.add", o["add_torch"], note="the floor of any torch-function mode")
     run.note("launch overhead: RawKernel")
     lm = bench_rawkernel.measure_launch(inner=st["launch_inner"], rounds=st["launch_rounds"])
     run.details["launch"] = lm

@@ -153,10 +153,37 @@ static int inplace_ok(const DLTensor *x, const DLTensor *y)
     return 1;
 }
 
+static void alloc_error(void *ctx, const char *kind, const char *message)
+{
+    (void)kind;
+    (void)message;
+    *(int *)ctx = 1;
+}
+
+/* a new contiguous torch tensor of proto's shape, dtype and device: torch's allocator through the
+ * exchange API (no Python-level call), else torch.empty_like(x) */
+static PyObject *alloc_like(PyObject *x, DLTensor *proto)
+{
+    if (g_api->managed_tensor_allocator && g_api->managed_tensor_to_py_object_no_sync) {
+        DLManagedTensorVersioned *m = NULL;
+        int failed = 0;
+        if (g_api->managed_tensor_allocator(proto, &m, &failed, alloc_error) == 0 && !failed && m) {
+            void *obj = NULL;
+            if (g_api->managed_tensor_to_py_object_no_sync(m, &obj) == 0 && obj)
+                return (PyObject *)obj;
+            PyErr_Clear();
+            if (m->deleter)
+                m->deleter(m);
+        }
+        PyErr_Clear();
+    }
+    return PyObject_CallOneArg(g_empty_like, x);
+}
+
 /* launch a cache hit: entry (plan, mode, dtype, shape) for the operands read into tx (and ty when
  * ny); the output tensor, Py_None (new reference) when the plan was closed meanwhile (the entry is
  * dropped from cache under key), NULL on error */
-static PyObject *launch_hit(PyObject *entry, PyObject *key, PyObject *cache, PyObject *x, const DLTensor *tx,
+static PyObject *launch_hit(PyObject *entry, PyObject *key, PyObject *cache, PyObject *x, DLTensor *tx,
                             const DLTensor *ty, int ny, int inplace, void *stream)
 {
     if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4 || Py_TYPE(PyTuple_GET_ITEM(entry, 0)) != &Plan_Type) {
@@ -176,8 +203,8 @@ static PyObject *launch_hit(PyObject *entry, PyObject *key, PyObject *cache, PyO
     if (inplace) {                   /* x op= y: x is the output */
         out = x;
         Py_INCREF(out);
-    } else if (mode == Py_False) {   /* torch.empty_like(x) */
-        out = PyObject_CallOneArg(g_empty_like, x);
+    } else if (mode == Py_False) {   /* torch.empty_like(x) (x is contiguous) */
+        out = alloc_like(x, tx);
     } else if (mode == Py_True) {    /* torch.empty(shape, dtype=dtype) */
         PyObject *cargs[2] = {PyTuple_GET_ITEM(entry, 3), PyTuple_GET_ITEM(entry, 2)};
         out = PyObject_Vectorcall(g_empty, cargs, 1, s_dtype_kwnames);
