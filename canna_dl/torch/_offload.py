@@ -50,7 +50,6 @@ _T = torch.Tensor
 _autocast_on = torch._C._is_any_autocast_enabled
 _STRIDED = torch.strided
 _graph_task_id = torch._C._current_graph_task_id    # -1 outside autograd's backward pass
-_kl, _ks = _kcore._lib, _kcore._state   # the runtime generation the plan caches belong to
 
 
 def _compile_underway() -> bool:
@@ -299,6 +298,7 @@ _FAST: dict = {}
 _NO_FAST: dict = {}
 _OCACHE = _kcore.offload_cache
 _offload_fast = _knative.offload_fast
+_knative.offload_configure(_autocast_on, functorch_active, _kcore._lib, _kcore._state)
 #: signatures the fast path learned from the Python handler (kernels._native.stats()["offload_fast_hits"] counts its calls)
 FAST_STATS = {"registered": 0}
 
@@ -758,7 +758,7 @@ class Offload(TorchFunctionMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         okey = None
         fe = self._fast.get(func)
-        if fe is not None and _kl.gen == _ks.generation and not _autocast_on() and not functorch_active():
+        if fe is not None:   # (C checks: no autocast, no functorch transform, the plans' runtime generation)
             r = _offload_fast(fe, args, kwargs, self.report.ops, _OCACHE)
             if r is not None:
                 if type(r) is not bytes:

@@ -364,7 +364,57 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * exact signature on canna; the Python number operands must be exact ints / floats (no bool). */
 #define OFF_MAXARGS 16
 
-static PyObject *s_canna, *s_one;
+static PyObject *s_canna, *s_one, *s_gen, *s_generation;
+static PyObject *g_off_guards[2], *g_off_lib, *g_off_state;   /* offload_configure's */
+
+/* offload_configure(autocast_on, functorch_active, lib, state): the calls that must answer False
+ * and the runtime generation (lib.gen == state.generation) offload_fast checks before anything */
+PyObject *py_offload_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "offload_configure(autocast_on, functorch_active, lib, state)");
+        return NULL;
+    }
+    if (!s_gen) {
+        s_gen = PyUnicode_InternFromString("gen");
+        s_generation = PyUnicode_InternFromString("generation");
+        if (!s_gen || !s_generation)
+            return NULL;
+    }
+    for (int i = 0; i < 4; i++)
+        Py_INCREF(args[i]);
+    Py_XSETREF(g_off_guards[0], args[0]);
+    Py_XSETREF(g_off_guards[1], args[1]);
+    Py_XSETREF(g_off_lib, args[2]);
+    Py_XSETREF(g_off_state, args[3]);
+    Py_RETURN_NONE;
+}
+
+/* 1: the guards pass (no autocast, no functorch transform, the plans' runtime generation); 0: not */
+static int off_guards(void)
+{
+    if (!g_off_lib)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        PyObject *r = PyObject_CallNoArgs(g_off_guards[i]);
+        if (!r) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(r);
+        if (r != Py_False)
+            return 0;
+    }
+    PyObject *a = PyObject_GetAttr(g_off_lib, s_gen);
+    PyObject *b = a ? PyObject_GetAttr(g_off_state, s_generation) : NULL;
+    int eq = b ? PyObject_RichCompareBool(a, b, Py_EQ) : -1;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    if (eq < 0)
+        PyErr_Clear();
+    return eq == 1;
+}
 unsigned long long g_offload_hits;
 
 static int off_number(PyObject *o)
@@ -380,7 +430,7 @@ PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "offload_fast(entry, args, kwargs, ops, ocache)");
         return NULL;
     }
-    if (!g_api)
+    if (!g_api || !off_guards())
         Py_RETURN_NONE;
     PyObject *e = args[0], *targs = args[1], *kw = args[2], *ops = args[3], *ocache = args[4];
     PyObject *names = PyTuple_GET_ITEM(e, 1), *defaults = PyTuple_GET_ITEM(e, 2), *src = PyTuple_GET_ITEM(e, 3);
