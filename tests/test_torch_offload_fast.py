@@ -177,3 +177,31 @@ def test_strict_mode_and_cache_clear():
     for r in got:
         close(r, want)
     assert rep.ops["relu"].canna == 6
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: torch.add(x, x, 1, 2),             # too many positional arguments
+    lambda x: torch.add(x, x, beta=2),           # an unknown keyword
+    lambda x: torch.add(x, x, input=x),          # a parameter given twice
+    lambda x: torch.add(x),                      # a missing one
+    lambda x: torch.add(x, "a"),                 # not a number
+])
+def test_bad_calls_raise_pytorchs_error(call):
+    """Calls the fast path cannot bind give PyTorch's own error, as without offload()."""
+    x = rand(3)
+    with pytest.raises(TypeError) as plain:
+        call(x)
+    with ct.offload() as rep:
+        for _ in range(2):
+            with pytest.raises(TypeError) as got:
+                call(x)
+    assert str(got.value) == str(plain.value)   # (PyTorch's argument parser refuses it before the mode)
+    assert "add" not in rep.ops or rep.ops["add"].canna == 0
+
+
+def test_kwargs_the_fast_path_cannot_bind_take_the_python_way():
+    x = rand(3)
+    out, rep, h = run(lambda: F.silu(x, inplace=0), n=3)   # fixed inplace=False: by ==, the handler's to decide
+    assert h == 0 and rep.ops["silu"].canna == 3
+    for r in out:
+        close(r, x * torch.sigmoid(x))

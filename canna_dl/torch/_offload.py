@@ -303,9 +303,14 @@ _knative.offload_configure(_autocast_on, functorch_active, _kcore._lib, _kcore._
 FAST_STATS = {"registered": 0}
 
 
+_fast_tags = [0]   # the next torch function's tag (never reused)
+
+
 def _add_fast(op):
     from . import _generated
-    for f, e in _generated.offload_fast_entries(op, len(_FAST)):
+    entries = _generated.offload_fast_entries(op, _fast_tags[0])
+    _fast_tags[0] += len(entries)
+    for f, e in entries:
         if _TABLE.get(f, (None,))[0] == e[9]:   # (a hand entry that maps it elsewhere wins)
             _FAST[f] = e
 
