@@ -29,7 +29,9 @@ the faster of ``Tensor.copy_`` and ``np.copyto``, measured in the same run); mat
 training step >= 0.5x plain PyTorch (at most 2x its time); the pool's alloc/free pair >= 20x
 aclrtMalloc/aclrtFree at 1 MiB; DLPack exchange >= 0.5x torch.from_dlpack (at most 2x its time);
 (issue 17) the 64 MiB all-reduce's bandwidth >= 0.5x the copy bandwidth (a copy of the same bytes
-takes at most half the all-reduce's time); (issue 15) every model row >= 1.0x plain PyTorch.
+takes at most half the all-reduce's time); (issue 15) every model row >= 1.0x plain PyTorch, and the
+1-element ``F.relu`` inside ``offload()`` >= 0.5x plain ``F.relu`` (the overhead rows also give
+PyTorch's own dispatch to an empty torch-function mode: the floor of any mode).
 The report ends with the load average at the start and the end; a ratio whose spread over rounds
 (max/min) exceeds 1.25 is marked "wide" (a loaded box: read it loosely).
 
