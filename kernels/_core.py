@@ -406,6 +406,7 @@ def clear_plan_cache() -> None:
     with _plans_lock:
         _plans.clear()
         fast_cache.clear()
+        offload_cache.clear()
 
 
 #: (thread id, list) while :func:`capture_plans` runs on that thread: the plans launched there
@@ -852,6 +853,9 @@ def out_or_new(api, out, kind, shape, dtype, s, inputs, *, name="out", allow_sam
 
 #: signature key (bytes, made by the C side) -> (plan, use_empty, torch dtype, shape)
 fast_cache: dict = {}
+#: offload()'s per-call fast path (canna_dl/torch/_offload.py): its key (the kernel's key and the
+#: torch function's tag) -> the fast_cache entry, for the signatures offload()'s handler ran on canna
+offload_cache: dict = {}
 _fast_state = {"on": None}   # None: not yet configured, True / False
 
 

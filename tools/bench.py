@@ -29,8 +29,10 @@ the faster of ``Tensor.copy_`` and ``np.copyto``, measured in the same run); mat
 training step >= 0.5x plain PyTorch (at most 2x its time); the pool's alloc/free pair >= 20x
 aclrtMalloc/aclrtFree at 1 MiB; DLPack exchange >= 0.5x torch.from_dlpack (at most 2x its time);
 (issue 17) the 64 MiB all-reduce's bandwidth >= 0.5x the copy bandwidth (a copy of the same bytes
-takes at most half the all-reduce's time); (issue 15) every model row >= 1.0x plain PyTorch, and
-canna_dl.jax under jit >= 0.8x jnp under jit.
+takes at most half the all-reduce's time); (issue 15) every model row >= 1.0x plain PyTorch,
+canna_dl.jax under jit >= 0.8x jnp under jit, and the 1-element ``F.relu`` inside ``offload()``
+>= 0.5x plain ``F.relu`` (the overhead rows also give PyTorch's own dispatch to an empty
+torch-function mode: the floor of any mode).
 The report ends with the load average at the start and the end; a ratio whose spread over rounds
 (max/min) exceeds 1.25 is marked "wide" (a loaded box: read it loosely).
 
@@ -166,6 +168,20 @@ def section_overhead(run, st):
     run.row("overhead", "1-element add, per call", "kernels.add", m["canna"], "torch.add", m["torch"], target=0.25)
     run.row("overhead", "1-element add, per call (autograd op)", "canna_dl.torch.add", m["canna_torch"],
             "torch.add", m["torch"])
+    run.note("launch overhead: a 1-element op inside offload()")
+    o = bench_kernels.measure_offload_per_call(budget=st["one_budget"] * 3)
+    run.details["offload_per_call"] = o
+    share = "" if o["fast_share"] is None else f"; {o['fast_share']:.0%} on the C fast path"
+    run.row("overhead", "1-element F.relu in offload(), per call", "offload() F.relu", o["relu_offload"],
+            "F.relu", o["relu_torch"], target=0.5,
+            note=f"+{(o['relu_offload'] - o['relu_kernel']) * 1e6:.1f} us over kernels.relu{share}")
+    run.row("overhead", "1-element F.relu, PyTorch's mode dispatch alone", "empty TorchFunctionMode",
+            o["relu_floor"], "F.relu", o["relu_torch"], note="the floor of any torch-function mode")
+    run.row("overhead", "1-element torch.add in offload(), per call", "offload() torch.add", o["add_offload"],
+            "torch.add", o["add_torch"],
+            note=f"+{(o['add_offload'] - o['add_kernel']) * 1e6:.1f} us over kernels.add")
+    run.row("overhead", "1-element torch.add, PyTorch's mode dispatch alone", "empty TorchFunctionMode",
+            o["add_floor"], "torch.add", o["add_torch"], note="the floor of any torch-function mode")
     run.note("launch overhead: RawKernel")
     lm = bench_rawkernel.measure_launch(inner=st["launch_inner"], rounds=st["launch_rounds"])
     run.details["launch"] = lm

@@ -215,6 +215,60 @@ def measure_one_add(*, budget: float, tf=None, da: bool = True, batch: int = 200
     return r
 
 
+def measure_offload_per_call(*, budget: float, batch: int = 20, inner: int = 100) -> dict:
+    """The per-call cost of a supported op inside ``canna_dl.torch.offload()`` (issue 15) on a
+    1-element float32 tensor: seconds per call of ``F.relu(x)`` and ``torch.add(x, x)`` plain
+    (``*_torch``), in an empty ``TorchFunctionMode`` whose ``__torch_function__`` only calls the
+    function (``*_floor``: PyTorch's own mode dispatch, the least a mode can cost), in ``offload()``
+    (``*_offload``) and as canna's kernel called directly (``*_kernel``: ``kernels.relu`` /
+    ``kernels.add``); ``fast_share`` is the share of the offload calls the C per-call fast path
+    served (None when the tree has none). Each timed call is one of ``inner`` calls made inside one
+    ``with`` block (entering the mode is spread over them)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    import canna_dl.torch as ctorch
+    import kernels
+    from kernels import _native
+
+    class Floor(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **kwargs) if kwargs else func(*args)
+
+    x = torch.randn(1)
+    rep = ctorch.OffloadReport()
+    steps = range(inner)
+
+    def looped(call, mode=None):
+        if mode is None:
+            def fn():
+                for _ in steps:
+                    call()
+        else:
+            def fn():
+                with mode():
+                    for _ in steps:
+                        call()
+        return fn
+
+    def offload():
+        return ctorch.offload(report=rep)
+    cands = {}
+    for name, call, kern in (("relu", lambda: F.relu(x), lambda: kernels.relu(x)),
+                             ("add", lambda: torch.add(x, x), lambda: kernels.add(x, x))):
+        cands[f"{name}_torch"] = looped(call)
+        cands[f"{name}_floor"] = looped(call, Floor)
+        cands[f"{name}_offload"] = looped(call, offload)
+        cands[f"{name}_kernel"] = looped(kern)
+    hits0 = _native.stats().get("offload_fast_hits")
+    r = {k: v / inner for k, v in bench_many(cands, budget=budget, batch=batch).items()}
+    hits = _native.stats().get("offload_fast_hits")
+    calls = sum(st.canna + st.fallback for st in rep.ops.values())
+    r["fast_share"] = (hits - hits0) / calls if hits is not None and calls else None
+    return r
+
+
 def measure_one_add_split(*, budget: float) -> dict:
     """Where the per-call time of the 1-element add (torch in / torch out) goes: seconds per call of
     ``total`` (kernels.add), ``sim`` (the cached plan's launch alone: address swap, aclnnAdd, sync),

@@ -769,6 +769,53 @@ def _offload_entry(op, fn, f, spec):
     return (f, names, defaults, dict(spec.fixed), h, report)
 
 
+def offload_fast_entry(op, spec, tag, report):
+    """The C per-call fast path's entry (``kernels._native.offload_fast``, kernels/_native/fast.c)
+    of one :class:`kernels.TorchFn` of ``op``, or None when the call cannot take it: the op has no
+    kernel fast path (1 or 2 tensor inputs, at most one attribute, one output), or the TorchFn has a
+    guard, an identity case, an output index, an in-place form or list inputs. Built from the same
+    binding as :func:`_offload_entry` (``spec.bind``), so the C side binds the call as the Python
+    handler does; ``tag`` tells the torch functions apart in the fast path's key."""
+    from kernels import _core as KC
+    from ._offload import _REQ
+    ins = op.inputs
+    if (not op.fast or spec.inplace or spec.guard or spec.identity or spec.output is not None or op.lists
+            or len(ins) not in (1, 2) or len(op.outputs) != 1 or len(op.attrs) > 1
+            or any(t.optional or t.mutated or t.list for t in ins)):
+        return None
+    names, defaults, src, dflt, fixed, _nonone = spec.bind(op)
+    if src[0] is None or len(names) > 16:
+        return None
+    n = len(ins)
+    iy, ydf = (src[1], dflt[1]) if n == 2 else (None, None)
+    codes = None
+    if op.attrs:
+        a = op.attrs[0]
+        ip, pdf = src[n], dflt[n]
+        if a.type is str:
+            codes = {c: i for i, c in enumerate(a.choices or ())}
+    else:
+        ip, pdf = None, None
+    return (int(op.fast_id), tuple(names), tuple(defaults.get(nm, _REQ) for nm in names),
+            (src[0], -1 if iy is None else iy, -1 if ip is None else ip), ydf, pdf,
+            tuple((i, v) for i, _name, v in fixed), bool(spec.reflected), codes, report, tag, KC.fast_stream, op.api,
+            _REQ)
+
+
+def offload_fast_entries(op, first_tag):
+    """``[(torch function, fast entry)]`` of the entry's TorchFns that take the C per-call fast
+    path (:func:`offload_fast_entry`), tagged from ``first_tag`` on."""
+    out = []
+    for spec in op.torch:
+        f = _resolve(spec.fn)
+        if f is None:
+            continue
+        e = offload_fast_entry(op, spec, first_tag + len(out), f"{op.name}_" if spec.inplace else op.name)
+        if e is not None:
+            out.append((f, e))
+    return out
+
+
 def _flat_chk(xs):
     out = []
     for x in xs:
@@ -788,6 +835,7 @@ def offload_register(op):
         _offload._TABLE[f] = (report, _offload._Sig(names, None, **defaults), handler)
         reports.add(report)
     _offload.OFFLOAD_OPS = tuple(sorted(set(_offload.OFFLOAD_OPS) | reports))   # offload(ops=[...]) knows it
+    _offload._add_fast(op)
     for key in (op.qualname, op.qualname + "_"):
         cls = _classes.get(key)
         if cls is not None and cls._backward_cls not in _offload._NODES:   # the report counts its backward calls

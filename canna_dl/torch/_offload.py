@@ -37,6 +37,8 @@ except ImportError:    # PyTorch < 2.13: backward passes run on PyTorch
     _redispatch = None
 
 import acl_rt
+from kernels import _core as _kcore
+from kernels import _native as _knative
 
 from . import _functions as F
 from ._common import NoTorchFunction, Parameter, Tensor, functorch_active, is_compiling
@@ -242,8 +244,6 @@ def _build_table():
                 t[f] = (name, sig, handler)
 
     g = getattr
-    m((torch.relu, _T.relu), "relu", S(("input",)), _h_relu)
-    m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
     m((torch.relu_, _T.relu_), "relu_", S(("input",)), _h_relu_)
     m((g(torch, "log_", None), _T.log_), "log", S(("input",)), _h_unary_inplace)
     m((g(torch, "exp_", None), _T.exp_), "exp", S(("input",)), _h_unary_inplace)
@@ -276,6 +276,8 @@ def _build_table():
     for op in _registered():
         for f, names, defaults, _extras, handler, report in _generated.offload_entries(op):
             m((f,), report, S(names, None, **defaults), handler)
+    # F.relu(inplace=True) is relu_ on canna (the registry's TorchFn takes inplace=False only)
+    m((_nnf.relu,), "relu", S(("input", "inplace"), inplace=False), _h_relu_f)
     # torch.optim's fused steps (and the steps' increment) on canna's optimizer kernels
     from . import _offload_optim
     _offload_optim.table_entries(m, S)
@@ -288,6 +290,45 @@ def _registered():
 
 
 _TABLE = _build_table()
+
+# the C per-call fast path (kernels/_native/fast.c offload_fast): torch function -> its entry, built
+# from the registry's TorchFns (canna_dl.torch._generated.offload_fast_entry); a call it takes is
+# bound, checked, looked up, launched and counted in C; any other call goes the Python way below
+_FAST: dict = {}
+_NO_FAST: dict = {}
+_OCACHE = _kcore.offload_cache
+_offload_fast = _knative.offload_fast
+_knative.offload_configure(_autocast_on, functorch_active, _kcore._lib, _kcore._state)
+#: signatures the fast path learned from the Python handler (kernels._native.stats()["offload_fast_hits"] counts its calls)
+FAST_STATS = {"registered": 0}
+
+
+_fast_tags = [0]   # the next torch function's tag (never reused)
+
+
+def _add_fast(op):
+    from . import _generated
+    entries = _generated.offload_fast_entries(op, _fast_tags[0])
+    _fast_tags[0] += len(entries)
+    for f, e in entries:
+        if _TABLE.get(f, (None,))[0] == e[9]:   # (a hand entry that maps it elsewhere wins)
+            _FAST[f] = e
+
+
+for _op in _registered():
+    _add_fast(_op)
+
+
+def _fast_register(okey):
+    """The Python handler ran a call the fast path missed on canna: its kernel's cache entry (the
+    key without the tag) serves that signature from now on."""
+    e = _kcore.fast_cache.get(okey[:-4])
+    if e is not None:
+        if len(_OCACHE) >= _kcore._PLAN_CACHE_MAX:
+            _OCACHE.clear()
+        _OCACHE[okey] = e
+        FAST_STATS["registered"] += 1
+
 from . import _offload_optim  # noqa: E402 (needs the definitions above)
 _offload_optim.install_hooks()   # default torch.optim groups take the fused path in a block
 
@@ -705,6 +746,7 @@ class Offload(TorchFunctionMode):
         self.report = report if report is not None else OffloadReport()
         self._all = self.enabled == frozenset(OFFLOAD_OPS)
         self._in_backward = 0   # > 0: in _backward (its calls outside a graph task are PyTorch's set-up)
+        self._fast = _FAST if self._all else _NO_FAST   # the C per-call fast path serves all-ops blocks
 
     def __enter__(self):
         acl_rt.init()
@@ -719,6 +761,14 @@ class Offload(TorchFunctionMode):
             # AOTAutograd compiling a compiled graph's backward at its first backward pass: the
             # compiler's own calls (on fake tensors) are neither routed nor counted
             return func(*args, **kwargs) if kwargs else func(*args)
+        okey = None
+        fe = self._fast.get(func)
+        if fe is not None:   # (C checks: no autocast, no functorch transform, the plans' runtime generation)
+            r = _offload_fast(fe, args, kwargs, self.report.ops, _OCACHE)
+            if r is not None:
+                if type(r) is not bytes:
+                    return r
+                okey = r
         e = _TABLE.get(func)
         if e is not None and func in _MAYBE_VIEW and _is_view_call(func, args, kwargs):
             return func(*args, **kwargs) if kwargs else func(*args)   # returns its input: not compute
@@ -771,6 +821,8 @@ class Offload(TorchFunctionMode):
                     refused[key if key is not None else _sig_key(args, kwargs)] = reason
         else:
             st.canna += 1
+            if okey is not None:
+                _fast_register(okey)
             t = r if type(r) is Tensor else (r[0] if type(r) is tuple else None)
             if t is not None:
                 gf = t.grad_fn

@@ -153,6 +153,89 @@ static int inplace_ok(const DLTensor *x, const DLTensor *y)
     return 1;
 }
 
+static void alloc_error(void *ctx, const char *kind, const char *message)
+{
+    (void)kind;
+    (void)message;
+    *(int *)ctx = 1;
+}
+
+/* a new contiguous torch tensor of proto's shape, dtype and device: torch's allocator through the
+ * exchange API (no Python-level call), else torch.empty_like(x) */
+static PyObject *alloc_like(PyObject *x, DLTensor *proto)
+{
+    if (g_api->managed_tensor_allocator && g_api->managed_tensor_to_py_object_no_sync) {
+        DLManagedTensorVersioned *m = NULL;
+        int failed = 0;
+        if (g_api->managed_tensor_allocator(proto, &m, &failed, alloc_error) == 0 && !failed && m) {
+            void *obj = NULL;
+            if (g_api->managed_tensor_to_py_object_no_sync(m, &obj) == 0 && obj)
+                return (PyObject *)obj;
+            PyErr_Clear();
+            if (m->deleter)
+                m->deleter(m);
+        }
+        PyErr_Clear();
+    }
+    return PyObject_CallOneArg(g_empty_like, x);
+}
+
+/* launch a cache hit: entry (plan, mode, dtype, shape) for the operands read into tx (and ty when
+ * ny); the output tensor, Py_None (new reference) when the plan was closed meanwhile (the entry is
+ * dropped from cache under key), NULL on error */
+static PyObject *launch_hit(PyObject *entry, PyObject *key, PyObject *cache, PyObject *x, DLTensor *tx,
+                            const DLTensor *ty, int ny, int inplace, void *stream)
+{
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4 || Py_TYPE(PyTuple_GET_ITEM(entry, 0)) != &Plan_Type) {
+        PyErr_SetString(PyExc_RuntimeError, "kernels fast path: malformed cache entry");
+        return NULL;
+    }
+    Py_INCREF(entry);   /* the dict may change while we wait for the stream */
+    PlanObject *plan = (PlanObject *)PyTuple_GET_ITEM(entry, 0);
+    int n = 2 + ny;
+    if (!plan_fast_ok(plan, n)) {   /* closed meanwhile (cache cleared): compute it again */
+        Py_DECREF(entry);
+        if (PyDict_DelItem(cache, key))
+            PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *out, *mode = PyTuple_GET_ITEM(entry, 1);
+    if (inplace) {                   /* x op= y: x is the output */
+        out = x;
+        Py_INCREF(out);
+    } else if (mode == Py_False) {   /* torch.empty_like(x) (x is contiguous) */
+        out = alloc_like(x, tx);
+    } else if (mode == Py_True) {    /* torch.empty(shape, dtype=dtype) */
+        PyObject *cargs[2] = {PyTuple_GET_ITEM(entry, 3), PyTuple_GET_ITEM(entry, 2)};
+        out = PyObject_Vectorcall(g_empty, cargs, 1, s_dtype_kwnames);
+    } else {                         /* an allocator (canna's pool, handed to torch) */
+        out = PyObject_CallNoArgs(mode);
+    }
+    if (!out) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    DLTensor to;
+    if (g_api->dltensor_from_py_object_no_sync(out, &to) != 0) {
+        Py_DECREF(entry);
+        Py_DECREF(out);
+        return NULL;
+    }
+    void *addrs[3];
+    addrs[0] = data_of(tx);
+    if (ny)
+        addrs[1] = data_of(ty);
+    addrs[n - 1] = data_of(&to);
+    /* x and y stay alive: the caller holds them until we return, and we wait for the stream */
+    int rc = plan_launch_addrs(plan, stream, NULL, addrs, n, 1);
+    Py_DECREF(entry);
+    if (rc) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* fast_configure(tensor_type, exchange_api_capsule, empty_like, empty, cache); tensor_type None
  * turns the fast path off */
 PyObject *py_fast_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -249,54 +332,264 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         return key;   /* a miss */
     }
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4 || Py_TYPE(PyTuple_GET_ITEM(entry, 0)) != &Plan_Type) {
+    PyObject *out = launch_hit(entry, key, g_cache, args[2], &tx, &ty, ny, inplace, stream);
+    if (!out) {
         Py_DECREF(key);
-        PyErr_SetString(PyExc_RuntimeError, "kernels fast path: malformed cache entry");
         return NULL;
     }
-    Py_INCREF(entry);   /* the dict may change while we wait for the stream */
-    PlanObject *plan = (PlanObject *)PyTuple_GET_ITEM(entry, 0);
-    int n = 2 + ny;
-    if (!plan_fast_ok(plan, n)) {   /* closed meanwhile (cache cleared): compute it again */
-        Py_DECREF(entry);
-        PyDict_DelItem(g_cache, key);
-        PyErr_Clear();
+    if (out == Py_None) {   /* the plan was closed meanwhile: a miss */
+        Py_DECREF(out);
         return key;
     }
     Py_DECREF(key);
-    PyObject *out, *mode = PyTuple_GET_ITEM(entry, 1);
-    if (inplace) {                   /* x op= y: x is the output */
-        out = args[2];
-        Py_INCREF(out);
-    } else if (mode == Py_False) {   /* torch.empty_like(x) */
-        out = PyObject_CallOneArg(g_empty_like, args[2]);
-    } else if (mode == Py_True) {    /* torch.empty(shape, dtype=dtype) */
-        PyObject *cargs[2] = {PyTuple_GET_ITEM(entry, 3), PyTuple_GET_ITEM(entry, 2)};
-        out = PyObject_Vectorcall(g_empty, cargs, 1, s_dtype_kwnames);
-    } else {                         /* an allocator (canna's pool, handed to torch) */
-        out = PyObject_CallNoArgs(mode);
-    }
-    if (!out) {
-        Py_DECREF(entry);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * offload()'s per-call fast path (canna_dl/torch/_offload.py): one torch function call of a
+ * registry entry's TorchFn, bound, checked, looked up and launched here.
+ *
+ * offload_fast(entry, args, kwargs, ops, ocache) -> torch.Tensor (done, counted in
+ * ops[name].canna), None (not applicable: the Python handler decides) or bytes (a miss: the key
+ * the Python side registers once its handler ran the call on canna, see _offload._fast_register).
+ *
+ * entry (built from the registry by canna_dl.torch._generated.offload_fast_entry):
+ *   (op id, names, defaults, (ix, iy, ip), y default, p default, fixed, reflected, codes, report name,
+ *    tag, stream function, api, required sentinel)
+ * ix/iy/ip: the parameter index each of the kernel's (x, y, p) comes from (-1: the default);
+ * fixed: ((index, value), ...) a value the parameter must be (by identity, else the handler decides);
+ * codes: an str attribute's choices -> code (None: a number attribute or none).
+ * The key is the kernel's own fast-path key (fast() above) followed by the entry's tag: ocache maps
+ * it to the kernel cache's entry (plan, mode, dtype, shape), only after the Python handler ran that
+ * exact signature on canna; the Python number operands must be exact ints / floats (no bool). */
+#define OFF_MAXARGS 16
+
+static PyObject *s_canna, *s_one, *s_gen, *s_generation;
+static PyObject *g_off_guards[2], *g_off_lib, *g_off_state;   /* offload_configure's */
+
+/* offload_configure(autocast_on, functorch_active, lib, state): the calls that must answer False
+ * and the runtime generation (lib.gen == state.generation) offload_fast checks before anything */
+PyObject *py_offload_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "offload_configure(autocast_on, functorch_active, lib, state)");
         return NULL;
     }
-    DLTensor to;
-    if (g_api->dltensor_from_py_object_no_sync(out, &to) != 0) {
-        Py_DECREF(entry);
+    if (!s_gen) {
+        s_gen = PyUnicode_InternFromString("gen");
+        s_generation = PyUnicode_InternFromString("generation");
+        if (!s_gen || !s_generation)
+            return NULL;
+    }
+    for (int i = 0; i < 4; i++)
+        Py_INCREF(args[i]);
+    Py_XSETREF(g_off_guards[0], args[0]);
+    Py_XSETREF(g_off_guards[1], args[1]);
+    Py_XSETREF(g_off_lib, args[2]);
+    Py_XSETREF(g_off_state, args[3]);
+    Py_RETURN_NONE;
+}
+
+/* 1: the guards pass (no autocast, no functorch transform, the plans' runtime generation); 0: not */
+static int off_guards(void)
+{
+    if (!g_off_lib)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        PyObject *r = PyObject_CallNoArgs(g_off_guards[i]);
+        if (!r) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(r);
+        if (r != Py_False)
+            return 0;
+    }
+    PyObject *a = PyObject_GetAttr(g_off_lib, s_gen);
+    PyObject *b = a ? PyObject_GetAttr(g_off_state, s_generation) : NULL;
+    int eq = b ? PyObject_RichCompareBool(a, b, Py_EQ) : -1;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    if (eq < 0)
+        PyErr_Clear();
+    return eq == 1;
+}
+unsigned long long g_offload_hits;
+
+static int off_number(PyObject *o)
+{
+    return PyFloat_CheckExact(o) || PyLong_CheckExact(o);
+}
+
+PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 14 || !PyTuple_Check(args[1]) ||
+        !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "offload_fast(entry, args, kwargs, ops, ocache)");
+        return NULL;
+    }
+    if (!g_api || !off_guards())
+        Py_RETURN_NONE;
+    PyObject *e = args[0], *targs = args[1], *kw = args[2], *ops = args[3], *ocache = args[4];
+    PyObject *names = PyTuple_GET_ITEM(e, 1), *defaults = PyTuple_GET_ITEM(e, 2), *src = PyTuple_GET_ITEM(e, 3);
+    PyObject *req = PyTuple_GET_ITEM(e, 13);
+    Py_ssize_t nn = PyTuple_GET_SIZE(names), na = PyTuple_GET_SIZE(targs);
+    if (nn > OFF_MAXARGS || na > nn)
+        Py_RETURN_NONE;
+    PyObject *vals[OFF_MAXARGS];
+    for (Py_ssize_t i = 0; i < nn; i++)
+        vals[i] = i < na ? PyTuple_GET_ITEM(targs, i) : NULL;
+    if (kw != Py_None) {
+        if (!PyDict_Check(kw))
+            Py_RETURN_NONE;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(kw, &pos, &k, &v)) {
+            Py_ssize_t i = 0;
+            for (; i < nn; i++) {
+                PyObject *nm = PyTuple_GET_ITEM(names, i);
+                if (nm == k)
+                    break;
+                if (PyUnicode_Check(k)) {
+                    int eq = PyUnicode_Compare(nm, k);
+                    if (eq == -1 && PyErr_Occurred()) {
+                        PyErr_Clear();
+                        Py_RETURN_NONE;
+                    }
+                    if (eq == 0)
+                        break;
+                }
+            }
+            if (i == nn || vals[i])   /* unknown or given twice: the handler says why */
+                Py_RETURN_NONE;
+            vals[i] = v;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nn; i++) {
+        if (!vals[i]) {
+            vals[i] = PyTuple_GET_ITEM(defaults, i);
+            if (vals[i] == req)
+                Py_RETURN_NONE;
+        }
+    }
+    PyObject *fixed = PyTuple_GET_ITEM(e, 6);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(fixed); j++) {
+        PyObject *f = PyTuple_GET_ITEM(fixed, j);
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(f, 0));
+        if (i < 0 || i >= nn || vals[i] != PyTuple_GET_ITEM(f, 1)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    Py_ssize_t ix = PyLong_AsSsize_t(PyTuple_GET_ITEM(src, 0)), iy = PyLong_AsSsize_t(PyTuple_GET_ITEM(src, 1)),
+               ip = PyLong_AsSsize_t(PyTuple_GET_ITEM(src, 2));
+    if (ix < 0 || ix >= nn || iy >= nn || ip >= nn) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *x = vals[ix];
+    PyObject *y = iy >= 0 ? vals[iy] : PyTuple_GET_ITEM(e, 4);
+    PyObject *p = ip >= 0 ? vals[ip] : PyTuple_GET_ITEM(e, 5);
+    if (PyTuple_GET_ITEM(e, 7) == Py_True) {   /* torch's (self, other) is the op's (other, self) */
+        PyObject *t = x;
+        x = y;
+        y = t;
+    }
+    PyObject *codes = PyTuple_GET_ITEM(e, 8);
+    if (codes != Py_None) {   /* an str attribute: its code */
+        if (!PyUnicode_CheckExact(p))
+            Py_RETURN_NONE;
+        p = PyDict_GetItemWithError(codes, p);   /* borrowed */
+        if (!p) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    if (p != Py_None && !off_number(p))
+        Py_RETURN_NONE;
+    long op = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
+    if (op == -1 && PyErr_Occurred())
+        return NULL;
+    key_t_ k;
+    k.n = 0;
+    int32_t op32 = (int32_t)op;
+    put(&k, &op32, sizeof op32);
+    DLTensor tx, ty;
+    if (read_tensor(x, &tx) <= 0 || key_tensor(&k, &tx))
+        Py_RETURN_NONE;
+    int ny = 0;
+    int r = read_tensor(y, &ty);
+    if (r == 1) {
+        if (key_tensor(&k, &ty))
+            Py_RETURN_NONE;
+        ny = 1;
+    } else if ((y != Py_None && !off_number(y)) || !key_scalar(&k, y)) {
+        Py_RETURN_NONE;
+    }
+    if (!key_scalar(&k, p))
+        Py_RETURN_NONE;
+    int32_t tag = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(e, 10));
+    if (put(&k, &tag, sizeof tag))
+        Py_RETURN_NONE;
+    PyObject *st = PyDict_GetItemWithError(ops, PyTuple_GET_ITEM(e, 9));   /* borrowed: the OpStats */
+    if (!st) {   /* the op's first call in this report: the handler makes its row */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *key = PyBytes_FromStringAndSize((const char *)k.b, (Py_ssize_t)k.n);
+    if (!key)
+        return NULL;
+    PyObject *entry = PyDict_GetItemWithError(ocache, key);   /* borrowed */
+    if (!entry) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        return key;   /* a miss */
+    }
+    PyObject *sobj = PyObject_CallOneArg(PyTuple_GET_ITEM(e, 11), PyTuple_GET_ITEM(e, 12));
+    if (!sobj) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    void *stream = PyLong_AsVoidPtr(sobj);
+    Py_DECREF(sobj);
+    if (!stream && PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    Py_INCREF(st);
+    PyObject *out = launch_hit(entry, key, ocache, x, &tx, &ty, ny, 0, stream);
+    if (!out || out == Py_None) {
+        Py_DECREF(st);
+        if (!out) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        Py_DECREF(out);
+        return key;   /* closed meanwhile: a miss */
+    }
+    Py_DECREF(key);
+    if ((!s_canna && !(s_canna = PyUnicode_InternFromString("canna"))) || (!s_one && !(s_one = PyLong_FromLong(1)))) {
+        Py_DECREF(st);
         Py_DECREF(out);
         return NULL;
     }
-    void *addrs[3];
-    addrs[0] = data_of(&tx);
-    if (ny)
-        addrs[1] = data_of(&ty);
-    addrs[n - 1] = data_of(&to);
-    /* x and y stay alive: the caller holds them until we return, and we wait for the stream */
-    int rc = plan_launch_addrs(plan, stream, NULL, addrs, n, 1);
-    Py_DECREF(entry);
-    if (rc) {
+    PyObject *c = PyObject_GetAttr(st, s_canna), *c1 = NULL;
+    if (c) {
+        c1 = PyNumber_Add(c, s_one);
+        Py_DECREF(c);
+    }
+    if (!c1 || PyObject_SetAttr(st, s_canna, c1)) {
+        Py_XDECREF(c1);
+        Py_DECREF(st);
         Py_DECREF(out);
         return NULL;
     }
+    Py_DECREF(c1);
+    Py_DECREF(st);
+    g_offload_hits++;
     return out;
 }

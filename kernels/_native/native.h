@@ -20,5 +20,8 @@ int plan_fast_ok(PlanObject *plan, int n);
 /* fast.c */
 PyObject *py_fast_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern unsigned long long g_offload_hits;   /* offload()'s calls served by offload_fast */
+PyObject *py_offload_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

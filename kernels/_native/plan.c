@@ -406,8 +406,8 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    return Py_BuildValue("{sKsK}", "launches", (unsigned long long)g_launches, "address_swaps",
-                         (unsigned long long)g_swaps);
+    return Py_BuildValue("{sKsKsK}", "launches", (unsigned long long)g_launches, "address_swaps",
+                         (unsigned long long)g_swaps, "offload_fast_hits", (unsigned long long)g_offload_hits);
 }
 
 static PyMethodDef module_methods[] = {
@@ -419,6 +419,10 @@ static PyMethodDef module_methods[] = {
      "fast_configure(tensor_type, exchange_api, empty_like, empty, dtypes, cache): the PyTorch fast path"},
     {"fast", (PyCFunction)(void (*)(void))py_fast, METH_FASTCALL,
      "fast(op, stream, x, y, p): a cached elementwise call on torch tensors, None, or the cache key (bytes)"},
+    {"offload_configure", (PyCFunction)(void (*)(void))py_offload_configure, METH_FASTCALL,
+     "offload_configure(autocast_on, functorch_active, lib, state): offload_fast's guards"},
+    {"offload_fast", (PyCFunction)(void (*)(void))py_offload_fast, METH_FASTCALL,
+     "offload_fast(entry, args, kwargs, ops, ocache): offload()'s cached call of a registry TorchFn, None, or the key"},
     {NULL, NULL, 0, NULL},
 };
 

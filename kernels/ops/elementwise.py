@@ -197,6 +197,7 @@ _unary("sqrt", "Sqrt", backward=lambda ops, g, y: ops.div(ops.mul(g, 0.5), y), s
        torch=("torch.sqrt", "torch.Tensor.sqrt"),
        doc=f"Square root (``torch.sqrt``; ``aclnnSqrt``): NaN below 0. Integer inputs give float32. {_SEE}")
 _unary("relu", "Relu", shape=same, backward=lambda ops, g, y: ops.relu_backward(g, y), save=("out",),
+       torch=("torch.relu", "torch.Tensor.relu", ("torch.nn.functional.relu", {"inplace": False})),
        doc=f"``max(x, 0)``, NaN kept (``torch.relu``; ``aclnnRelu``). Dtypes: floats, int32, int64. {_SEE}")
 _unary("sigmoid", "Sigmoid", backward=lambda ops, g, y: ops.sigmoid_backward(g, y), save=("out",),
        torch=("torch.sigmoid", "torch.Tensor.sigmoid"),
