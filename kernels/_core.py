@@ -372,6 +372,15 @@ _PLAN_CACHE_MAX = 4096
 _stats = {"plans_built": 0, "plan_hits": 0}
 
 
+class _Capture(threading.local):
+    """While ``rec`` is a list (this thread): plans are built, not cached, and each launch is
+    recorded as (plan, stream, addresses): how canna_dl.tf's native op gets a private plan."""
+    rec = None
+
+
+_capture = _Capture()
+
+
 def _raise_error(code, api):
     rt.raise_error(code, api)
 
@@ -410,6 +419,8 @@ def clear_plan_cache() -> None:
 def get_plan(key):
     if _lib.gen != _state.generation:
         _new_generation()
+    if _capture.rec is not None:   # a private plan for a native framework op (canna_dl.tf._native)
+        return None
     p = _plans.get(key)
     if p is not None:
         _stats["plan_hits"] += 1
@@ -425,7 +436,7 @@ def _new_generation():
 
 
 def put_plan(key, plan):
-    if not plan.repeatable:
+    if not plan.repeatable or _capture.rec is not None:
         return
     with _plans_lock:
         if len(_plans) >= _PLAN_CACHE_MAX:   # drop the older half (dicts keep insertion order)
@@ -745,6 +756,8 @@ def launch(plan, s, addrs, outs, keep):
             sync = True
             break
     h = s._handle(plan.name)   # validates the stream and makes its context current
+    if _capture.rec is not None:
+        _capture.rec.append((plan, s, list(addrs)))
     sh = s._id
     size = plan.ws_size
     wbuf = None

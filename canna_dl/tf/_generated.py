@@ -17,7 +17,8 @@ import canna_dl
 from kernels import _abstract
 from kernels import _registry as R
 
-from ._autograd import apply, floating, is_pyscalar, same_dtype, tensor
+from . import _native
+from ._autograd import _in_xla, apply, floating, is_pyscalar, same_dtype, tensor
 
 __all__ = ["function"]
 
@@ -201,6 +202,12 @@ def _make(op):
                 else:
                     res.extend(tf.zeros_like(b) if g is None or g[j] is None else g[j] for j, b in enumerate(v[i]))
             return res
+        if not tf.executing_eagerly() and not variables and not _in_xla():
+            # a native CannaCall node (no Python when it runs), if the op is one aclnn call
+            r = _native.call(op, xs, consts, [x is not None or i in consts for i, x in enumerate(ts)], attrs,
+                             out_specs)
+            if r is not None:
+                return r[0] if nout == 1 else tuple(r)
         r = apply(api, xs, diff, fwd, ntot, specs, bwd)
         if not variables:
             return r

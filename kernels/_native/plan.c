@@ -258,6 +258,24 @@ static PyObject *plan_close(PlanObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* raw(): (executor, run, nin, nout, tensor handles): for a native framework op that launches the
+ * executor itself (canna_dl.tf's CannaCall); the plan must stay alive and unused elsewhere */
+static PyObject *plan_raw(PlanObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->executor || !self->repeatable) {
+        PyErr_Format(PyExc_RuntimeError, "Plan.raw: the plan of %U is closed or single-use", self->name);
+        return NULL;
+    }
+    PyObject *t = PyTuple_New(self->nin + self->nout);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < self->nin + self->nout; i++)
+        PyTuple_SET_ITEM(t, i, PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->tensors[i]));
+    return Py_BuildValue("KKiiN", (unsigned long long)(uintptr_t)self->executor,
+                         (unsigned long long)(uintptr_t)self->run, self->nin, self->nout, t);
+}
+
 static PyObject *plan_get_closed(PlanObject *self, void *c)
 {
     (void)c;
@@ -315,6 +333,7 @@ static PyMethodDef plan_methods[] = {
     {"launch_sync", (PyCFunction)(void (*)(void))plan_launch_sync, METH_FASTCALL,
      "launch_sync(stream, workspace, *addresses): launch, then wait for the stream (GIL released)"},
     {"close", (PyCFunction)plan_close, METH_NOARGS, "destroy the executor now"},
+    {"raw", (PyCFunction)plan_raw, METH_NOARGS, "(executor, run, nin, nout, tensor handles) as addresses"},
     {NULL, NULL, 0, NULL},
 };
 
