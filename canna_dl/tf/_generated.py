@@ -181,6 +181,10 @@ def _make(op):
             else:
                 r = op.kernel(*full(R.unflatten(lay, vals)), **attrs)
                 outs = list(r) if isinstance(r, tuple) else [r]
+                if not tf.executing_eagerly() or any(o is None for o in outs):
+                    # an output not computed (a backward's masked gradient): a node output needs a tensor
+                    outs = [tf.zeros([d or 0 for d in sp[1].as_list()] if sp[1].rank is not None else [0], sp[0])
+                            if o is None else o for o, sp in zip(outs, out_specs)]
             return outs + ([outs[out_index[n]] for n in saved_outs] if save else [])
 
         def specs():

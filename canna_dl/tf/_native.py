@@ -253,10 +253,27 @@ def call(op, xs, consts, present, attrs, out_specs):
     return list(outs)
 
 
+def _grad_fn(op):
+    """An op of a backward in TensorFlow: canna_dl.tf's form, or the generated one of an entry
+    canna_dl.tf does not export (``sum_to_size``: a native node too)."""
+    from ._generated import _tf_ns_fn, function
+    try:
+        return _tf_ns_fn(op)
+    except AttributeError:
+        return function(op)
+
+
+_GOPS = None
+
+
 @tf.RegisterGradient("CannaCall")
 def _grad(node, *dys):
     """The gradient of a CannaCall node: the registry entry's backward in canna_dl.tf ops."""
-    from ._generated import TFOPS
+    global _GOPS
+    if _GOPS is None:
+        from kernels._abstract import Namespace
+        _GOPS = Namespace(_grad_fn, "canna_dl.tf functions (native backward)")
+    TFOPS = _GOPS
     op = R.get_op(node.get_attr("op").decode())
     p = json.loads(node.get_attr("params").decode())
     attrs = p["a"]
@@ -266,7 +283,8 @@ def _grad(node, *dys):
     in_index = {t.name: i for i, t in enumerate(op.inputs)}
     out_index = {n: i for i, n in enumerate(op.outputs)}
     if op.backward is None:
-        raise NotImplementedError(f"canna_dl.tf: {op.qualname} has no backward")
+        raise NotImplementedError(f"canna_dl.tf: {op.qualname} has no backward (second derivatives are not supported "
+                                  "where a backward kernel has none); differentiate once per tape")
     dys = [tf.zeros_like(o) if d is None else d for d, o in zip(dys, node.outputs)]
     sv = [node.outputs[out_index[n]] if n in out_index and n not in in_index else v[in_index[n]] for n in op.save]
     mask = [v[in_index[n]] is not None and in_index[n] not in consts for n in op.diff]
