@@ -170,42 +170,56 @@ def _args(op, params, arrays):
 
 
 def _plan(op, params, shapes, dtypes):
-    """Run ``op`` once on scratch arrays of these shapes with a private plan; the raw pointers the
-    C++ kernel launches it with. Raises NotImplementedError when the kernel is not one aclnn call
-    over exactly its operands (then the op stays a py_function node)."""
+    """Run ``op`` once on scratch arrays of these shapes with private plans; the raw pointers the
+    C++ kernel replays its aclnn calls with: ``(keep, stream, context, steps, output shapes)``, a
+    step ``(executor, phase 2, workspace bytes, nin, slots, tensor handles, addresses)``, a slot
+    naming the TF input (>= 0) or output (``-1 - k``) each operand address is. Raises
+    NotImplementedError when a call reads or writes anything but the op's operands (a temporary),
+    the kernel copies data outside an aclnn call, or the outputs are not the calls' own (then the
+    op stays a py_function node)."""
     ins = [canna_dl.zeros(tuple(s), canna_dl.dtype(d)) for s, d in zip(shapes, dtypes)]
     vals, attrs = _args(op, params, ins)
+    copies = canna_dl.copy_stats()["count"]
     with _Capture() as rec:
         r = op.kernel(*vals, **attrs)
     outs = list(r) if isinstance(r, tuple) else [r]
     if any(not isinstance(o, canna_dl.DeviceArray) for o in outs):
         raise NotImplementedError(f"{op.qualname}: its kernel does not return arrays")
-    if all(o.size == 0 for o in outs) and not rec:
-        return (None, 0, 0, 0, 0, 0, 0, (), (), (), tuple(tuple(o.shape) for o in outs))
-    if len(rec) != 1:
-        raise NotImplementedError(f"{op.qualname}: its kernel makes {len(rec)} aclnn calls, not one")
-    plan, s, addrs = rec[0]
-    executor, run, nin, nout, tensors = plan.raw()
+    if canna_dl.copy_stats()["count"] != copies:
+        raise NotImplementedError(f"{op.qualname}: its kernel copies data outside its aclnn calls")
+    if any(o.strides != C.contiguous_strides(o.shape) for o in outs):
+        raise NotImplementedError(f"{op.qualname}: its outputs are views, not the calls' own arrays")
     by_in = {a.ptr: i for i, a in enumerate(ins) if a.size}
-    by_out = {o.ptr: k for k, o in enumerate(outs)}
-    slots = []
-    for j, a in enumerate(addrs):
-        if j < nin and a in by_in:
-            slots.append(by_in[a])
-        elif a in by_out:
-            slots.append(-1 - by_out[a])
-        else:
-            raise NotImplementedError(f"{op.qualname}: its aclnn call reads a temporary (a cast or copy), not its "
-                                      "operands")
-    if sorted(s_ for s_ in slots if s_ < 0) != sorted(-1 - k for k in range(len(outs))) or \
-            any(o.strides != C.contiguous_strides(o.shape) for o in outs):
-        raise NotImplementedError(f"{op.qualname}: its aclnn call does not write its outputs in place")
-    s.synchronize()
-    ctx = C.rt.activate(s._device._id).ctx
-    keep = (plan, ins, outs)
-    return (keep, executor, run, plan.ws_size, s._id, int(C.ffi.cast("uintptr_t", ctx)), nin, tuple(slots),
-            tensors, tuple(addrs),
-            tuple(tuple(o.shape) for o in outs))
+    by_out = {o.ptr: k for k, o in enumerate(outs) if o.size}
+    if len(by_out) != sum(1 for o in outs if o.size):
+        raise NotImplementedError(f"{op.qualname}: two outputs share memory")
+    steps, written = [], set()
+    stream = None
+    for plan, s, addrs in rec:
+        if stream is not None and s is not stream:
+            raise NotImplementedError(f"{op.qualname}: its calls run on two streams")
+        stream = s
+        executor, run, nin, nout, tensors = plan.raw()
+        slots = []
+        for j, a in enumerate(addrs):
+            if j < nin and a in by_in:
+                slots.append(by_in[a])
+            elif a in by_out:
+                slots.append(-1 - by_out[a])
+                if j >= nin:
+                    written.add(by_out[a])
+            else:
+                raise NotImplementedError(f"{op.qualname}: an aclnn call of its kernel uses a temporary (a cast, a "
+                                          "copy, an intermediate result), not only its operands")
+        steps.append((executor, run, plan.ws_size, nin, tuple(slots), tensors, tuple(addrs)))
+    if written != set(by_out.values()):
+        raise NotImplementedError(f"{op.qualname}: an output is not written by an aclnn call")
+    shapes_out = tuple(tuple(o.shape) for o in outs)
+    if not steps:
+        return (None, 0, 0, (), shapes_out)
+    stream.synchronize()
+    ctx = C.rt.activate(stream._device._id).ctx
+    return ((rec, ins, outs), stream._id, int(C.ffi.cast("uintptr_t", ctx)), tuple(steps), shapes_out)
 
 
 def _factory(qualname, params, shapes, dtypes):

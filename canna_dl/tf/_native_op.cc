@@ -47,15 +47,19 @@ errmsg_fn g_errmsg;
 PyObject *g_factory;
 std::atomic<uint64_t> g_launches{0}, g_builds{0};
 
-struct NPlan {
-    PyObject *keep = nullptr;   // the Python objects owning the executor and descriptors
-    void *executor = nullptr;   // nullptr: an empty output, nothing to launch
+struct Step {   // one aclnn call of the op (its kernel may make several, on its operands only)
+    void *executor = nullptr;
     run_fn run = nullptr;
     uint64_t ws = 0;
-    void *stream = nullptr, *actx = nullptr;
     int nin = 0;
     std::vector<int> slots;     // per plan tensor: >= 0 a TF input index, < 0 output -(slot + 1)
     std::vector<void *> tensors, cur;
+};
+
+struct NPlan {
+    PyObject *keep = nullptr;   // the Python objects owning the executors and descriptors
+    void *stream = nullptr, *actx = nullptr;
+    std::vector<Step> steps;    // empty: an empty output, nothing to launch
     std::vector<TensorShape> out_shapes;
     std::mutex mu;
     ~NPlan()
@@ -112,8 +116,49 @@ bool as_ptr(PyObject *o, void **out)
     return true;
 }
 
-// factory(op, params, shapes, dtypes) -> (keep, executor, run, ws, stream, ctx, nin, slots,
-// tensors, addresses, out_shapes); called with the GIL held
+Status bad_return(const std::string &op)
+{
+    if (PyErr_Occurred())
+        return py_status("canna: " + op + ": the plan factory returned ");
+    return errors::Internal("canna: ", op, ": the plan factory returned a malformed plan");
+}
+
+// one step: (executor, run, ws, nin, slots, tensors, addresses)
+bool parse_step(PyObject *t, Step *st)
+{
+    PyObject *o_ex, *o_run, *slots, *tens, *addrs;
+    unsigned long long ws;
+    int nin;
+    if (!PyArg_ParseTuple(t, "OOKiOOO", &o_ex, &o_run, &ws, &nin, &slots, &tens, &addrs))
+        return false;
+    void *fn = nullptr;
+    if (!as_ptr(o_ex, &st->executor) || !as_ptr(o_run, &fn))
+        return false;
+    st->run = (run_fn)fn;
+    st->ws = ws;
+    st->nin = nin;
+    Py_ssize_t n = PySequence_Size(slots);
+    if (n < 0 || PySequence_Size(tens) != n || PySequence_Size(addrs) != n)
+        return false;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PySequence_GetItem(slots, i), *h = PySequence_GetItem(tens, i), *a = PySequence_GetItem(addrs, i);
+        void *hp = nullptr, *ap = nullptr;
+        bool ok = s && h && a && as_ptr(h, &hp) && as_ptr(a, &ap);
+        if (ok) {
+            st->slots.push_back((int)PyLong_AsLong(s));
+            st->tensors.push_back(hp);
+            st->cur.push_back(ap);
+        }
+        Py_XDECREF(s);
+        Py_XDECREF(h);
+        Py_XDECREF(a);
+        if (!ok || PyErr_Occurred())
+            return false;
+    }
+    return true;
+}
+
+// factory(op, params, shapes, dtypes) -> (keep, stream, ctx, steps, out_shapes); GIL held
 Status build(const std::string &op, const std::string &params, OpKernelContext *ctx, NPlan *p)
 {
     if (!g_factory)
@@ -134,56 +179,37 @@ Status build(const std::string &op, const std::string &params, OpKernelContext *
     Py_DECREF(dtypes);
     if (!r)
         return py_status("canna: " + op + ": ");
-    Status st = OkStatus();
-    PyObject *slots, *tens, *addrs, *outs;
-    PyObject *keep;
-    void *ex, *run, *stream, *actx;
-    unsigned long long ws;
-    int nin;
-    PyObject *o_ex, *o_run, *o_stream, *o_ctx;
-    if (!PyArg_ParseTuple(r, "OOOKOOiOOOO", &keep, &o_ex, &o_run, &ws, &o_stream, &o_ctx, &nin, &slots, &tens,
-                          &addrs, &outs) ||
-        !as_ptr(o_ex, &ex) || !as_ptr(o_run, &run) || !as_ptr(o_stream, &stream) || !as_ptr(o_ctx, &actx)) {
-        Py_DECREF(r);
-        return py_status("canna: " + op + ": the plan factory returned ");
-    }
-    p->executor = ex;
-    p->run = (run_fn)run;
-    p->ws = ws;
-    p->stream = stream;
-    p->actx = actx;
-    p->nin = nin;
-    Py_ssize_t n = PySequence_Size(slots);
-    for (Py_ssize_t i = 0; i < n && st.ok(); i++) {
-        PyObject *s = PySequence_GetItem(slots, i), *t = PySequence_GetItem(tens, i), *a = PySequence_GetItem(addrs, i);
-        void *tp = nullptr, *ap = nullptr;
-        if (!s || !t || !a || !as_ptr(t, &tp) || !as_ptr(a, &ap))
-            st = py_status("canna: " + op + ": the plan factory returned ");
-        else {
-            p->slots.push_back((int)PyLong_AsLong(s));
-            p->tensors.push_back(tp);
-            p->cur.push_back(ap);
-        }
-        Py_XDECREF(s);
+    PyObject *keep, *o_stream, *o_ctx, *steps, *outs;
+    bool ok = PyArg_ParseTuple(r, "OOOOO", &keep, &o_stream, &o_ctx, &steps, &outs) && as_ptr(o_stream, &p->stream) &&
+              as_ptr(o_ctx, &p->actx);
+    Py_ssize_t ns = ok ? PySequence_Size(steps) : -1;
+    ok = ok && ns >= 0;
+    for (Py_ssize_t i = 0; ok && i < ns; i++) {
+        PyObject *t = PySequence_GetItem(steps, i);
+        p->steps.emplace_back();
+        ok = t && parse_step(t, &p->steps.back());
         Py_XDECREF(t);
-        Py_XDECREF(a);
     }
-    Py_ssize_t no = PySequence_Size(outs);
-    for (Py_ssize_t k = 0; k < no && st.ok(); k++) {
+    Py_ssize_t no = ok ? PySequence_Size(outs) : -1;
+    ok = ok && no >= 0;
+    for (Py_ssize_t k = 0; ok && k < no; k++) {
         PyObject *sh = PySequence_GetItem(outs, k);
         TensorShape ts;
         Py_ssize_t nd = sh ? PySequence_Size(sh) : -1;
-        for (Py_ssize_t d = 0; d < nd; d++) {
+        ok = nd >= 0;
+        for (Py_ssize_t d = 0; ok && d < nd; d++) {
             PyObject *v = PySequence_GetItem(sh, d);
-            ts.AddDim(PyLong_AsLongLong(v));
+            long long n = v ? PyLong_AsLongLong(v) : -1;
             Py_XDECREF(v);
+            ok = n >= 0 && !PyErr_Occurred();
+            if (ok)
+                ts.AddDim(n);
         }
         Py_XDECREF(sh);
-        if (PyErr_Occurred())
-            st = py_status("canna: " + op + ": the plan factory returned ");
         p->out_shapes.push_back(ts);
     }
-    if (st.ok()) {
+    Status st = ok ? OkStatus() : bad_return(op);
+    if (ok) {
         Py_INCREF(keep);
         p->keep = keep;
     }
@@ -236,40 +262,44 @@ class CannaCallOp : public OpKernel {
         std::vector<Tensor *> outs(nout);
         for (int k = 0; k < nout; k++)
             OP_REQUIRES_OK(ctx, ctx->allocate_output(k, p->out_shapes[k], &outs[k]));
-        if (!p->executor)
+        if (p->steps.empty())
             return;
-        Tensor wbuf;
-        void *ws = nullptr;
-        if (p->ws) {
-            OP_REQUIRES_OK(ctx, ctx->allocate_temp(DT_INT8, TensorShape({(int64_t)p->ws}), &wbuf));
-            ws = (void *)wbuf.tensor_data().data();
-        }
         std::lock_guard<std::mutex> l(p->mu);
         if (g_setctx && p->actx) {
             int32_t rc = g_setctx(p->actx);
             OP_REQUIRES(ctx, rc == 0, errors::Internal("canna: ", op_, ": ", acl_message(rc, "aclrtSetCurrentContext")));
         }
-        for (size_t i = 0; i < p->slots.size(); i++) {
-            int s = p->slots[i];
-            void *addr = s >= 0 ? (void *)ctx->input(s).tensor_data().data()
-                                : (void *)outs[-s - 1]->tensor_data().data();
-            if (addr == p->cur[i])
-                continue;
-            bool out = (int)i >= p->nin;
-            int32_t rc = (out ? g_set_out : g_set_in)(p->executor, out ? i - p->nin : i, p->tensors[i], addr);
+        std::vector<Tensor> wbufs(p->steps.size());
+        for (size_t k = 0; k < p->steps.size(); k++) {
+            Step &st = p->steps[k];
+            void *ws = nullptr;
+            if (st.ws) {
+                OP_REQUIRES_OK(ctx, ctx->allocate_temp(DT_INT8, TensorShape({(int64_t)st.ws}), &wbufs[k]));
+                ws = (void *)wbufs[k].tensor_data().data();
+            }
+            for (size_t i = 0; i < st.slots.size(); i++) {
+                int s = st.slots[i];
+                void *addr = s >= 0 ? (void *)ctx->input(s).tensor_data().data()
+                                    : (void *)outs[-s - 1]->tensor_data().data();
+                if (addr == st.cur[i])
+                    continue;
+                bool out = (int)i >= st.nin;
+                int32_t rc = (out ? g_set_out : g_set_in)(st.executor, out ? i - st.nin : i, st.tensors[i], addr);
+                if (rc) {
+                    st.cur[i] = (void *)(uintptr_t)1;
+                    ctx->SetStatus(errors::Internal("canna: ", op_, ": ",
+                                                    acl_message(rc, out ? "aclSetOutputTensorAddr" : "aclSetInputTensorAddr")));
+                    return;
+                }
+                st.cur[i] = addr;
+            }
+            int32_t rc = st.run(ws, st.ws, st.executor, p->stream);
             if (rc) {
-                p->cur[i] = (void *)(uintptr_t)1;
-                ctx->SetStatus(errors::Internal("canna: ", op_, ": ",
-                                                acl_message(rc, out ? "aclSetOutputTensorAddr" : "aclSetInputTensorAddr")));
+                ctx->SetStatus(errors::InvalidArgument("canna: ", op_, ": ", acl_message(rc, "aclnn phase 2")));
                 return;
             }
-            p->cur[i] = addr;
         }
-        int32_t rc = p->run(ws, p->ws, p->executor, p->stream);
-        if (rc) {
-            ctx->SetStatus(errors::InvalidArgument("canna: ", op_, ": ", acl_message(rc, "aclnn phase 2")));
-            return;
-        }
+        int32_t rc;
         do
             rc = g_sync(p->stream, 200);
         while (rc == kSyncTimeout);
