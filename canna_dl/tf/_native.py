@@ -300,15 +300,33 @@ def _grad(node, *dys):
         raise NotImplementedError(f"canna_dl.tf: {op.qualname} has no backward (second derivatives are not supported "
                                   "where a backward kernel has none); differentiate once per tape")
     dys = [tf.zeros_like(o) if d is None else d for d, o in zip(dys, node.outputs)]
-    sv = [node.outputs[out_index[n]] if n in out_index and n not in in_index else v[in_index[n]] for n in op.save]
+    nout = len(op.outputs)
     mask = [v[in_index[n]] is not None and in_index[n] not in consts for n in op.diff]
-    by = R.call_backward(op, TFOPS, dys[:len(op.outputs)], sv, attrs, mask)
-    res = []
-    for i, t in enumerate(op.inputs):
-        if not p["p"][i] or i in consts:
-            continue
-        g = by.get(t.name) if t.diff else None
-        if g is not None:
-            g = R.sum_to(TFOPS, g, v[i].shape)
-        res.append(g)
-    return res
+    present = [i for i, t in enumerate(op.inputs) if p["p"][i] and i not in consts]
+
+    def grads(ns, d, vals, outs):
+        """The gradients of the node's inputs (None for a non-differentiable one), in ``ns``."""
+        vv, _ = _args(op, node.get_attr("params").decode(), list(vals))
+        sv = [outs[out_index[n]] if n in out_index and n not in in_index else vv[in_index[n]] for n in op.save]
+        by = R.call_backward(op, ns, list(d[:nout]), sv, attrs, mask)
+        res = []
+        for i in present:
+            t = op.inputs[i]
+            g = by.get(t.name) if t.diff else None
+            if t.diff and g is None:
+                g = tf.zeros_like(vv[i])
+            elif g is not None:
+                g = R.sum_to(ns, g, vv[i].shape)
+            res.append(g)
+        return res
+    try:   # native: the backward in canna_dl.tf ops (CannaCall nodes where they can be)
+        return grads(TFOPS, dys, xs, list(node.outputs))
+    except Exception:   # a backward the TF forms refuse (a bool mask, ...): one py_function node on the kernels
+        pass
+    from kernels._abstract import KOPS
+    from ._autograd import backward, to_tf
+    diff = [op.inputs[i].diff for i in present]
+
+    def bwd(d, vals, outs):
+        return [to_tf(g) for g, df in zip(grads(KOPS, d, vals, outs), diff) if df]
+    return backward(f"canna_dl.tf.{op.tf}", bwd, dys, xs, list(node.outputs), diff)
