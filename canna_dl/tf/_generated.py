@@ -2,7 +2,8 @@
 
 :func:`function` makes, once per entry, a differentiable TensorFlow function (``canna_dl.tf.<name>``
 for canna's own ops, ``op.tf_fn`` for a user's): eager (zero-copy) and inside ``tf.function`` (a
-``tf.py_function`` node whose outputs get the static shapes of the entry's shape rule, so Keras
+native ``CannaCall`` node (:mod:`canna_dl.tf._native`), else a ``tf.py_function`` node, whose
+outputs get the static shapes of the entry's shape rule, so Keras
 and later ops see them), with its gradient from the entry's backward (run on canna's kernels; see
 :mod:`canna_dl.tf._autograd` for the machinery and its rules: floating operands of one dtype, no
 promotion, second derivatives refused).
