@@ -140,3 +140,31 @@ def test_without_a_compiler_the_ops_stay_py_function_nodes_with_a_warning(tmp_pa
     """, PATH=str(tmp_path), CXX="", CANNA_KERNEL_CACHE=str(tmp_path / "cache"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("ok")
+
+
+def test_library_is_cached_by_tensorflow_version_and_source_hash():
+    from kernels import _compiler
+    found = list((_compiler.cache_dir() / "tf").glob(f"canna_tf_{tf.__version__}_{_native._key()}.so"))
+    assert len(found) == 1
+
+
+def test_plans_are_rebuilt_after_the_runtime_is_finalized():
+    r = _child("""
+        import numpy as np, tensorflow as tf, acl_rt, canna_dl.tf as ctf
+        from canna_dl.tf import _native
+        f = tf.function(lambda x: ctf.mul(ctf.relu(x), 3.0))
+        x = tf.constant([-1.0, 2.0])
+        assert f(x).numpy().tolist() == [0.0, 6.0]
+        acl_rt.finalize()
+        try:
+            f(x)
+            raise AssertionError("ran on a finalized runtime")
+        except tf.errors.InternalError as e:
+            assert "acl_rt.init()" in str(e), e
+        acl_rt.init()
+        assert f(x).numpy().tolist() == [0.0, 6.0]
+        assert _native.stats()["builds"] == 4, _native.stats()
+        print("ok")
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("ok")

@@ -105,15 +105,21 @@ def _load():
         dll = ctypes.PyDLL(str(path))
     except Exception as e:   # no compiler, no headers, a failing build: the py_function path
         return None, f"{type(e).__name__}: {e}"
-    op = C.op_library().lib
-    be = C.backend().lib
-    ffi = C.ffi
-    addr = lambda f: ctypes.c_void_p(int(ffi.cast("uintptr_t", f)))  # noqa: E731
-    C.nn()
-    dll.canna_tf_configure.argtypes = [ctypes.c_void_p] * 5 + [ctypes.py_object]
-    dll.canna_tf_configure(addr(op.aclSetInputTensorAddr), addr(op.aclSetOutputTensorAddr),
-                           addr(be.aclrtSynchronizeStreamWithTimeout), addr(be.aclrtSetCurrentContext),
-                           addr(be.aclGetRecentErrMsg), _factory)
+    try:   # the C functions and the factory
+        op = C.op_library().lib
+        be = C.backend().lib
+        ffi = C.ffi
+        addr = lambda f: ctypes.c_void_p(int(ffi.cast("uintptr_t", f)))  # noqa: E731
+        C.nn()
+        dll.canna_tf_configure.argtypes = [ctypes.c_void_p] * 5 + [ctypes.py_object]
+        dll.canna_tf_configure(addr(op.aclSetInputTensorAddr), addr(op.aclSetOutputTensorAddr),
+                               addr(be.aclrtSynchronizeStreamWithTimeout), addr(be.aclrtSetCurrentContext),
+                               addr(be.aclGetRecentErrMsg), _factory)
+        # acl_rt.finalize() invalidates every executor: the kernels rebuild their plans in the next session
+        from acl_rt import _runtime
+        _runtime.on_finalize(dll.canna_tf_invalidate)
+    except Exception as e:
+        return None, f"{type(e).__name__}: {e}"
     return (lib, dll), None
 
 

@@ -46,6 +46,7 @@ setctx_fn g_setctx;
 errmsg_fn g_errmsg;
 PyObject *g_factory;
 std::atomic<uint64_t> g_launches{0}, g_builds{0};
+std::atomic<uint64_t> g_gen{0};   // bumped by acl_rt.finalize(): every plan is stale
 
 struct Step {   // one aclnn call of the op (its kernel may make several, on its operands only)
     void *executor = nullptr;
@@ -61,6 +62,7 @@ struct NPlan {
     void *stream = nullptr, *actx = nullptr;
     std::vector<Step> steps;    // empty: an empty output, nothing to launch
     std::vector<TensorShape> out_shapes;
+    uint64_t gen = 0;           // the runtime generation it was built in
     std::mutex mu;
     ~NPlan()
     {
@@ -238,11 +240,12 @@ class CannaCallOp : public OpKernel {
         {
             std::lock_guard<std::mutex> l(mu_);
             auto it = cache_.find(key);
-            if (it != cache_.end())
+            if (it != cache_.end() && it->second->gen == g_gen.load())
                 p = it->second;
         }
         if (!p) {
             auto np = std::make_shared<NPlan>();
+            np->gen = g_gen.load();
             PyGILState_STATE g = PyGILState_Ensure();
             Status st = build(op_, params_, ctx, np.get());
             PyGILState_Release(g);
@@ -250,10 +253,10 @@ class CannaCallOp : public OpKernel {
             g_builds++;
             std::lock_guard<std::mutex> l(mu_);
             auto it = cache_.find(key);
-            if (it != cache_.end())
+            if (it != cache_.end() && it->second->gen == np->gen)
                 p = it->second;   // another thread built it first: keep one
             else
-                cache_[key] = p = np;
+                cache_[key] = p = np;   // (a stale plan of a finalized runtime is dropped)
         }
         int nout = ctx->num_outputs();
         OP_REQUIRES(ctx, (int)p->out_shapes.size() == nout,
@@ -356,6 +359,11 @@ int canna_tf_configure(void *set_in, void *set_out, void *sync, void *setctx, vo
     Py_XINCREF(factory);
     Py_XSETREF(g_factory, factory);
     return 0;
+}
+
+void canna_tf_invalidate(void)
+{
+    g_gen++;
 }
 
 void canna_tf_stats(uint64_t *out)
