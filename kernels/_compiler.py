@@ -326,6 +326,45 @@ def cache_key(source: str, options: tuple, tc: Toolchain, target: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def build_host_library(prefix: str, source: Path, flags=(), link_flags=(), key_parts=()) -> Path:
+    """A host C++ shared library (a framework's native glue: canna_dl.jax's XLA FFI handler,
+    canna_dl.tf's op library), compiled once per machine into the kernel cache
+    (``$CANNA_KERNEL_CACHE``) as ``<prefix>-<key>.so``: the key hashes the source, the flags, the
+    compiler's identity and ``key_parts`` (the framework's version); processes building the same
+    library at once wait for one another (a file lock) and a failed build leaves nothing behind.
+
+    Raises:
+        CompileError: no C++ compiler, or the source did not compile (the message has its output).
+    """
+    tc = find_toolchain("cc", language="c++", simulator=True)
+    src = source.read_text()
+    key = hashlib.sha256("\0".join([src, *map(str, flags), *map(str, link_flags), *map(str, key_parts), tc.path,
+                                     tc.identity]).encode()).hexdigest()[:32]
+    d = _writable_cache_dir()
+    final = d / f"{prefix}-{key}.so"
+    if final.is_file():
+        _stats["disk_hits"] += 1
+        return final
+    with _file_lock(d / f"{prefix}-{key}.lock"):
+        if final.is_file():
+            return final
+        tmp = Path(tempfile.mkdtemp(dir=d, prefix=".build-"))
+        try:
+            out = tmp / "lib.so"
+            cmd = [tc.path, "-shared", "-fPIC", "-O2", "-pthread", *flags, str(source), "-o", str(out), *link_flags]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                               env=dict(os.environ, LC_ALL="C", LANG="C"))
+            if p.returncode != 0 or not out.is_file():
+                log = (p.stderr + p.stdout).strip()
+                raise CompileError(f"{source.name} did not compile ({shlex.join(cmd)}):\n{log[-4000:]}", log, cmd,
+                                   source.name)
+            os.replace(out, final)
+            _stats["compiles"] += 1
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path):
     """An exclusive lock between processes (fcntl.flock on ``path``); a no-op where unsupported."""

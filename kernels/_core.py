@@ -373,6 +373,15 @@ _PLAN_CACHE_MAX = 4096
 _stats = {"plans_built": 0, "plan_hits": 0}
 
 
+class _Capture(threading.local):
+    """While ``rec`` is a list (on this thread, inside :func:`capture_plans`): plans are built
+    afresh, never taken from or put into the cache, and each launch is recorded."""
+    rec = None
+
+
+_capture = _Capture()
+
+
 def _raise_error(code, api):
     rt.raise_error(code, api)
 
@@ -409,38 +418,27 @@ def clear_plan_cache() -> None:
         offload_cache.clear()
 
 
-#: (thread id, list) while :func:`capture_plans` runs on that thread: the plans launched there
-#: are fresh (never from or into the cache) and recorded
-_capture = None
-_capture_lock = threading.Lock()
-
-
 @contextlib.contextmanager
 def capture_plans():
-    """Record the plans the calling thread launches in the block: a list of ``(plan, addresses)``
-    (the plan's operand addresses, inputs then outputs). Each plan is built afresh and left out
-    of the cache, so it belongs to the caller alone (canna_dl.jax's XLA FFI route takes it for an
-    executable's life). One capture at a time in the process (other threads run as usual)."""
-    global _capture
-    with _capture_lock:
-        rec = []
-        _capture = (threading.get_ident(), rec)
-        try:
-            yield rec
-        finally:
-            _capture = None
-
-
-def _capturing():
-    c = _capture
-    return c is not None and c[0] == threading.get_ident()
+    """Record the plans the calling thread launches in the block: a list of ``(plan, stream,
+    addresses)`` (the plan's operand addresses, inputs then outputs). Each plan is built afresh and
+    left out of the cache, so it belongs to the caller alone: how a framework's native op gets the
+    plans it launches without Python (canna_dl.jax's XLA FFI route, canna_dl.tf's ``CannaCall``).
+    Other threads run as usual; captures do not nest."""
+    if _capture.rec is not None:
+        raise RuntimeError("kernels: capture_plans() blocks do not nest")
+    rec = _capture.rec = []
+    try:
+        yield rec
+    finally:
+        _capture.rec = None
 
 
 def get_plan(key):
-    if _capture is not None and _capturing():
-        return None
     if _lib.gen != _state.generation:
         _new_generation()
+    if _capture.rec is not None:   # a private plan (capture_plans)
+        return None
     p = _plans.get(key)
     if p is not None:
         _stats["plan_hits"] += 1
@@ -456,7 +454,7 @@ def _new_generation():
 
 
 def put_plan(key, plan):
-    if not plan.repeatable or (_capture is not None and _capturing()):
+    if not plan.repeatable or _capture.rec is not None:
         return
     with _plans_lock:
         if len(_plans) >= _PLAN_CACHE_MAX:   # drop the older half (dicts keep insertion order)
@@ -775,9 +773,9 @@ def launch(plan, s, addrs, outs, keep):
         if o.sync:
             sync = True
             break
-    if _capture is not None and _capturing():
-        _capture[1].append((plan, tuple(addrs)))
     h = s._handle(plan.name)   # validates the stream and makes its context current
+    if _capture.rec is not None:
+        _capture.rec.append((plan, s, list(addrs)))
     sh = s._id
     size = plan.ws_size
     wbuf = None

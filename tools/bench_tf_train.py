@@ -5,7 +5,7 @@ Rows (float32, batch 64):
 
   dense keras    Keras model 64 -> Dense(128, relu) -> Dense(10), SparseCategoricalCrossentropy,
                  SGD: ``model.train_on_batch`` with canna_dl.tf.keras.Dense vs keras.layers.Dense
-                 (tf.function; canna's ops run as tf.py_function nodes)
+                 (tf.function; canna's ops are native CannaCall nodes; CANNA_TF_NATIVE=0: tf.py_function nodes)
   dense eager    the same network as a GradientTape step in eager mode: canna_dl.tf.dense / relu /
                  cross_entropy vs tf.matmul / tf.nn.relu / sparse_softmax_cross_entropy_with_logits
                  (canna's zero-copy eager path), SGD update by assign_sub

@@ -32,10 +32,7 @@ and the ``pure_callback`` path serves. ``CANNA_JAX_FFI=0`` turns the route off.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import subprocess
-import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -65,32 +62,8 @@ _fallbacks = {"count": 0}
 
 def _build() -> Path:
     """The handler's shared object, compiled once into the kernel cache."""
-    inc = jax.ffi.include_dir()
-    tc = _compiler.find_toolchain("cc", language="c++", simulator=True)
-    src = _SOURCE.read_text()
-    key = hashlib.sha256("\0".join([src, inc, jax.__version__, tc.path, tc.identity]).encode()).hexdigest()[:32]
-    d = _compiler._writable_cache_dir()
-    final = d / f"jaxffi-{key}.so"
-    if final.is_file():
-        return final
-    with _compiler._file_lock(d / f"jaxffi-{key}.lock"):
-        if final.is_file():
-            return final
-        tmp = Path(tempfile.mkdtemp(dir=d, prefix=".build-"))
-        try:
-            out = tmp / "handler.so"
-            cmd = [tc.path, "-shared", "-fPIC", "-O2", "-std=c++17", "-pthread", f"-I{inc}", str(_SOURCE), "-o",
-                   str(out)]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                               env=dict(os.environ, LC_ALL="C", LANG="C"))
-            if p.returncode != 0 or not out.is_file():
-                raise _compiler.CompileError(f"canna_dl.jax: the XLA FFI handler did not compile:\n"
-                                             f"{(p.stderr + p.stdout).strip()}", p.stderr, cmd, _SOURCE.name)
-            os.replace(out, final)
-        finally:
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return _compiler.build_host_library("jaxffi", _SOURCE, flags=("-std=c++17", f"-I{jax.ffi.include_dir()}"),
+                                        key_parts=(jax.__version__,))
 
 
 def _load():
@@ -242,10 +215,10 @@ def _make_entry(op, attrs, full, avals, nres):
         base[v.ptr] = (1, j)
     written = set()
     specs = []
-    for plan, addrs in rec:
+    for plan, _s, addrs in rec:
         if not plan.repeatable or plan.closed:
             return None
-        executor, run, nin, nout, tensors = plan.raw
+        executor, run, nin, nout, tensors = plan.raw()
         if nin + nout != len(addrs) or not executor:
             return None
         kinds, index = [], []

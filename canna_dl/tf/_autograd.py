@@ -6,7 +6,8 @@ library (``kernels`` and ``kernels.backward``) on TensorFlow tensors:
 - **eager**: the kernels read the tensors' memory in place and hand their results to TensorFlow
   through DLPack (zero-copy, see :mod:`canna_dl.tf._exchange`); with no ``tf.GradientTape``
   recording the op is a plain kernel call (nothing is saved for a backward);
-- **inside tf.function** (and Keras's symbolic calls): the kernel calls run as ``tf.py_function``
+- **inside tf.function** (and Keras's symbolic calls): an op that is aclnn calls on its operands is a
+  native ``CannaCall`` node (:mod:`canna_dl.tf._native`); the others run as ``tf.py_function``
   nodes, which hand them eager tensors at run time (still zero-copy), and the op's outputs get the
   static shapes inferred from the inputs', so Keras layers and later ops see them. The forward
   node also outputs what the backward needs (``mean`` / ``rstd`` of a norm, pooling indices, ...);

@@ -2,7 +2,8 @@
 
 :func:`function` makes, once per entry, a differentiable TensorFlow function (``canna_dl.tf.<name>``
 for canna's own ops, ``op.tf_fn`` for a user's): eager (zero-copy) and inside ``tf.function`` (a
-``tf.py_function`` node whose outputs get the static shapes of the entry's shape rule, so Keras
+native ``CannaCall`` node (:mod:`canna_dl.tf._native`), else a ``tf.py_function`` node, whose
+outputs get the static shapes of the entry's shape rule, so Keras
 and later ops see them), with its gradient from the entry's backward (run on canna's kernels; see
 :mod:`canna_dl.tf._autograd` for the machinery and its rules: floating operands of one dtype, no
 promotion, second derivatives refused).
@@ -17,7 +18,8 @@ import canna_dl
 from kernels import _abstract
 from kernels import _registry as R
 
-from ._autograd import apply, floating, is_pyscalar, same_dtype, tensor
+from . import _native
+from ._autograd import _in_xla, apply, floating, is_pyscalar, same_dtype, tensor
 
 __all__ = ["function"]
 
@@ -180,6 +182,10 @@ def _make(op):
             else:
                 r = op.kernel(*full(R.unflatten(lay, vals)), **attrs)
                 outs = list(r) if isinstance(r, tuple) else [r]
+                if not tf.executing_eagerly() or any(o is None for o in outs):
+                    # an output not computed (a backward's masked gradient): a node output needs a tensor
+                    outs = [tf.zeros([d or 0 for d in sp[1].as_list()] if sp[1].rank is not None else [0], sp[0])
+                            if o is None else o for o, sp in zip(outs, out_specs)]
             return outs + ([outs[out_index[n]] for n in saved_outs] if save else [])
 
         def specs():
@@ -201,6 +207,12 @@ def _make(op):
                 else:
                     res.extend(tf.zeros_like(b) if g is None or g[j] is None else g[j] for j, b in enumerate(v[i]))
             return res
+        if not tf.executing_eagerly() and not variables and not _in_xla():
+            # a native CannaCall node (no Python when it runs), if the op is one aclnn call
+            r = _native.call(op, xs, consts, [x is not None or i in consts for i, x in enumerate(ts)], attrs,
+                             out_specs)
+            if r is not None:
+                return r[0] if nout == 1 else tuple(r)
         r = apply(api, xs, diff, fwd, ntot, specs, bwd)
         if not variables:
             return r

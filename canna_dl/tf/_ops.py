@@ -33,6 +33,7 @@ import canna_dl
 import kernels as K
 from .. import _copy as dl_copy
 
+from . import _native
 from ._autograd import INTS, apply, arr, dims_of, float_tensor, same_dtype, tensor
 
 __all__ = ["matmul", "linear", "dense", "relu", "gelu", "silu", "sigmoid", "tanh",
@@ -76,6 +77,7 @@ def gelu(x, approximate=False):
 
 # matmul(a, b): generated from its registry entry (kernels/ops/nn.py)
 matmul = _gen("matmul")
+add = _gen("add")   # (exported by canna_dl.tf's registry export; dense composes it)
 
 
 def _linear_checks(api, x, w, b, w_in_axis, w_out_axis):
@@ -122,6 +124,10 @@ def dense(x, kernel, bias=None):
     k = float_tensor(api, "kernel", kernel)
     b = None if bias is None else float_tensor(api, "bias", bias)
     _linear_checks(api, xt, k, b, 0, 1)
+    if not tf.executing_eagerly() and xt.shape.rank is not None and xt.shape.rank >= 2 and _native.available():
+        # inside tf.function: two native CannaCall nodes (matmul, add), differentiated by their entries
+        y = matmul(xt, k)
+        return y if b is None else add(y, b)  # noqa: F821 - add is exported from the registry
     xs = [xt, k] + ([b] if b is not None else [])
     has_b = b is not None
 

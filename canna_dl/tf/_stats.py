@@ -3,7 +3,8 @@
 
 An op counts once per execution of its kernels: each eager call, and each run of its
 ``tf.py_function`` node inside a ``tf.function`` or ``model.fit`` (tracing a function counts
-nothing: no kernel runs). Counters are per process, updated under a lock (the nodes of a graph may
+nothing: no kernel runs). A native ``CannaCall`` node runs without Python and is not counted here
+(``canna_dl.tf._native.stats()`` counts its launches). Counters are per process, updated under a lock (the nodes of a graph may
 run on TensorFlow's inter-op threads).
 """
 from __future__ import annotations

@@ -17,8 +17,8 @@ native twin with ``set_weights(other.get_weights())``. The forward and backward 
 
 The layers are registered Keras serializables (package ``"canna"``): ``get_config`` /
 ``from_config`` round-trip and ``model.save("m.keras")`` / ``keras.models.load_model`` work. They
-set ``supports_jit = False``: canna's ops run as ``tf.py_function`` nodes inside ``model.fit``'s
-``tf.function``, which XLA cannot compile.
+set ``supports_jit = False``: canna's ops run as native ``CannaCall`` nodes (or ``tf.py_function``
+nodes) inside ``model.fit``'s ``tf.function``, which XLA cannot compile.
 """
 from __future__ import annotations
 

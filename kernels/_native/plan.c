@@ -258,6 +258,32 @@ static PyObject *plan_close(PlanObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* raw(): (executor, phase-2 function, nin, nout, tensor handles) as addresses: for a native
+ * framework op that launches the executor from C itself (canna_dl.jax's XLA FFI handler,
+ * canna_dl.tf's CannaCall); the plan must stay alive and unused elsewhere (kernels._core's
+ * capture_plans gives such plans) */
+static PyObject *plan_raw(PlanObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->executor || !self->repeatable) {
+        PyErr_Format(PyExc_RuntimeError, "Plan.raw: the plan of %U is closed or single-use", self->name);
+        return NULL;
+    }
+    PyObject *t = PyTuple_New(self->nin + self->nout);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < self->nin + self->nout; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->tensors[i]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return Py_BuildValue("KKiiN", (unsigned long long)(uintptr_t)self->executor,
+                         (unsigned long long)(uintptr_t)self->run, self->nin, self->nout, t);
+}
+
 static PyObject *plan_get_closed(PlanObject *self, void *c)
 {
     (void)c;
@@ -281,27 +307,6 @@ static PyObject *plan_get_name(PlanObject *self, void *c)
     (void)c;
     Py_INCREF(self->name);
     return self->name;
-}
-
-/* (executor, phase-2 function, (tensor handles...)) as addresses: for a caller that launches the
- * plan from C itself (canna_dl.jax's XLA FFI handler, which owns the plan it reads them from) */
-static PyObject *plan_get_raw(PlanObject *self, void *c)
-{
-    (void)c;
-    int n = self->nin + self->nout;
-    PyObject *t = PyTuple_New(n);
-    if (!t)
-        return NULL;
-    for (int i = 0; i < n; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->tensors[i]);
-        if (!v) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(t, i, v);
-    }
-    return Py_BuildValue("(KKiiN)", (unsigned long long)(uintptr_t)self->executor,
-                         (unsigned long long)(uintptr_t)self->run, self->nin, self->nout, t);
 }
 
 static PyObject *plan_get_meta(PlanObject *self, void *c)
@@ -336,6 +341,7 @@ static PyMethodDef plan_methods[] = {
     {"launch_sync", (PyCFunction)(void (*)(void))plan_launch_sync, METH_FASTCALL,
      "launch_sync(stream, workspace, *addresses): launch, then wait for the stream (GIL released)"},
     {"close", (PyCFunction)plan_close, METH_NOARGS, "destroy the executor now"},
+    {"raw", (PyCFunction)plan_raw, METH_NOARGS, "(executor, run, nin, nout, tensor handles) as addresses"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -344,7 +350,6 @@ static PyGetSetDef plan_getset[] = {
     {"ws_size", (getter)plan_get_ws, NULL, "workspace bytes phase 2 needs", NULL},
     {"repeatable", (getter)plan_get_repeatable, NULL, "whether the executor can be launched again", NULL},
     {"name", (getter)plan_get_name, NULL, "the aclnn function it runs", NULL},
-    {"raw", (getter)plan_get_raw, NULL, "(executor, run, nin, nout, tensor handles): addresses (internal)", NULL},
     {"meta", (getter)plan_get_meta, (setter)plan_set_meta, "data the Python side attaches", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
