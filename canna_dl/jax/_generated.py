@@ -140,16 +140,7 @@ def _make(op):
                 for k, c in saved_const.items():
                     sv[k] = c
                 by = R.call_backward(op, _abstract.KOPS, a[:ng], sv, attrs, mask)
-                out = []
-                for k in diff_idx:
-                    i, j = owner[k]
-                    gr = by.get(inputs[i].name)
-                    if gr is not None and j >= 0:
-                        gr = gr[j]
-                    elif j < 0:
-                        gr = R.sum_to(_abstract.KOPS, gr, xs[k].shape)   # a broadcast operand's, summed to its shape
-                    out.append(jnp.zeros(xs[k].shape, xs[k].dtype) if gr is None else gr)
-                return out
+                return _gradients(by, owner, inputs, diff_idx, xs, lambda g, shape: R.sum_to(_abstract.KOPS, g, shape))
             r = _call(body, (*gs, *[sflat[k] for k in held]), structs)
             for k, gr in zip(diff_idx, r):
                 res_g[k] = gr
@@ -221,16 +212,20 @@ def _traced_backward(op, owner, inputs, diff_idx, xs, gs, saved, saved_const, at
         by = R.call_backward(op, JOPS, gs, sv, attrs, mask)
     except Exception:   # an op without a JAX form, ...: the one-callback path (which raises real errors again)
         return None
+    return _gradients(by, owner, inputs, diff_idx, xs, _sum_to_jnp)
+
+
+def _gradients(by, owner, inputs, diff_idx, xs, sum_to):
+    """The gradients of the differentiable flat operands ``diff_idx`` from the backward's result
+    ``by`` (input name -> gradient, a list for a list input): a broadcast operand's summed to its
+    shape with ``sum_to(g, shape)``, zeros where the backward gives none."""
     out = []
     for k in diff_idx:
         i, j = owner[k]
         gr = by.get(inputs[i].name)
         if gr is not None and j >= 0:
             gr = gr[j]
-        if gr is None:
-            out.append(jnp.zeros(xs[k].shape, xs[k].dtype))
-            continue
-        out.append(_sum_to_jnp(gr, tuple(xs[k].shape)))
+        out.append(jnp.zeros(xs[k].shape, xs[k].dtype) if gr is None else sum_to(gr, tuple(xs[k].shape)))
     return out
 
 

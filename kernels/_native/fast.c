@@ -45,6 +45,22 @@ static int put(key_t_ *k, const void *p, size_t n)
 }
 
 /* 1: a usable torch tensor, read into *t; 0: not applicable (no exception); -1: error */
+/* the cache's entry for the key k (*entry, borrowed; NULL on a miss): returns the key as bytes
+ * (a new reference), or NULL with an exception set */
+static PyObject *cache_find(PyObject *cache, const key_t_ *k, PyObject **entry)
+{
+    *entry = NULL;
+    PyObject *key = PyBytes_FromStringAndSize((const char *)k->b, (Py_ssize_t)k->n);
+    if (!key)
+        return NULL;
+    *entry = PyDict_GetItemWithError(cache, key);
+    if (!*entry && PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    return key;
+}
+
 static int read_tensor(PyObject *o, DLTensor *t)
 {
     if (Py_TYPE(o) != g_tensor_type)
@@ -321,17 +337,9 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int inplace = (op & FAST_INPLACE) != 0;
     if (inplace && ny && !inplace_ok(&tx, &ty))
         Py_RETURN_NONE;
-    PyObject *key = PyBytes_FromStringAndSize((const char *)k.b, (Py_ssize_t)k.n);
-    if (!key)
-        return NULL;
-    PyObject *entry = PyDict_GetItemWithError(g_cache, key);   /* borrowed */
-    if (!entry) {
-        if (PyErr_Occurred()) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        return key;   /* a miss */
-    }
+    PyObject *entry, *key = cache_find(g_cache, &k, &entry);
+    if (!key || !entry)
+        return key;   /* an error (NULL), or a miss: the key */
     PyObject *out = launch_hit(entry, key, g_cache, args[2], &tx, &ty, ny, inplace, stream);
     if (!out) {
         Py_DECREF(key);
@@ -538,17 +546,9 @@ PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    PyObject *key = PyBytes_FromStringAndSize((const char *)k.b, (Py_ssize_t)k.n);
-    if (!key)
-        return NULL;
-    PyObject *entry = PyDict_GetItemWithError(ocache, key);   /* borrowed */
-    if (!entry) {
-        if (PyErr_Occurred()) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        return key;   /* a miss */
-    }
+    PyObject *entry, *key = cache_find(ocache, &k, &entry);
+    if (!key || !entry)
+        return key;   /* an error (NULL), or a miss: the key */
     PyObject *sobj = PyObject_CallOneArg(PyTuple_GET_ITEM(e, 11), PyTuple_GET_ITEM(e, 12));
     if (!sobj) {
         Py_DECREF(key);
