@@ -485,7 +485,7 @@ def _twins(build):
 def _fit_both(canna, native, x, y, batch):
     h1 = canna.fit(x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0).history["loss"]
     h2 = native.fit(x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0).history["loss"]
-    np.testing.assert_allclose(h1, h2, rtol=1e-5)
+    np.testing.assert_allclose(h1, h2, rtol=1e-4)   # float32: the kernels sum in other orders than TF's
     assert h1[1] < h1[0]   # it trains
     for a, b in zip(canna.get_weights(), native.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -577,12 +577,11 @@ def test_op_stats_count_executions_eager_graph_and_backward():
     before = native_tf.stats()["launches"]
     for _ in range(3):
         step(x)
-    if native_tf.available():   # dense (matmul + add) and relu are native CannaCall nodes: counted there
-        st = ctf.op_stats()
-        assert "dense" not in st and "relu" not in st and st["sum"] == {"canna": 3, "backward": 3}
+    # native CannaCall nodes (dense's matmul + add, relu) count as the op that made them, like the
+    # py_function nodes (sum)
+    assert ctf.op_stats() == {op: {"canna": 3, "backward": 3} for op in ("dense", "relu", "sum")}
+    if native_tf.available():
         assert native_tf.stats()["launches"] > before
-    else:
-        assert ctf.op_stats() == {op: {"canna": 3, "backward": 3} for op in ("dense", "relu", "sum")}
     ctf.reset_op_stats()
     ctf.dense(x, w)
     with pytest.raises(ValueError):               # a refused call counts nothing

@@ -126,6 +126,41 @@ def _child(code, **env):
                           timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def test_saved_model_loads_in_a_fresh_process_after_load_native_ops(tmp_path):
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+        def __call__(self, x):
+            return ctf.relu(x)
+    tf.saved_model.save(M(), str(tmp_path / "m"))
+    r = _child(f"""
+        import numpy as np, tensorflow as tf, canna_dl.tf as ctf
+        assert ctf.load_native_ops()
+        m = tf.saved_model.load({str(tmp_path / "m")!r})
+        np.testing.assert_array_equal(m(tf.constant([[-1., 0., 2.]])).numpy(), [[0., 0., 2.]])
+        print("ok")
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("ok")
+
+
+def test_op_stats_count_native_nodes_and_a_composed_op_once():
+    x, k, b = R(4, 5), tf.Variable(R(5, 3)), tf.Variable(R(3))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as t:
+            loss = tf.reduce_sum(ctf.relu(ctf.dense(x, k, b)))
+        return t.gradient(loss, [k, b])
+    step()
+    ctf.reset_op_stats()
+    for _ in range(3):
+        step()
+    assert "EagerPyFunc" not in types(step) and "CannaCall" in types(step)
+    st = ctf.op_stats()
+    assert st["dense"] == {"canna": 3, "backward": 3} and st["relu"] == {"canna": 3, "backward": 3}, st
+    assert "matmul" not in st and "add" not in st, st   # dense's parts count as dense
+
+
 def test_without_a_compiler_the_ops_stay_py_function_nodes_with_a_warning(tmp_path):
     r = _child("""
         import warnings, numpy as np, tensorflow as tf, canna_dl.tf as ctf

@@ -29,7 +29,17 @@ from ._ops import (conv2d, cross_entropy, dense, gelu, layer_norm, linear, log_s
 
 __all__ = ["to_tf", "from_tf", "matmul", "linear", "dense", "relu", "gelu", "silu",
            "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "conv2d", "max_pool2d",
-           "cross_entropy", "sum", "mean", "op_stats", "reset_op_stats", "keras"]
+           "cross_entropy", "sum", "mean", "op_stats", "reset_op_stats", "load_native_ops", "keras"]
+
+
+def load_native_ops() -> bool:
+    """Load canna's TensorFlow op library (``CannaCall``; compiled into the kernel cache at the
+    first use on a machine, ~10 s) so that a graph holding canna's native nodes — a SavedModel
+    exported with canna ops — can be loaded and run in this process. Returns whether native ops
+    are available (False: no compiler / TensorFlow headers, the discrete memory model, or
+    ``CANNA_TF_NATIVE=0``; such a SavedModel then cannot run here)."""
+    from . import _native
+    return _native.available()
 
 
 def __getattr__(name):

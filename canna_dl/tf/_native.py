@@ -21,6 +21,7 @@ A SavedModel holding ``CannaCall`` nodes loads only in a process that has import
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -221,8 +222,63 @@ def call(op, xs, consts, present, attrs, out_specs):
     if not ok:
         return None
     outs = library().canna_call(xs, Tout=[d for d, _ in out_specs], op=op.qualname, params=params,
-                                out_shapes=[s for _, s in out_specs], name=op.name)
+                                out_shapes=[s for _, s in out_specs], stat=_stat_name(f"canna_dl.tf.{op.tf}"),
+                                name=op.name)
     return list(outs)
+
+
+# ---------------------------------------------------------------------------------------------
+# op_stats of native nodes: each node counts its executions under its attr stat (in C++)
+
+_tl = threading.local()   # .pending: None (no counted_as block), the name for the next node, or ""
+
+
+def _stat_name(own):
+    """The name the next node counts as: its own api, or inside :func:`counted_as` the block's
+    name for the block's first node and nothing ("") for the rest."""
+    pending = getattr(_tl, "pending", None)
+    if pending is None:
+        return own
+    _tl.pending = ""
+    return pending
+
+
+@contextlib.contextmanager
+def counted_as(name):
+    """The nodes made in the block count as one execution of ``name`` (a composed op: canna_dl.tf's
+    ``dense`` of native matmul + add; a node's backward); ``""``: they count nothing."""
+    saved = getattr(_tl, "pending", None)
+    _tl.pending = name
+    try:
+        yield
+    finally:
+        _tl.pending = saved
+
+
+def native_counts() -> dict:
+    """Executions per op_stats name of the native nodes run so far (empty without the library)."""
+    dll = _state["dll"]
+    if dll is None:
+        return {}
+    dll.canna_tf_stat_dump.restype = ctypes.c_size_t
+    dll.canna_tf_stat_dump.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    n = dll.canna_tf_stat_dump(None, 0)
+    while True:
+        buf = ctypes.create_string_buffer(n + 256)
+        m = dll.canna_tf_stat_dump(buf, len(buf))
+        if m <= len(buf):
+            break
+        n = m
+    out = {}
+    for line in buf.value.decode().splitlines():
+        name, _, c = line.rpartition("\t")
+        out[name] = int(c)
+    return out
+
+
+def reset_native_counts() -> None:
+    if _state["dll"] is not None:
+        _state["dll"].canna_tf_stat_reset()
 
 
 def _grad_fn(op):
@@ -277,8 +333,13 @@ def _grad(node, *dys):
                 g = R.sum_to(ns, g, vv[i].shape)
             res.append(g)
         return res
-    try:   # native: the backward in canna_dl.tf ops (CannaCall nodes where they can be)
-        return grads(TFOPS, dys, xs, list(node.outputs))
+    try:   # (a node of a graph saved before the attr existed has none)
+        stat = node.get_attr("stat").decode()
+    except (ValueError, KeyError):
+        stat = ""
+    try:   # native: the backward in canna_dl.tf ops (CannaCall nodes where they can be), counted once
+        with counted_as(stat + "_grad" if stat else ""):
+            return grads(TFOPS, dys, xs, list(node.outputs))
     except Exception:   # a backward the TF forms refuse (a bool mask, ...): one py_function node on the kernels
         pass
     from kernels._abstract import KOPS
@@ -287,4 +348,4 @@ def _grad(node, *dys):
 
     def bwd(d, vals, outs):
         return [to_tf(g) for g, df in zip(grads(KOPS, d, vals, outs), diff) if df]
-    return backward(f"canna_dl.tf.{op.tf}", bwd, dys, xs, list(node.outputs), diff)
+    return backward(stat or f"canna_dl.tf.{op.tf}", bwd, dys, xs, list(node.outputs), diff)

@@ -46,6 +46,9 @@ setctx_fn g_setctx;
 errmsg_fn g_errmsg;
 PyObject *g_factory;
 std::atomic<uint64_t> g_launches{0}, g_builds{0};
+// executions per op_stats name (the node's attr stat: canna_dl.tf.op_stats merges them)
+std::mutex g_stat_mu;
+std::map<std::string, uint64_t> g_stat;
 std::atomic<uint64_t> g_gen{0};   // bumped by acl_rt.finalize(): every plan is stale
 
 struct Step {   // one aclnn call of the op (its kernel may make several, on its operands only)
@@ -225,6 +228,15 @@ class CannaCallOp : public OpKernel {
     {
         OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
         OP_REQUIRES_OK(c, c->GetAttr("params", &params_));
+        OP_REQUIRES_OK(c, c->GetAttr("stat", &stat_));
+    }
+
+    void counted()
+    {
+        if (stat_.empty())
+            return;
+        std::lock_guard<std::mutex> l(g_stat_mu);
+        g_stat[stat_]++;
     }
 
     void Compute(OpKernelContext *ctx) override
@@ -265,8 +277,10 @@ class CannaCallOp : public OpKernel {
         std::vector<Tensor *> outs(nout);
         for (int k = 0; k < nout; k++)
             OP_REQUIRES_OK(ctx, ctx->allocate_output(k, p->out_shapes[k], &outs[k]));
-        if (p->steps.empty())
+        if (p->steps.empty()) {
+            counted();
             return;
+        }
         std::lock_guard<std::mutex> l(p->mu);
         if (g_setctx && p->actx) {
             int32_t rc = g_setctx(p->actx);
@@ -312,10 +326,11 @@ class CannaCallOp : public OpKernel {
             return;
         }
         g_launches++;
+        counted();
     }
 
   private:
-    std::string op_, params_;
+    std::string op_, params_, stat_;
     std::mutex mu_;
     std::map<std::vector<int64_t>, std::shared_ptr<NPlan>> cache_;
 };
@@ -330,6 +345,7 @@ REGISTER_OP("CannaCall")
     .Attr("op: string")
     .Attr("params: string")
     .Attr("out_shapes: list(shape)")
+    .Attr("stat: string = ''")
     .SetShapeFn([](shape_inference::InferenceContext *c) {
         std::vector<PartialTensorShape> shapes;
         TF_RETURN_IF_ERROR(c->GetAttr("out_shapes", &shapes));
@@ -364,6 +380,26 @@ int canna_tf_configure(void *set_in, void *set_out, void *sync, void *setctx, vo
 void canna_tf_invalidate(void)
 {
     g_gen++;
+}
+
+// "name\tcount\n" lines of the per-name executions into buf (n bytes); returns the bytes needed
+size_t canna_tf_stat_dump(char *buf, size_t n)
+{
+    std::string out;
+    {
+        std::lock_guard<std::mutex> l(g_stat_mu);
+        for (auto &kv : g_stat)
+            out += kv.first + "\t" + std::to_string(kv.second) + "\n";
+    }
+    if (buf && n > out.size())
+        memcpy(buf, out.c_str(), out.size() + 1);
+    return out.size() + 1;
+}
+
+void canna_tf_stat_reset(void)
+{
+    std::lock_guard<std::mutex> l(g_stat_mu);
+    g_stat.clear();
 }
 
 void canna_tf_stats(uint64_t *out)

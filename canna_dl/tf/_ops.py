@@ -125,9 +125,11 @@ def dense(x, kernel, bias=None):
     b = None if bias is None else float_tensor(api, "bias", bias)
     _linear_checks(api, xt, k, b, 0, 1)
     if not tf.executing_eagerly() and xt.shape.rank is not None and xt.shape.rank >= 2 and _native.available():
-        # inside tf.function: two native CannaCall nodes (matmul, add), differentiated by their entries
-        y = matmul(xt, k)
-        return y if b is None else add(y, b)  # noqa: F821 - add is exported from the registry
+        # inside tf.function: two native CannaCall nodes (matmul, add), differentiated by their
+        # entries, counted by op_stats as one "dense" (and its backward as one "dense" backward)
+        with _native.counted_as(api):
+            y = matmul(xt, k)
+            return y if b is None else add(y, b)  # noqa: F821 - add is exported from the registry
     xs = [xt, k] + ([b] if b is not None else [])
     has_b = b is not None
 

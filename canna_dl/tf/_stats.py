@@ -3,12 +3,14 @@
 
 An op counts once per execution of its kernels: each eager call, and each run of its
 ``tf.py_function`` node inside a ``tf.function`` or ``model.fit`` (tracing a function counts
-nothing: no kernel runs). A native ``CannaCall`` node runs without Python and is not counted here
-(``canna_dl.tf._native.stats()`` counts its launches). Counters are per process, updated under a lock (the nodes of a graph may
+nothing: no kernel runs). A native ``CannaCall`` node counts in C++ under the name it was given
+when the graph was made (its op's, or a composed op's: ``dense``; a backward's ``..._grad``), and
+:func:`op_stats` adds those counts in. Counters are per process, updated under a lock (the nodes of a graph may
 run on TensorFlow's inter-op threads).
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 __all__ = ["op_stats", "reset_op_stats"]
@@ -32,6 +34,9 @@ def op_stats() -> dict:
     ``dense`` and ``relu``)."""
     with _lock:
         items = list(_counts.items())
+    native = sys.modules.get("canna_dl.tf._native")   # native CannaCall nodes count in C++
+    if native is not None:
+        items += list(native.native_counts().items())
     out: dict = {}
     for api, n in items:
         name = api[len(_P):] if api.startswith(_P) else api
@@ -47,3 +52,6 @@ def reset_op_stats() -> None:
     """Zero the counters of :func:`op_stats`."""
     with _lock:
         _counts.clear()
+    native = sys.modules.get("canna_dl.tf._native")
+    if native is not None:
+        native.reset_native_counts()
