@@ -265,7 +265,12 @@ def call(op, sig, attrs, full, xs, structs):
             if idx is False:
                 try:
                     idx = _make_entry(op, attrs, full, avals, len(structs)) if len(_entries) < MAX_ENTRIES else None
-                except Exception:   # the op refused arrays of ones (indices out of range, ...): pure_callback
+                except (ValueError, TypeError, IndexError, NotImplementedError, ArithmeticError):
+                    idx = None   # the op refused arrays of ones (indices out of range, ...): pure_callback
+                except Exception as e:   # a fault of the route itself: say so, then take pure_callback
+                    warnings.warn(f"canna_dl.jax: {op.qualname} runs through jax.pure_callback (with copies) under "
+                                  f"jit: its XLA FFI entry could not be made ({type(e).__name__}: {e})",
+                                  RuntimeWarning, stacklevel=3)
                     idx = None
                 _entries[key] = idx
                 if idx is None:
