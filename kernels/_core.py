@@ -375,8 +375,11 @@ _stats = {"plans_built": 0, "plan_hits": 0}
 
 class _Capture(threading.local):
     """While ``rec`` is a list (on this thread, inside :func:`capture_plans`): plans are built
-    afresh, never taken from or put into the cache, and each launch is recorded."""
+    afresh, never taken from or put into the cache, and each launch is recorded. While ``memo`` is
+    a list (inside :func:`memo_call`): each launch is recorded too (plans cached as usual), and
+    the C fast paths are not taken (their launches would not be seen)."""
     rec = None
+    memo = None
 
 
 _capture = _Capture()
@@ -416,6 +419,8 @@ def clear_plan_cache() -> None:
         _plans.clear()
         fast_cache.clear()
         offload_cache.clear()
+        memo_cache.clear()
+        _memo_ws.clear()
 
 
 @contextlib.contextmanager
@@ -726,6 +731,8 @@ def given_out(api, out, shape, dtype, inputs, *, allow_same=False, name="out", e
     writable_check(api, name, a)
     alias_check(api, a, name, inputs, allow_same)
     sync = kind not in (CANNA, None)
+    if kind == TORCH and _fast_state["on"] is None and _cfg.unified:   # (an op writing only given outputs)
+        fast_setup()
     st = a.storage
     if (not _cfg.unified and st.kind == 1) or a._flags & _AF_NEG:
         # host memory in the discrete model (or a layout aclnn cannot describe): compute into a
@@ -777,6 +784,8 @@ def launch(plan, s, addrs, outs, keep):
     if _capture.rec is not None:
         _capture.rec.append((plan, s, list(addrs)))
     sh = s._id
+    if _capture.memo is not None:
+        _capture.memo.append((plan, sh, tuple(addrs)))
     size = plan.ws_size
     wbuf = None
     try:
@@ -870,6 +879,7 @@ def fast_setup() -> bool:
         if cap is not None:
             try:
                 _native.fast_configure(torch.Tensor, cap, torch.empty_like, torch.empty, fast_cache)
+                _native.memo_configure(memo_cache, torch.dtype, _memo_workspace)
                 on = True
             except Exception:   # an exchange API we cannot use: the general path serves
                 on = False
@@ -903,3 +913,160 @@ def fast_stream(api):
     s = current_stream()
     s._handle(api)
     return s._id
+
+
+# ---------------------------------------------------------------------------------------------
+# the memo fast path: a registry op's whole call on torch tensors, replayed from C
+# (kernels/_native/fast.c memo; the generated kernel functions of kernels/_registry.py call it)
+
+#: signature key (bytes, made by the C side) -> (launches, outputs, written, result, single) (see
+#: fast.c), or None: a signature whose call is not replayable (it is left to the Python path)
+memo_cache: dict = {}
+#: at most this many launches per replayed call
+MEMO_MAX_LAUNCHES = 16
+_MEMO_MAX_ARGS = 24   # fast.c MEMO_MAXARGS
+_MEMO_MAX_OUTS = 16   # fast.c MEMO_MAXOUT
+#: DLPack's (type code, bits) of the torch dtypes a replayed call allocates with torch's allocator
+#: (DLPack specification, ``DLDataTypeCode``: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6)
+_DL_CODES = {"float32": (2, 32), "float64": (2, 64), "float16": (2, 16), "bfloat16": (4, 16), "int8": (0, 8),
+             "int16": (0, 16), "int32": (0, 32), "int64": (0, 64), "uint8": (1, 8), "bool": (6, 8)}
+
+
+def memo_setup() -> bool:
+    """Whether the memo path is on: :func:`fast_setup` once the runtime is up (its memory model
+    known), False before (an op whose first call writes only given outputs does not set it up)."""
+    on = _fast_state["on"]
+    if on is None and _cfg.generation == _state.generation and _state.ready:
+        return fast_setup()
+    return bool(on)
+
+
+def memo_call(key, fn, vals, args, kwargs):
+    """``fn(*args, **kwargs)`` on the Python path, its plan launches recorded; the call is then
+    remembered under ``key`` (the C side's signature of ``vals``, the call's arguments in the
+    order it keys them) for the memo fast path when it was nothing but plan launches on the
+    memory of the tensor arguments and of fresh outputs (see :func:`_memo_entry`). An exception
+    propagates and remembers nothing."""
+    rec = _capture.memo = []
+    try:
+        r = fn(*args, **kwargs)
+    finally:
+        _capture.memo = None
+    if _fast_state["on"] and _lib.gen == _state.generation:
+        e = _memo_entry(vals, r, rec)
+        if e is not _ALIASED:
+            if len(memo_cache) >= _PLAN_CACHE_MAX:
+                memo_cache.clear()
+            memo_cache[key] = e
+    return r
+
+
+_ALIASED = object()   # tensor arguments sharing memory: this call says nothing about its signature
+
+
+def _memo_entry(vals, r, rec):
+    """The memo entry of a call (arguments ``vals``, result ``r``, launches ``rec``), or None when
+    replaying the launches on new arguments of the same signature might not compute what the
+    Python path computes: a launch on other memory (a temporary, a view at an offset, canna's
+    pool), a single-use plan, launches on two streams, a
+    result that is not a fresh dense tensor of its own storage or an
+    argument, a fresh result no launch writes (it would be filled some other way). ``_ALIASED``
+    when tensor arguments share memory (an address would name either: calls of the signature on
+    distinct tensors may still be recorded)."""
+    torch = sys.modules["torch"]
+    T = torch.Tensor
+    if not rec or len(rec) > MEMO_MAX_LAUNCHES or len(vals) > _MEMO_MAX_ARGS:
+        return None
+    ptrs = {}
+    for i, a in enumerate(vals):
+        if type(a) is T:
+            p = a.data_ptr()
+            if a.numel() == 0:
+                return None
+            if p in ptrs:
+                return _ALIASED
+            ptrs[p] = i
+    if r is None:
+        results, single = (), None
+    elif type(r) is T:
+        results, single = (r,), True
+    elif type(r) is tuple and any(type(x) is T for x in r) and all(type(x) is T or x is None for x in r):
+        results, single = r, False   # (None: an output not asked for, linear_backward's output_mask)
+    else:
+        return None
+    outs, objs, optr, slots = [], [], {}, []
+    for x in results:
+        if x is None:
+            slots.append(255)
+            continue
+        i = next((i for i, a in enumerate(vals) if a is x), None)
+        if i is not None:
+            slots.append(128 + i)
+            continue
+        p = x.data_ptr()
+        if p in optr:
+            if objs[optr[p]] is not x:
+                return None
+            slots.append(optr[p])
+            continue
+        n = x.numel() * x.element_size()
+        if (p in ptrs or n == 0 or x.requires_grad or x.layout is not torch.strided or x.device.type != "cpu"
+                or not x.is_contiguous() or x.storage_offset() != 0 or x.untyped_storage().nbytes() != n
+                or len(outs) >= _MEMO_MAX_OUTS or x.ndim > MAX_DIMS):
+            return None
+        name = str(x.dtype).rpartition(".")[2]
+        shape = tuple(x.shape)
+        if n >= POOL_MIN_BYTES:   # canna's pool, handed to torch zero-copy (see new_out)
+            spec = (shape, x.dtype, functools.partial(_pool_torch, shape, canna_dl.dtype(name)))
+        elif name in _DL_CODES:
+            spec = (shape, x.dtype, None, _DL_CODES[name])
+        else:
+            spec = (shape, x.dtype, None)
+        optr[p] = len(outs)
+        outs.append(spec)
+        objs.append(x)
+        slots.append(optr[p])
+    sid = rec[0][1]
+    launches, written, filled = [], set(), set()
+    for plan, sh, addrs in rec:
+        if sh != sid or not plan.repeatable or plan.closed:
+            return None
+        nin = plan.nin
+        m = bytearray()
+        for q, ad in enumerate(addrs):
+            j = optr.get(ad)
+            if j is not None:
+                m.append(128 + j)
+                if q >= nin:
+                    filled.add(j)
+                continue
+            i = ptrs.get(ad)
+            if i is None:
+                return None
+            m.append(i)
+            if q >= nin:
+                written.add(i)
+        launches.append((plan, bytes(m)))
+    if len(filled) != len(outs):
+        return None
+    ws = max(p.ws_size for p, _ in launches)
+    return (tuple(launches), tuple(outs), bytes(sorted(written)), bytes(slots), single, ws)
+
+
+#: stream handle -> the workspace the memo path's replays on it share (a DeviceBuffer of canna's
+#: pool, grown to the largest a replay needed; dropped with the plan cache)
+_memo_ws: dict = {}
+
+
+def _memo_workspace(sh, size):
+    """The address of stream ``sh``'s memo workspace of at least ``size`` bytes."""
+    b = _memo_ws.get(sh)
+    if b is None or b.size < size:
+        s = current_stream()
+        if s._id != sh:
+            raise RuntimeError("kernels memo: the workspace's stream is not the current stream")
+        if b is not None:
+            del _memo_ws[sh]
+            b.close()
+        b = _memo_ws[sh] = acl_rt.alloc(size, stream=s)
+    return b.ptr

@@ -874,9 +874,34 @@ def _add(op: OpDef):
 # the kernel-level function generated from an entry
 
 _fast = _native.fast
+_memo = _native.memo
 _FS = C._fast_state
 _L = C._lib
 _S = C._state
+_CAP = C._capture
+_memo_ids = [0x40000000]   # the memo fast path's op ids (a space of their own: fast.c memo keys)
+
+
+def memoizable(op: OpDef) -> bool:
+    """Whether calls of ``op`` on torch tensors may take the memo fast path (kernels/_native/fast.c
+    ``memo``): its forward is an aclnn call or one of canna's own kernel functions (nothing but plan
+    launches, on shapes and attributes alone: checked per signature when it is first recorded, see
+    kernels._core._memo_entry), without a random seed drawn per call or list inputs."""
+    f = op.forward
+    return ((isinstance(f, Aclnn) or (isinstance(f, Impl) and op.namespace == "canna")) and op.seed is None
+            and not op.lists)
+
+
+def _memo_source(op, vals, call, guard):
+    """The generated lines trying the memo fast path (``vals``: the arguments keyed, in order;
+    ``call``: the Python path's (function, args, kwargs) source; ``guard``: when it may be tried)."""
+    _memo_ids[0] += 1
+    return (f"    if {guard} and (_FS['on'] or _memo_setup()) and _CAP.memo is None and _CAP.rec is None and _L.gen == _S.generation:\n"
+            f"        k = _memo({_memo_ids[0]}, _fast_stream(_OP.api), {', '.join(vals)})\n"
+            f"        if k is not None:\n"
+            f"            if type(k) is not bytes:\n"
+            f"                return None if k is ... else k\n"
+            f"            return _memo_call(k, {call[0]}, ({', '.join(vals)},), {call[1]}, {call[2]})\n")
 
 
 def _scalar_key(v):
@@ -895,7 +920,8 @@ def _make_kernel(op: OpDef):
         params.append(f"{a.name}=_D_{a.name}" if not a.required else a.name)
     ins = ", ".join(t.name for t in op.inputs)
     attrs = ", ".join(f"{a.name!r}: {a.name}" for a in op.attrs)
-    g = {"_call": _call, "_OP": op, "_fast": _fast, "_FS": _FS, "_L": _L, "_S": _S, "_fast_stream": C.fast_stream}
+    g = {"_call": _call, "_OP": op, "_fast": _fast, "_FS": _FS, "_L": _L, "_S": _S, "_fast_stream": C.fast_stream,
+         "_memo": _memo, "_memo_call": C.memo_call, "_memo_setup": C.memo_setup, "_CAP": _CAP}
     for a in op.attrs:
         g[f"_D_{a.name}"] = a.default
     fast = ""
@@ -919,13 +945,17 @@ def _make_kernel(op: OpDef):
         else:
             cond, fid = "out is None", "_ID"
         fast = (f"    k = None\n"
-                f"    if {cond} and stream is None and _FS['on'] and _L.gen == _S.generation:\n"
+                f"    if {cond} and stream is None and _FS['on'] and _CAP.memo is None and _L.gen == _S.generation:\n"
                 f"        k = _fast({fid}, _fast_stream({op.api!r}), {tensors[0]}, {y}, {fp})\n"
                 f"        if k is not None and type(k) is not bytes:\n"
                 f"            return k\n")
         tail = "k"
     else:
         tail = "None"
+        if memoizable(op):
+            names = [t.name for t in op.inputs] + [a.name for a in op.attrs]
+            fast = _memo_source(op, names, ("_call", f"(_OP, ({ins}{',' if len(op.inputs) == 1 else ''}), {{{attrs}}}, "
+                                                     "None, None)", "{}"), "out is None and stream is None")
     src = (f"def {op.name}({', '.join(params + ['*', 'out=None', 'stream=None'])}):\n"
            f"{fast}"
            f"    return _call(_OP, ({ins}{',' if len(op.inputs) == 1 else ''}), {{{attrs}}}, out, stream, {tail})\n")
@@ -945,13 +975,16 @@ def _wrap_impl(op: OpDef):
     fn = op.forward.fn
     req = [t.name for t in op.inputs if not t.optional]
     sig = inspect.signature(fn)
-    if not op.check_none or not req:
+    ps = sig.parameters
+    memo = memoizable(op) and not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps.values())
+    if (not op.check_none or not req) and not memo:
         fn.opdef = op
         return fn
     params, call = [], []
-    g = {"_fn": fn, "_none": _none_error, "_OP": op}
+    g = {"_fn": fn, "_none": _none_error, "_OP": op, "_memo": _memo, "_memo_call": C.memo_call, "_memo_setup": C.memo_setup, "_CAP": _CAP,
+         "_FS": _FS, "_L": _L, "_S": _S, "_fast_stream": C.fast_stream}
     star = False
-    for p in sig.parameters.values():
+    for p in ps.values():
         if p.kind is p.KEYWORD_ONLY and not star:
             params.append("*")
             star = True
@@ -966,11 +999,18 @@ def _wrap_impl(op: OpDef):
             continue
         params.append(p.name + d)
         call.append(p.name if p.kind is not p.KEYWORD_ONLY else f"{p.name}={p.name}")
-    test = " or ".join(f"{n} is None" for n in req)
-    src = (f"def {fn.__name__}({', '.join(params)}):\n"
-           f"    if {test}:\n"
-           f"        _none(_OP, ({', '.join(req)},))\n"
-           f"    return _fn({', '.join(call)})\n")
+    src = f"def {fn.__name__}({', '.join(params)}):\n"
+    if op.check_none and req:
+        src += (f"    if {' or '.join(f'{n} is None' for n in req)}:\n"
+                f"        _none(_OP, ({', '.join(req)},))\n")
+    if memo:
+        vals = [n for n in ps if n not in ("out", "stream")]
+        pos = [n for n in vals if ps[n].kind is not ps[n].KEYWORD_ONLY]
+        kw = [n for n in vals if ps[n].kind is ps[n].KEYWORD_ONLY]
+        guard = " and ".join([f"{n} is None" for n in ("out", "stream") if n in ps] or ["True"])
+        src += _memo_source(op, vals, ("_fn", f"({', '.join(pos)}{',' if len(pos) == 1 else ''})",
+                                       "{" + ", ".join(f"{n!r}: {n}" for n in kw) + "}"), guard)
+    src += f"    return _fn({', '.join(call)})\n"
     exec(compile(src, f"<registry {op.qualname}>", "exec"), g)  # noqa: S102
     w = g[fn.__name__]
     w.__doc__, w.__qualname__, w.__module__, w.__wrapped__ = fn.__doc__, fn.__qualname__, fn.__module__, fn

@@ -593,3 +593,341 @@ PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t narg
     g_offload_hits++;
     return out;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * The memo fast path: a registry op's whole call (any number of torch tensor, number, string,
+ * int-list and dtype arguments; any number of launches and outputs), replayed from C.
+ *
+ * memo(op, stream, *args) -> the call's result (done), None (not applicable: the Python path
+ * decides and raises the right errors) or bytes (a miss: the key the Python side registers once
+ * it has run the call and checked that it was nothing but plan launches on the arguments' and
+ * the fresh outputs' memory, kernels._core.memo_register). Ellipsis stands for a result None
+ * (an op updating its arguments in place).
+ *
+ * The cache (memo_configure's dict) maps a key to None (not replayable: the Python path serves) or
+ *   (launches, outputs, written, result, single)
+ *   launches: ((plan, map), ...) run in order on the stream, the last one waited for; map is
+ *     bytes, one per plan address: < 128 the tensor argument of that index, >= 128 output b - 128;
+ *   outputs: ((shape, torch dtype, alloc), ...) fresh contiguous tensors (alloc None: torch's
+ *     allocator; else a callable returning the tensor: canna's pool for large ones);
+ *   written: bytes, the argument indices the launches write in place (each must not overlap any
+ *     other tensor argument: checked per call, else not applicable);
+ *   result: bytes, per result slot < 128 output b, >= 128 argument b - 128, 255 None;
+ *   single: True (one tensor), False (a tuple), None (the result is None);
+ *   ws: the workspace bytes the largest launch needs: one workspace per stream, shared by every
+ *     replay (workspace(stream, bytes) -> its address, from memo_configure), used by one replay at
+ *     a time (a replay finding it in use, on another thread, is not applicable).
+ */
+#define MEMO_MAXARGS 24
+#define MEMO_MAXOUT 16
+
+static PyObject *g_memo_cache, *g_memo_ws;
+static PyTypeObject *g_dtype_type;   /* torch.dtype: its instances are immortal singletons */
+static int g_ws_busy;                /* a replay is using the workspace (its wait releases the GIL) */
+
+/* memo_configure(cache, dtype_type, workspace) */
+PyObject *py_memo_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyType_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "memo_configure(cache, dtype_type, workspace)");
+        return NULL;
+    }
+    Py_INCREF(args[2]);
+    Py_XSETREF(g_memo_ws, args[2]);
+    Py_INCREF(args[0]);
+    Py_XSETREF(g_memo_cache, args[0]);
+    Py_INCREF(args[1]);
+    Py_XSETREF(g_dtype_type, (PyTypeObject *)args[1]);
+    Py_RETURN_NONE;
+}
+
+/* 1: a non-tensor argument put in the key; 0: not one the memo takes */
+static int key_other(key_t_ *k, PyObject *o)
+{
+    if (key_scalar(k, o))
+        return 1;
+    if (PyUnicode_CheckExact(o)) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+        if (!s) {
+            PyErr_Clear();
+            return 0;
+        }
+        unsigned char tag = 'S';
+        uint32_t n32 = (uint32_t)n;
+        return (put(k, &tag, 1) || put(k, &n32, sizeof n32) || put(k, s, (size_t)n)) ? 0 : 1;
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        if (n > FAST_MAX_NDIM * 2)
+            return 0;
+        unsigned char head[2] = {PyTuple_CheckExact(o) ? 'U' : 'L', (unsigned char)n};
+        if (put(k, head, 2))
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PySequence_Fast_GET_ITEM(o, i);
+            if (PyBool_Check(v)) {   /* an output mask */
+                unsigned char b[2] = {'B', (unsigned char)(v == Py_True)};
+                if (put(k, b, 2))
+                    return 0;
+                continue;
+            }
+            if (!PyLong_CheckExact(v))   /* ints and bools only (a float in a shape is the Python path's error) */
+                return 0;
+            unsigned char tag = 'I';
+            if (put(k, &tag, 1))
+                return 0;
+            int overflow = 0;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow || (x == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                return 0;
+            }
+            if (put(k, &x, sizeof x))
+                return 0;
+        }
+        return 1;
+    }
+    if (g_dtype_type && Py_TYPE(o) == g_dtype_type) {
+        unsigned char tag = 'D';
+        uintptr_t p = (uintptr_t)o;
+        return (put(k, &tag, 1) || put(k, &p, sizeof p)) ? 0 : 1;
+    }
+    return 0;
+}
+
+/* a fresh contiguous tensor for an output spec (shape, torch dtype, alloc) like the proto's
+ * device; NULL with an exception set */
+static PyObject *memo_alloc(PyObject *spec, const DLTensor *like)
+{
+    PyObject *shape = PyTuple_GET_ITEM(spec, 0), *dtype = PyTuple_GET_ITEM(spec, 1), *alloc = PyTuple_GET_ITEM(spec, 2);
+    if (alloc != Py_None)
+        return PyObject_CallNoArgs(alloc);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    int64_t dims[FAST_MAX_NDIM];
+    if (nd > FAST_MAX_NDIM) {
+        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed output spec");
+        return NULL;
+    }
+    for (Py_ssize_t d = 0; d < nd; d++) {
+        dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+        if (dims[d] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (g_api->managed_tensor_allocator && g_api->managed_tensor_to_py_object_no_sync && PyTuple_GET_SIZE(spec) > 3) {
+        /* the proto's dtype: spec[3] = (code, bits) */
+        PyObject *dt = PyTuple_GET_ITEM(spec, 3);
+        DLTensor proto;
+        memset(&proto, 0, sizeof proto);
+        proto.device = like->device;
+        proto.ndim = (int32_t)nd;
+        proto.shape = dims;
+        proto.dtype.code = (uint8_t)PyLong_AsLong(PyTuple_GET_ITEM(dt, 0));
+        proto.dtype.bits = (uint8_t)PyLong_AsLong(PyTuple_GET_ITEM(dt, 1));
+        proto.dtype.lanes = 1;
+        DLManagedTensorVersioned *m = NULL;
+        int failed = 0;
+        if (g_api->managed_tensor_allocator(&proto, &m, &failed, alloc_error) == 0 && !failed && m) {
+            void *obj = NULL;
+            if (g_api->managed_tensor_to_py_object_no_sync(m, &obj) == 0 && obj)
+                return (PyObject *)obj;
+            PyErr_Clear();
+            if (m->deleter)
+                m->deleter(m);
+        }
+        PyErr_Clear();
+    }
+    PyObject *cargs[2] = {shape, dtype};
+    return PyObject_Vectorcall(g_empty, cargs, 1, s_dtype_kwnames);
+}
+
+/* 1 when the two tensors' byte spans are disjoint (or one is empty) */
+static int disjoint(const DLTensor *a, const DLTensor *b)
+{
+    uintptr_t a0, a1, b0, b1;
+    int ra = byte_span(a, &a0, &a1), rb = byte_span(b, &b0, &b1);
+    if (ra < 0 || rb < 0)
+        return 0;
+    return !ra || !rb || a1 <= b0 || b1 <= a0;
+}
+
+PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs < 2 || nargs - 2 > MEMO_MAXARGS) {
+        if (nargs < 2) {
+            PyErr_SetString(PyExc_TypeError, "memo(op, stream, *args)");
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    if (!g_api || !g_memo_cache)
+        Py_RETURN_NONE;
+    long op = PyLong_AsLong(args[0]);
+    if (op == -1 && PyErr_Occurred())
+        return NULL;
+    int na = (int)(nargs - 2);
+    PyObject *const *a = args + 2;
+    key_t_ k;
+    k.n = 0;
+    int32_t op32 = (int32_t)op;
+    put(&k, &op32, sizeof op32);
+    DLTensor t[MEMO_MAXARGS];
+    int is_t[MEMO_MAXARGS], nt = 0;
+    for (int i = 0; i < na; i++) {
+        is_t[i] = 0;
+        if (Py_TYPE(a[i]) == g_tensor_type) {
+            if (read_tensor(a[i], &t[i]) <= 0 || key_tensor(&k, &t[i]))
+                Py_RETURN_NONE;
+            is_t[i] = 1;
+            nt++;
+        } else if (!key_other(&k, a[i])) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (!nt)
+        Py_RETURN_NONE;
+    PyObject *entry, *key = cache_find(g_memo_cache, &k, &entry);
+    if (!key || !entry)
+        return key;   /* an error (NULL), or a miss: the key */
+    if (entry == Py_None) {   /* a signature whose call is not replayable */
+        Py_DECREF(key);
+        Py_RETURN_NONE;
+    }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 6) {
+        Py_DECREF(key);
+        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed cache entry");
+        return NULL;
+    }
+    Py_INCREF(entry);   /* the dict may change while we run */
+    PyObject *launches = PyTuple_GET_ITEM(entry, 0), *ospecs = PyTuple_GET_ITEM(entry, 1),
+             *written = PyTuple_GET_ITEM(entry, 2), *result = PyTuple_GET_ITEM(entry, 3),
+             *single = PyTuple_GET_ITEM(entry, 4);
+    PyObject *outs[MEMO_MAXOUT];
+    Py_ssize_t no = PyTuple_GET_SIZE(ospecs), nl = PyTuple_GET_SIZE(launches);
+    PyObject *ret = NULL;
+    int n_made = 0, ws_held = 0;
+    void *ws = NULL;
+    unsigned long long ws_size = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 5));
+    if (ws_size == (unsigned long long)-1 && PyErr_Occurred())
+        goto done;
+    if (no > MEMO_MAXOUT || !PyBytes_Check(written) || !PyBytes_Check(result)) {
+        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed cache entry");
+        goto done;
+    }
+    /* an argument written in place must not overlap another tensor argument (the Python path
+     * decides: an exact alias may be allowed, a partial overlap raises) */
+    {
+        const unsigned char *w = (const unsigned char *)PyBytes_AS_STRING(written);
+        for (Py_ssize_t j = 0; j < PyBytes_GET_SIZE(written); j++) {
+            int i = w[j];
+            if (i >= na || !is_t[i])
+                goto stale;
+            for (int q = 0; q < na; q++)
+                if (q != i && is_t[q] && !disjoint(&t[i], &t[q]))
+                    goto not_applicable;
+        }
+    }
+    /* every plan still open (a cleared cache closes them: compute it again) */
+    for (Py_ssize_t l = 0; l < nl; l++) {
+        PyObject *pm = PyTuple_GET_ITEM(launches, l);
+        PyObject *plan = PyTuple_GET_ITEM(pm, 0), *map = PyTuple_GET_ITEM(pm, 1);
+        if (Py_TYPE(plan) != &Plan_Type || !PyBytes_Check(map) ||
+            !plan_memo_ok((PlanObject *)plan, (int)PyBytes_GET_SIZE(map), ws_size))
+            goto stale;
+        const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(map);
+        for (Py_ssize_t q = 0; q < PyBytes_GET_SIZE(map); q++)
+            if (m[q] >= 128 ? m[q] - 128 >= no : (m[q] >= na || !is_t[m[q]]))
+                goto stale;
+    }
+    void *stream = PyLong_AsVoidPtr(args[1]);
+    if (!stream && PyErr_Occurred())
+        goto done;
+    if (ws_size) {
+        if (g_ws_busy || !g_memo_ws)
+            goto not_applicable;
+        PyObject *wo = PyObject_CallFunctionObjArgs(g_memo_ws, args[1], PyTuple_GET_ITEM(entry, 5), NULL);
+        if (!wo)
+            goto done;
+        ws = PyLong_AsVoidPtr(wo);
+        Py_DECREF(wo);
+        if (!ws) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "kernels memo: no workspace");
+            goto done;
+        }
+        g_ws_busy = ws_held = 1;
+    }
+    const DLTensor *like = NULL;
+    for (int i = 0; i < na && !like; i++)
+        if (is_t[i])
+            like = &t[i];
+    void *optr[MEMO_MAXOUT];
+    for (Py_ssize_t j = 0; j < no; j++) {
+        outs[j] = memo_alloc(PyTuple_GET_ITEM(ospecs, j), like);
+        if (!outs[j])
+            goto done;
+        n_made++;
+        DLTensor to;
+        if (g_api->dltensor_from_py_object_no_sync(outs[j], &to) != 0)
+            goto done;
+        optr[j] = data_of(&to);
+    }
+    for (Py_ssize_t l = 0; l < nl; l++) {
+        PyObject *pm = PyTuple_GET_ITEM(launches, l);
+        PlanObject *plan = (PlanObject *)PyTuple_GET_ITEM(pm, 0);
+        PyObject *map = PyTuple_GET_ITEM(pm, 1);
+        const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(map);
+        int n = (int)PyBytes_GET_SIZE(map);
+        void *addrs[PLAN_MAX_TENSORS];
+        for (int q = 0; q < n; q++)
+            addrs[q] = m[q] >= 128 ? optr[m[q] - 128] : data_of(&t[m[q]]);
+        if (plan_launch_addrs(plan, stream, ws, addrs, n, l == nl - 1)) {
+            if (l < nl - 1) {   /* the launches before it are queued: wait for them, keep the error */
+                PyObject *et, *ev, *tb;
+                PyErr_Fetch(&et, &ev, &tb);
+                if (plan_sync(stream))
+                    PyErr_Clear();
+                PyErr_Restore(et, ev, tb);
+            }
+            goto done;
+        }
+    }
+    {
+        const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(result);
+        Py_ssize_t nr = PyBytes_GET_SIZE(result);
+        if (single == Py_None) {
+            ret = Py_Ellipsis;
+            Py_INCREF(ret);
+        } else if (single == Py_True && nr == 1) {
+            ret = r[0] >= 128 ? a[r[0] - 128] : outs[r[0]];
+            Py_INCREF(ret);
+        } else {
+            ret = PyTuple_New(nr);
+            for (Py_ssize_t q = 0; ret && q < nr; q++) {
+                PyObject *v = r[q] == 255 ? Py_None : r[q] >= 128 ? a[r[q] - 128] : outs[r[q]];
+                Py_INCREF(v);
+                PyTuple_SET_ITEM(ret, q, v);
+            }
+        }
+    }
+    goto done;
+stale:
+    if (PyDict_DelItem(g_memo_cache, key))
+        PyErr_Clear();
+    ret = key;   /* compute it again */
+    Py_INCREF(ret);
+    goto done;
+not_applicable:
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    if (ws_held)
+        g_ws_busy = 0;
+    for (int j = 0; j < n_made; j++)
+        Py_DECREF(outs[j]);
+    Py_DECREF(entry);
+    Py_DECREF(key);
+    return ret;
+}

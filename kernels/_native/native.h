@@ -16,11 +16,17 @@ extern PyTypeObject Plan_Type;
 int plan_launch_addrs(PlanObject *plan, void *stream, void *ws, void *const *addrs, int n, int sync);
 /* 1 when the plan takes n addresses and needs no workspace (what the fast path can run) */
 int plan_fast_ok(PlanObject *plan, int n);
+/* 1 when the plan takes n addresses and needs at most ws_cap workspace bytes (the memo path) */
+int plan_memo_ok(PlanObject *plan, int n, uint64_t ws_cap);
+/* wait for the stream (GIL released, interruptible); 0 or -1 with an exception set */
+int plan_sync(void *stream);
 
 /* fast.c */
 PyObject *py_fast_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern unsigned long long g_offload_hits;   /* offload()'s calls served by offload_fast */
+PyObject *py_memo_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_offload_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 

@@ -175,6 +175,16 @@ static int do_sync(void *stream)
     }
 }
 
+int plan_sync(void *stream)
+{
+    return do_sync(stream);
+}
+
+int plan_memo_ok(PlanObject *self, int n, uint64_t ws_cap)
+{
+    return self->executor && self->repeatable && self->ws_size <= ws_cap && self->nin + self->nout == n;
+}
+
 int plan_fast_ok(PlanObject *self, int n)
 {
     return self->executor && self->repeatable && self->ws_size == 0 && self->nin + self->nout == n;
@@ -290,6 +300,12 @@ static PyObject *plan_get_closed(PlanObject *self, void *c)
     return PyBool_FromLong(self->executor == NULL);
 }
 
+static PyObject *plan_get_nin(PlanObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(self->nin);
+}
+
 static PyObject *plan_get_ws(PlanObject *self, void *c)
 {
     (void)c;
@@ -348,6 +364,7 @@ static PyMethodDef plan_methods[] = {
 static PyGetSetDef plan_getset[] = {
     {"closed", (getter)plan_get_closed, NULL, "whether the executor was destroyed", NULL},
     {"ws_size", (getter)plan_get_ws, NULL, "workspace bytes phase 2 needs", NULL},
+    {"nin", (getter)plan_get_nin, NULL, "the number of input addresses (the outputs' follow)", NULL},
     {"repeatable", (getter)plan_get_repeatable, NULL, "whether the executor can be launched again", NULL},
     {"name", (getter)plan_get_name, NULL, "the aclnn function it runs", NULL},
     {"meta", (getter)plan_get_meta, (setter)plan_set_meta, "data the Python side attaches", NULL},
@@ -424,6 +441,10 @@ static PyMethodDef module_methods[] = {
      "fast_configure(tensor_type, exchange_api, empty_like, empty, dtypes, cache): the PyTorch fast path"},
     {"fast", (PyCFunction)(void (*)(void))py_fast, METH_FASTCALL,
      "fast(op, stream, x, y, p): a cached elementwise call on torch tensors, None, or the cache key (bytes)"},
+    {"memo_configure", (PyCFunction)(void (*)(void))py_memo_configure, METH_FASTCALL,
+     "memo_configure(cache, dtype_type): the memo fast path's cache"},
+    {"memo", (PyCFunction)(void (*)(void))py_memo, METH_FASTCALL,
+     "memo(op, stream, *args): a registry op's call replayed from its recorded launches, None, or the key"},
     {"offload_configure", (PyCFunction)(void (*)(void))py_offload_configure, METH_FASTCALL,
      "offload_configure(autocast_on, functorch_active, lib, state): offload_fast's guards"},
     {"offload_fast", (PyCFunction)(void (*)(void))py_offload_fast, METH_FASTCALL,
