@@ -420,7 +420,6 @@ def clear_plan_cache() -> None:
         fast_cache.clear()
         offload_cache.clear()
         memo_cache.clear()
-        _memo_ws.clear()
 
 
 @contextlib.contextmanager
@@ -1053,20 +1052,6 @@ def _memo_entry(vals, r, rec):
     return (tuple(launches), tuple(outs), bytes(sorted(written)), bytes(slots), single, ws)
 
 
-#: stream handle -> the workspace the memo path's replays on it share (a DeviceBuffer of canna's
-#: pool, grown to the largest a replay needed; dropped with the plan cache)
-_memo_ws: dict = {}
-
-
-def _memo_workspace(sh, size):
-    """The address of stream ``sh``'s memo workspace of at least ``size`` bytes."""
-    b = _memo_ws.get(sh)
-    if b is None or b.size < size:
-        s = current_stream()
-        if s._id != sh:
-            raise RuntimeError("kernels memo: the workspace's stream is not the current stream")
-        if b is not None:
-            del _memo_ws[sh]
-            b.close()
-        b = _memo_ws[sh] = acl_rt.alloc(size, stream=s)
-    return b.ptr
+def _memo_workspace(size):
+    """A workspace of ``size`` bytes for one replay on the current stream (closed after it)."""
+    return acl_rt.alloc(size, stream=current_stream())

@@ -177,8 +177,8 @@ static void alloc_error(void *ctx, const char *kind, const char *message)
 }
 
 /* a new contiguous torch tensor of proto's shape, dtype and device: torch's allocator through the
- * exchange API (no Python-level call), else torch.empty_like(x) */
-static PyObject *alloc_like(PyObject *x, DLTensor *proto)
+ * exchange API (no Python-level call); NULL when it cannot */
+static PyObject *alloc_proto(DLTensor *proto)
 {
     if (g_api->managed_tensor_allocator && g_api->managed_tensor_to_py_object_no_sync) {
         DLManagedTensorVersioned *m = NULL;
@@ -193,7 +193,14 @@ static PyObject *alloc_like(PyObject *x, DLTensor *proto)
         }
         PyErr_Clear();
     }
-    return PyObject_CallOneArg(g_empty_like, x);
+    return NULL;   /* (no exception: the caller falls back to a Python-level call) */
+}
+
+/* the same, else torch.empty_like(x) */
+static PyObject *alloc_like(PyObject *x, DLTensor *proto)
+{
+    PyObject *o = alloc_proto(proto);
+    return o ? o : PyObject_CallOneArg(g_empty_like, x);
 }
 
 /* launch a cache hit: entry (plan, mode, dtype, shape) for the operands read into tx (and ty when
@@ -614,16 +621,15 @@ PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t narg
  *     other tensor argument: checked per call, else not applicable);
  *   result: bytes, per result slot < 128 output b, >= 128 argument b - 128, 255 None;
  *   single: True (one tensor), False (a tuple), None (the result is None);
- *   ws: the workspace bytes the largest launch needs: one workspace per stream, shared by every
- *     replay (workspace(stream, bytes) -> its address, from memo_configure), used by one replay at
- *     a time (a replay finding it in use, on another thread, is not applicable).
+ *   ws: the workspace bytes the largest launch needs: one buffer per replay (workspace(bytes) ->
+ *     a buffer of canna's pool with .ptr, from memo_configure), closed once the launches are done
+ *     (as the Python path's launch does: the pool reuses it in stream order).
  */
 #define MEMO_MAXARGS 24
 #define MEMO_MAXOUT 16
 
 static PyObject *g_memo_cache, *g_memo_ws;
 static PyTypeObject *g_dtype_type;   /* torch.dtype: its instances are immortal singletons */
-static int g_ws_busy;                /* a replay is using the workspace (its wait releases the GIL) */
 
 /* memo_configure(cache, dtype_type, workspace) */
 PyObject *py_memo_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -715,7 +721,7 @@ static PyObject *memo_alloc(PyObject *spec, const DLTensor *like)
         if (dims[d] == -1 && PyErr_Occurred())
             return NULL;
     }
-    if (g_api->managed_tensor_allocator && g_api->managed_tensor_to_py_object_no_sync && PyTuple_GET_SIZE(spec) > 3) {
+    if (PyTuple_GET_SIZE(spec) > 3) {
         /* the proto's dtype: spec[3] = (code, bits) */
         PyObject *dt = PyTuple_GET_ITEM(spec, 3);
         DLTensor proto;
@@ -726,17 +732,9 @@ static PyObject *memo_alloc(PyObject *spec, const DLTensor *like)
         proto.dtype.code = (uint8_t)PyLong_AsLong(PyTuple_GET_ITEM(dt, 0));
         proto.dtype.bits = (uint8_t)PyLong_AsLong(PyTuple_GET_ITEM(dt, 1));
         proto.dtype.lanes = 1;
-        DLManagedTensorVersioned *m = NULL;
-        int failed = 0;
-        if (g_api->managed_tensor_allocator(&proto, &m, &failed, alloc_error) == 0 && !failed && m) {
-            void *obj = NULL;
-            if (g_api->managed_tensor_to_py_object_no_sync(m, &obj) == 0 && obj)
-                return (PyObject *)obj;
-            PyErr_Clear();
-            if (m->deleter)
-                m->deleter(m);
-        }
-        PyErr_Clear();
+        PyObject *o = alloc_proto(&proto);
+        if (o)
+            return o;
     }
     PyObject *cargs[2] = {shape, dtype};
     return PyObject_Vectorcall(g_empty, cargs, 1, s_dtype_kwnames);
@@ -807,8 +805,9 @@ PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *outs[MEMO_MAXOUT];
     Py_ssize_t no = PyTuple_GET_SIZE(ospecs), nl = PyTuple_GET_SIZE(launches);
     PyObject *ret = NULL;
-    int n_made = 0, ws_held = 0;
+    int n_made = 0;
     void *ws = NULL;
+    PyObject *ws_buf = NULL;
     unsigned long long ws_size = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 5));
     if (ws_size == (unsigned long long)-1 && PyErr_Occurred())
         goto done;
@@ -845,9 +844,10 @@ PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!stream && PyErr_Occurred())
         goto done;
     if (ws_size) {
-        if (g_ws_busy || !g_memo_ws)
+        if (!g_memo_ws)
             goto not_applicable;
-        PyObject *wo = PyObject_CallFunctionObjArgs(g_memo_ws, args[1], PyTuple_GET_ITEM(entry, 5), NULL);
+        ws_buf = PyObject_CallOneArg(g_memo_ws, PyTuple_GET_ITEM(entry, 5));
+        PyObject *wo = ws_buf ? PyObject_GetAttrString(ws_buf, "ptr") : NULL;
         if (!wo)
             goto done;
         ws = PyLong_AsVoidPtr(wo);
@@ -857,7 +857,6 @@ PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 PyErr_SetString(PyExc_RuntimeError, "kernels memo: no workspace");
             goto done;
         }
-        g_ws_busy = ws_held = 1;
     }
     const DLTensor *like = NULL;
     for (int i = 0; i < na && !like; i++)
@@ -923,8 +922,20 @@ not_applicable:
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    if (ws_held)
-        g_ws_busy = 0;
+    if (ws_buf) {   /* back to the pool (stream-ordered); an error of the call comes first */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *c = PyObject_CallMethod(ws_buf, "close", NULL);
+        if (!c && !et && ret) {
+            Py_CLEAR(ret);
+        } else if (!c) {
+            PyErr_Clear();
+        }
+        Py_XDECREF(c);
+        if (et)
+            PyErr_Restore(et, ev, tb);
+        Py_DECREF(ws_buf);
+    }
     for (int j = 0; j < n_made; j++)
         Py_DECREF(outs[j]);
     Py_DECREF(entry);
