@@ -42,7 +42,21 @@ REASONS = {
 }
 
 
+class _ThreadCopies(threading.local):
+    n = 0
+
+
+_thread = _ThreadCopies()
+
+
+def thread_copy_count() -> int:
+    """The copies :func:`count` saw on the calling thread since it started (internal: a check that
+    a call made none, unaffected by other threads' copies)."""
+    return _thread.n
+
+
 def count(reason: str, nbytes: int) -> None:
+    _thread.n += 1
     with _stats_lock:
         s = _stats.get(reason)
         if s is None:

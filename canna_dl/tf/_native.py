@@ -34,6 +34,7 @@ from pathlib import Path
 import tensorflow as tf
 
 import canna_dl
+from canna_dl import _copy as dl_copy
 from kernels import _core as C
 from kernels import _registry as R
 
@@ -138,13 +139,13 @@ def _plan(op, params, shapes, dtypes):
     op stays a py_function node)."""
     ins = [canna_dl.zeros(tuple(s), canna_dl.dtype(d)) for s, d in zip(shapes, dtypes)]
     vals, attrs = _args(op, params, ins)
-    copies = canna_dl.copy_stats()["count"]
+    copies = dl_copy.thread_copy_count()   # (this thread's: TF runs other ops' kernels meanwhile)
     with C.capture_plans() as rec:
         r = op.kernel(*vals, **attrs)
     outs = list(r) if isinstance(r, tuple) else [r]
     if any(not isinstance(o, canna_dl.DeviceArray) for o in outs):
         raise NotImplementedError(f"{op.qualname}: its kernel does not return arrays")
-    if canna_dl.copy_stats()["count"] != copies:
+    if dl_copy.thread_copy_count() != copies:
         raise NotImplementedError(f"{op.qualname}: its kernel copies data outside its aclnn calls")
     if any(o.strides != C.contiguous_strides(o.shape) for o in outs):
         raise NotImplementedError(f"{op.qualname}: its outputs are views, not the calls' own arrays")

@@ -1766,8 +1766,9 @@ static inline float xr_at(const nn_view_t *x, const loss_params_t *p, int64_t n,
     return ((const float *)x->data)[n * p->xs[0] + c];
 }
 
-/* log-sum-exp of a contiguous float32 row: its max (NaN if any is NaN; 0 for all -inf), then the sum
- * of exp(x - max) in double (4 partial sums) */
+/* log-sum-exp of a contiguous float32 row: its max (NaN if any is NaN or +inf; 0 for all -inf),
+ * then the sum of exp(x - max) by op_norm.c's vectorized float exp (within 2 ulp of expf; lanes
+ * summed in float per chunk, the chunks in double), as softmax computes it */
 __attribute__((optimize("-O3"))) static double ce_row_lse(const float *restrict xr, int64_t C)
 {
     float m = -INFINITY;
@@ -1776,15 +1777,11 @@ __attribute__((optimize("-O3"))) static double ce_row_lse(const float *restrict 
         nan |= xr[c] != xr[c];
         m = xr[c] > m ? xr[c] : m;
     }
-    double md = nan ? NAN : (m == -INFINITY ? 0.0 : (double)m);
-    double se[4] = {0, 0, 0, 0};
-    int64_t c = 0;
-    for (; c + 4 <= C; c += 4)
-        for (int k = 0; k < 4; k++)
-            se[k] += exp((double)xr[c + k] - md);
-    for (; c < C; c++)
-        se[0] += exp((double)xr[c] - md);
-    return md + log((se[0] + se[1]) + (se[2] + se[3]));
+    if (nan || m == INFINITY)   /* (PyTorch: log_softmax of a row holding +inf is NaN) */
+        return NAN;
+    if (m == -INFINITY)
+        m = 0;
+    return (double)m + log(nn_exp_sum_f32(xr, NULL, C, m));
 }
 
 /* log_prob of a contiguous float32 row: x - lse, rounded to float32 */
