@@ -925,10 +925,6 @@ memo_cache: dict = {}
 MEMO_MAX_LAUNCHES = 16
 _MEMO_MAX_ARGS = 24   # fast.c MEMO_MAXARGS
 _MEMO_MAX_OUTS = 16   # fast.c MEMO_MAXOUT
-#: DLPack's (type code, bits) of the torch dtypes a replayed call allocates with torch's allocator
-#: (DLPack specification, ``DLDataTypeCode``: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6)
-_DL_CODES = {"float32": (2, 32), "float64": (2, 64), "float16": (2, 16), "bfloat16": (4, 16), "int8": (0, 8),
-             "int16": (0, 16), "int32": (0, 32), "int64": (0, 64), "uint8": (1, 8), "bool": (6, 8)}
 
 
 def memo_setup() -> bool:
@@ -1013,14 +1009,15 @@ def _memo_entry(vals, r, rec):
                 or not x.is_contiguous() or x.storage_offset() != 0 or x.untyped_storage().nbytes() != n
                 or len(outs) >= _MEMO_MAX_OUTS or x.ndim > MAX_DIMS):
             return None
-        name = str(x.dtype).rpartition(".")[2]
+        try:   # canna's dtype of it: its DLPack (code, bits) for torch's allocator through the exchange API
+            dt = canna_dl.dtype(str(x.dtype).rpartition(".")[2])
+        except (TypeError, ValueError):
+            return None
         shape = tuple(x.shape)
         if n >= POOL_MIN_BYTES:   # canna's pool, handed to torch zero-copy (see new_out)
-            spec = (shape, x.dtype, functools.partial(_pool_torch, shape, canna_dl.dtype(name)))
-        elif name in _DL_CODES:
-            spec = (shape, x.dtype, None, _DL_CODES[name])
+            spec = (shape, x.dtype, functools.partial(_pool_torch, shape, dt))
         else:
-            spec = (shape, x.dtype, None)
+            spec = (shape, x.dtype, None, (dt.code, dt.bits))
         optr[p] = len(outs)
         outs.append(spec)
         objs.append(x)

@@ -892,6 +892,14 @@ def memoizable(op: OpDef) -> bool:
             and not op.lists)
 
 
+def has_fast_path(op: OpDef) -> bool:
+    """Whether ``op``'s kernel function tries the two-operand C fast path (kernels/_native/fast.c
+    ``fast``: one or two tensor inputs, one output, at most one attribute) — else, where the op is
+    :func:`memoizable`, the memo fast path."""
+    return bool(op.fast and len(op.inputs) in (1, 2) and len(op.outputs) == 1 and len(op.attrs) <= 1
+                and not any(t.optional or t.mutated or t.list for t in op.inputs))
+
+
 def _memo_source(op, vals, call, guard):
     """The generated lines trying the memo fast path (``vals``: the arguments keyed, in order;
     ``call``: the Python path's (function, args, kwargs) source; ``guard``: when it may be tried)."""
@@ -926,8 +934,7 @@ def _make_kernel(op: OpDef):
         g[f"_D_{a.name}"] = a.default
     fast = ""
     tensors = [t.name for t in op.inputs]
-    if op.fast and len(tensors) in (1, 2) and len(op.outputs) == 1 and len(op.attrs) <= 1 \
-            and not any(t.optional or t.mutated or t.list for t in op.inputs):
+    if has_fast_path(op):
         g["_ID"] = int(op.fast_id)
         if op.attrs:
             a = op.attrs[0]

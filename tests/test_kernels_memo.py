@@ -120,9 +120,7 @@ NOT_REPLAYED = {"max_pool2d": "its indices are a temporary the result leaves out
 def _memo_ops():
     """The registry's ops whose kernel function tries the memo (the others have the two-operand
     fast path, or no memo)."""
-    return [op for op in R.registered_ops("canna") if R.memoizable(op)
-            and not (op.fast and len(op.inputs) in (1, 2) and len(op.outputs) == 1 and len(op.attrs) <= 1
-                     and not any(t.optional or t.mutated or t.list for t in op.inputs))]
+    return [op for op in R.registered_ops("canna") if R.memoizable(op) and not R.has_fast_path(op)]
 
 
 def test_every_memoizable_op_has_a_case():
