@@ -7,8 +7,9 @@ and attributes (:class:`Attr`: type, default); its outputs; the shape/dtype rule
 one :class:`Spec` per output); the forward (:class:`Aclnn`: one aclnn call; :class:`Launch`: a
 RawKernel with its host-side launch rule; or a function composing registered ops); the backward
 (a function of registered ops, with the inputs or outputs it saves named in ``save``); and what it
-answers to in each framework (``torch``: the torch functions ``offload()`` maps to it; ``tf`` /
-``jax``: the names in ``canna_dl.tf`` / ``canna_dl.jax``).
+answers to in each framework (``torch``: the torch functions ``offload()`` maps to it; ``aten``:
+the aten operator overloads ``offload(level="aten")`` runs it for, below PyTorch's autograd; ``tf``
+/ ``jax``: the names in ``canna_dl.tf`` / ``canna_dl.jax``).
 
 From one entry are generated:
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+import inspect
 import keyword
 import math
 import numbers
@@ -407,7 +409,11 @@ class TorchFn:
             values may define it; a tensor never matches); other values fall back to PyTorch. A
             parameter not in ``args`` is appended to them.
         guard: ``guard(*op arguments) -> None or a reason``: the cases the torch function refuses
-            that the op would take fall back (``torch.mm`` of operands that are not 2-D).
+            that the op would take fall back (``torch.mm`` of operands that are not 2-D). Its
+            keyword-only parameters receive the torch function's parameters of those names
+            (``aten::_softmax_backward_data``'s ``input_dtype``, which the op has no argument for).
+        convert: ``{param: f}``: the op receives ``f(value)`` for that torch parameter (aten's
+            ``reduction`` code 1 as ``"mean"``, an empty ``stride`` as None).
         identity: ``identity(**params) -> bool``: True when the torch function returns its first
             argument unchanged (dropout in eval mode or with ``p=0``): offload() returns it, no
             kernel runs, as in PyTorch.
@@ -421,10 +427,11 @@ class TorchFn:
     (``implicit dim (dim=None)``: ``F.softmax``'s legacy default).
     """
 
-    __slots__ = ("fn", "args", "fixed", "guard", "identity", "output", "reflected", "inplace")
+    __slots__ = ("fn", "args", "fixed", "guard", "identity", "output", "reflected", "inplace", "convert",
+                 "guard_kw")
 
     def __init__(self, fn, args=None, *, fixed=None, guard=None, identity=None, output=None, reflected=False,
-                 inplace=False):
+                 inplace=False, convert=None):
         if not (isinstance(fn, str) or callable(fn)):
             raise RegistrationError(f"TorchFn: fn must be a dotted name or a callable, not {fn!r}")
         self.fn = fn
@@ -437,6 +444,12 @@ class TorchFn:
             raise RegistrationError(f"TorchFn({fn!r}): output must be an int index or None, not {output!r}")
         self.guard, self.identity, self.output = guard, identity, output
         self.reflected, self.inplace = builtins.bool(reflected), builtins.bool(inplace)
+        self.convert = dict(convert or {})
+        if any(not callable(f) for f in self.convert.values()):
+            raise RegistrationError(f"TorchFn({fn!r}): convert maps parameter names to functions")
+        #: the guard's keyword-only parameters (torch parameters it reads by name)
+        self.guard_kw = () if guard is None else tuple(
+            n for n, p in inspect.signature(guard).parameters.items() if p.kind is p.KEYWORD_ONLY)
 
     @classmethod
     def of(cls, spec):
@@ -474,7 +487,8 @@ class TorchFn:
             RegistrationError: an op argument without a default is bound by no parameter.
         """
         n = len(op.inputs)
-        own = ["input"] + [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+        rest = [t.name for t in op.inputs[1:]] + [a.name for a in op.attrs]
+        own = ["input"] + rest
         params = self.args
         if params is None:
             params = tuple((nm, nm, None if 0 < i < n and op.inputs[i].optional else
@@ -482,8 +496,13 @@ class TorchFn:
                            for i, nm in enumerate(own))
         names = [p[0] for p in params]
         defaults = {p[0]: p[2] for p in params if p[2] is not _REQ}
-        slot = {("input" if p[1] == op.inputs[0].name else p[1]): i for i, p in enumerate(params)}
-        slot.setdefault("input", 0)   # the first parameter binds the op's first input
+        # the op's first input: a parameter bound to its name, or one bound to "input" when no other
+        # op argument is called that (embedding_backward's second input is "input")
+        first = _FIRST
+        slot = {(first if p[1] == op.inputs[0].name or (p[1] == "input" and "input" not in rest) else p[1]): i
+                for i, p in enumerate(params)}
+        slot.setdefault(first, 0)   # the first parameter binds the op's first input
+        own[0] = first
         fixed = []
         for k, want in self.fixed.items():
             if k not in names:
@@ -495,12 +514,42 @@ class TorchFn:
             i = slot.get(nm)
             if i is None and (j == 0 or (j < n and not op.inputs[j].optional) or (j >= n and op.attrs[j - n].required)):
                 raise RegistrationError(f"{op.qualname}: the parameters {names} of torch function {self.fn!r} do not "
-                                        f"bind the op's {'input' if j < n else 'attribute'} {nm!r}")
+                                        f"bind the op's {'input' if j < n else 'attribute'} "
+                                        f"{op.inputs[0].name if j == 0 else nm!r}")
             src.append(i)
             dflt.append(None if i is not None or j < n else op.attrs[j - n].default)
         nonone = tuple((src[n + j], a.name) for j, a in enumerate(op.attrs)
                        if src[n + j] is not None and a.type in (int, float, str) and not a.optional)
         return names, defaults, src, dflt, tuple(fixed), nonone
+
+    def extras(self, op):
+        """``(convert, guard_kw)`` for a call bound by :meth:`bind`: ``((slot, f), ...)`` per op
+        argument slot (inputs, then attributes) to convert, ``((name, index), ...)`` of the torch
+        parameters the guard takes by keyword.
+
+        Raises:
+            RegistrationError: a converted or guard parameter the torch function does not have.
+        """
+        names, _d, src, _df, _f, _n = self.bind(op)
+        conv = []
+        for k, f in self.convert.items():
+            if k not in names:
+                raise RegistrationError(f"{op.qualname}: TorchFn({self.fn!r}) converts {k!r}, not one of its parameters "
+                                        f"{names}")
+            i = names.index(k)
+            if i not in src:
+                raise RegistrationError(f"{op.qualname}: TorchFn({self.fn!r}) converts {k!r}, which binds no op argument")
+            conv.append((src.index(i), f))
+        kw = []
+        for k in self.guard_kw:
+            if k not in names:
+                raise RegistrationError(f"{op.qualname}: the guard of TorchFn({self.fn!r}) takes {k!r}, not one of "
+                                        f"its parameters {names}")
+            kw.append((k, names.index(k)))
+        return tuple(conv), tuple(kw)
+
+
+_FIRST = "\0first"   # TorchFn.bind's key of the op's first input
 
 
 def _torch_params(fn, args):
@@ -671,7 +720,7 @@ class OpDef:
     """One op's definition (see the module doc). Built by :func:`register_op`; read-only after."""
 
     def __init__(self, name, *, inputs, attrs=(), outputs=("out",), shape, forward, backward=None, save=(),
-                 namespace="canna", torch=(), tf=None, jax=None, doc=None, fast=False, elementwise=False,
+                 namespace="canna", torch=(), aten=(), tf=None, jax=None, doc=None, fast=False, elementwise=False,
                  api=None, diff_outputs=None, generate=True, inplace_out=False, check_none=True, seed=None):
         self.name = name
         #: the attribute holding the op's random seed (an optional int): None at call time draws
@@ -692,6 +741,18 @@ class OpDef:
         self.torch = tuple(TorchFn.of(t) for t in torch)
         for t in self.torch:   # refused now, not when offload() first builds its table
             t.bind(self)
+            t.extras(self)
+        # aten=: the aten overloads (``"aten::add.Tensor"``) this op computes, as TorchFn items whose
+        # args are the overload's schema arguments in order (``"self, other:y, alpha"``; default: the
+        # op's inputs and attributes in order); checked against the schema when offload(level="aten")
+        # first loads (canna_dl/torch/_aten.py). An overload's result must be the op's exactly.
+        self.aten = tuple(TorchFn.of(t) for t in aten)
+        for t in self.aten:
+            if not (isinstance(t.fn, str) and t.fn.startswith("aten::")):
+                raise RegistrationError(f"{self.qualname}: aten= takes aten overload names ('aten::add.Tensor'), "
+                                        f"not {t.fn!r}")
+            t.bind(self)
+            t.extras(self)
         # tf= / jax=: the name in canna_dl.tf / canna_dl.jax, or (name, {argument: that framework's name
         # for it}) (TensorFlow's ``logits`` / ``axis`` for softmax's ``x`` / ``dim``)
         self.tf, self.tf_args = _fw_name(name, tf)

@@ -733,8 +733,9 @@ def _offload_entry(op, fn, f, spec):
         run, report = fn, op.name
     guard, identity, output, reflected, inplace = spec.guard, spec.identity, spec.output, spec.reflected, spec.inplace
     lists = op.lists
-    if (src == list(range(k)) and not (fixed or nonone or guard or identity or reflected or inplace or lists)
-            and output is None):
+    convert, guard_kw = spec.extras(op)
+    if (src == list(range(k)) and not (fixed or nonone or guard or identity or reflected or inplace or lists
+                                       or convert) and output is None):
         def h(v):   # the op's own order: the common case in two steps
             _chk(*v[:n])
             return run(*v[:k])
@@ -752,6 +753,8 @@ def _offload_entry(op, fn, f, spec):
             _chk(v[0])
             return v[0]
         args = [v[i] if i is not None else d for i, d in zip(src, dflt)]
+        for j, f in convert:
+            args[j] = f(args[j])
         if reflected:   # torch's (self, other) is the op's (other, self)
             args[0], args[1] = args[1], args[0]
         ins = _flat_chk(args[:n]) if lists else args[:n]
@@ -761,7 +764,7 @@ def _offload_entry(op, fn, f, spec):
         else:
             _chk(*ins)
         if guard is not None:
-            why = guard(*args)
+            why = guard(*args, **{nm: v[i] for nm, i in guard_kw})
             if why:
                 raise _Fallback(why)
         r = run(*args)
@@ -779,7 +782,7 @@ def offload_fast_entry(op, spec, tag, report):
     from kernels import _core as KC
     from ._offload import _REQ
     ins = op.inputs
-    if (not op.fast or spec.inplace or spec.guard or spec.identity or spec.output is not None or op.lists
+    if (not op.fast or spec.inplace or spec.guard or spec.identity or spec.convert or spec.output is not None or op.lists
             or len(ins) not in (1, 2) or len(op.outputs) != 1 or len(op.attrs) > 1
             or any(t.optional or t.mutated or t.list for t in ins)):
         return None

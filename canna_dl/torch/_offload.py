@@ -564,7 +564,7 @@ class OffloadReport:
         backward pass before it runs, printing, ``torch.device`` objects)."""
         out: dict = {}
         for f, n in self._other.items():
-            name = _func_name(f)
+            name = f if isinstance(f, str) else _func_name(f)   # (the aten level's are aten names)
             if name in _BOOKKEEPING or name.startswith("profiler."):
                 continue
             out[name] = out.get(name, 0) + n
@@ -899,7 +899,7 @@ class Offload(TorchFunctionMode):
         return func(*args, **kwargs) if kwargs else func(*args)
 
 
-def offload(*, ops=None, exclude=(), strict=False, report=None) -> Offload:
+def offload(*, ops=None, exclude=(), strict=False, report=None, level="function"):
     """Run the supported PyTorch ops of a block on canna, the others on PyTorch::
 
         with canna_dl.torch.offload() as rep:
@@ -915,17 +915,35 @@ def offload(*, ops=None, exclude=(), strict=False, report=None) -> Offload:
             supported (for tests and debugging; other torch functions still run on PyTorch).
         report: an :class:`OffloadReport` to add to (e.g. one per training run, across blocks);
             default: a new one.
+        level: ``"function"`` (default: torch functions, canna's own autograd) or ``"aten"`` (aten
+            operators below PyTorch's autograd; see below).
 
     Returns:
-        An :class:`Offload` (a ``torch.overrides.TorchFunctionMode``); ``with`` gives its
-        :class:`OffloadReport`.
+        An :class:`Offload` (a ``torch.overrides.TorchFunctionMode``; ``level="aten"``: an
+        ``AtenOffload``); ``with`` gives its :class:`OffloadReport`.
 
     The mode applies to the thread that enters it, and to the backward passes started in the
     block (keep ``loss.backward()`` inside it when the model uses activation checkpointing: the
     recomputation must run canna's ops again). Inside ``torch.compile`` the routed ops are the
     ``torch.ops.canna`` custom ops (in-place ops fall back there).
 
+    ``level="aten"`` routes below PyTorch's autograd instead: the aten operators PyTorch's
+    dispatcher runs for the forward *and* for PyTorch's own backward formulas (``aten::mm``,
+    ``aten::threshold_backward``, ...) run on canna's kernels where a registry entry names them
+    (:data:`canna_dl.torch._aten.ATEN_OPS` rows), everything else on PyTorch's kernels, with no
+    Python on the way for those; gradients are PyTorch's formulas, so the graph is exactly
+    PyTorch's (activation checkpointing, ``torch.func`` and autocast work as without canna). The
+    report counts canna's calls per op and, as PyTorch's calls, the aten operators that ran on
+    PyTorch (views left out). It needs a C++ compiler and PyTorch's C++ headers (a library compiled
+    on first use, cached); see :mod:`canna_dl.torch._aten`.
+
     Raises:
-        ValueError: an unknown op name. TypeError: ``report`` is not an OffloadReport.
+        ValueError: an unknown op name or level. TypeError: ``report`` is not an OffloadReport.
+        RuntimeError: ``level="aten"`` is not available here (the message says why).
     """
+    if level == "aten":
+        from ._aten import AtenOffload
+        return AtenOffload(ops=ops, exclude=exclude, strict=strict, report=report)
+    if level != "function":
+        raise ValueError(f"canna_dl.torch.offload: level must be 'function' or 'aten', not {level!r}")
     return Offload(ops=ops, exclude=exclude, strict=strict, report=report)

@@ -27,6 +27,7 @@ counted as such), except the in-place ops canna maps anyway (``add_``, ``mul_``,
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import torch
@@ -176,6 +177,14 @@ def _h_foreach_add_(v):
     return None
 
 
+def aten_entries():
+    """``[(aten overload, report row, run(arguments))]``: the fused steps for ``offload(level="aten")``
+    (the same handlers: the aten schemas take the torch functions' arguments in their order)."""
+    return [("aten::_fused_adamw_", "apply_adamw", _h_fused_adam(True)),
+            ("aten::_fused_adam_", "apply_adamw", _h_fused_adam(False)),
+            ("aten::_fused_sgd_", "fused_sgd", _h_fused_sgd)]
+
+
 def table_entries(m, S):
     """Add the optimizer functions to ``offload()``'s mapping table (``m(funcs, op, sig, handler)``)."""
     adam = S(("self", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "state_steps", "lr", "beta1", "beta2",
@@ -196,12 +205,14 @@ _local = threading.local()     # .steered: parameter groups whose "fused" this t
 
 
 def _active_offload():
+    """The innermost offload block of this thread: a function-level mode, else an aten-level block."""
     from ._offload import Offload
     for i in range(torch._C._len_torch_function_stack()):
         mode = torch._C._get_function_stack_at(i)
         if isinstance(mode, Offload):
             return mode
-    return None
+    aten = sys.modules.get("canna_dl.torch._aten")
+    return getattr(aten._tls, "block", None) if aten is not None else None
 
 
 def _why_not(opt, group, op):

@@ -75,6 +75,7 @@ define("native_batch_norm",
               ("torch.native_batch_norm", "input, weight, bias, running_mean, running_var, training, momentum, eps"),
               ("torch.batch_norm", {"cudnn_enabled": True},
                "input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled", 0)),
+       aten=(("aten::native_batch_norm", "input, weight, bias, running_mean, running_var, training, momentum, eps"),),
        doc="Batch normalization over dim 1 of ``input`` ``[N, C, *]`` (2 to 8 dims; ``torch.native_batch_norm``; "
            "``aclnnBatchNorm``): ``(out, save_mean, save_invstd)``. ``training=True`` normalizes with the batch "
            "statistics and updates ``running_mean`` / ``running_var`` (``[C]``, in place) as PyTorch does "
@@ -103,6 +104,9 @@ define("batch_norm_backward",
                      lambda lib, keep, training, eps: (training, eps, _mask(lib, keep)),
                      order=("grad_out", "input", "weight", None, None, "save_mean", "save_invstd", "...")),
        api="kernels.backward.batch_norm",
+       # aten's train=False normalizes with the running statistics, the op with save_mean / save_invstd
+       aten=(("aten::native_batch_norm_backward", "grad_out, input, weight, running_mean, running_var, save_mean, "
+              "save_invstd, train:training, eps, output_mask", {"train": True}),),
        doc="Gradients of :func:`kernels.native_batch_norm` (``aclnnBatchNormBackward``; runningMean / runningVar "
            "NULL: the statistics are ``save_mean`` / ``save_invstd`` in both modes): ``(grad_input, grad_weight, "
            "grad_bias)``.")

@@ -84,15 +84,19 @@ def _pow_bw(ops, g, x, exponent):
 def _binary(name, aclnn, scalar, *, shape, backward, save=(), alpha=False, commute=None, torch, rtorch=(),
             inplace=(), extras=None, more=(), doc):
     """add / sub / mul / div: ``x`` and ``y`` arrays or (one of them) a Python number, broadcast;
-    ``alpha`` for add and sub; ``out=`` may be ``x`` or ``y`` (in place)."""
+    ``alpha`` for add and sub; ``out=`` may be ``x`` or ``y`` (in place). Their aten overloads are
+    ``aten::<name>.Tensor`` and ``aten::<name>_.Tensor`` (a Python number there is a wrapped-number
+    tensor, which the aten route hands over as the number: PyTorch's weak scalar)."""
     names = ("input", "other:y") + ((("alpha", 1),) if alpha else ())
     forms = ([TorchFn(f, names, fixed=extras) for f in torch]
              + [TorchFn(f, ("input", "other:y"), reflected=True) for f in rtorch]
              + [TorchFn(f, names, fixed=extras, inplace=True) for f in inplace] + list(more))
+    schema = "self, other:y" + (", alpha" if alpha else "")
+    aten = (TorchFn(f"aten::{name}.Tensor", schema), TorchFn(f"aten::{name}_.Tensor", schema, inplace=True))
     return define(name, inputs=(Tensor("x", ARITH, scalar=True), Tensor("y", ARITH, scalar=True)),
                   attrs=(Attr("alpha", numbers.Number, 1),) if alpha else (), shape=shape,
                   forward=Aclnn(aclnn, _scalar_param("alpha") if alpha else None, scalar=scalar, commute=commute),
-                  backward=backward, save=save, torch=forms, doc=doc, fast=True, elementwise=True)
+                  backward=backward, save=save, torch=forms, aten=aten, doc=doc, fast=True, elementwise=True)
 
 
 _ARGS = """
@@ -150,6 +154,7 @@ define("pow", inputs=(Tensor("x", ARITH),), attrs=(Attr("exponent", numbers.Numb
        forward=Aclnn("PowTensorScalar", _scalar_param("exponent")), backward=_pow_bw, save=("x",),
        torch=tuple(TorchFn(f, ("input", "exponent")) for f in ("torch.pow", _T + "pow", _T + "__pow__"))
        + (TorchFn(_T + "pow_", ("input", "exponent"), inplace=True),),
+       aten=(("aten::pow.Tensor_Scalar", "self:x, exponent"), TorchFn("aten::pow_.Scalar", "self:x, exponent", inplace=True)),
        fast=True, elementwise=True,
        doc="``x ** exponent`` for a Python-number exponent (``torch.pow``; ``aclnnPowTensorScalar``).\n\n"
            "The result dtype is ``result_type(x, exponent)``: an integer array to an integer power stays integer "
@@ -163,18 +168,24 @@ define("pow", inputs=(Tensor("x", ARITH),), attrs=(Attr("exponent", numbers.Numb
 # generated: unary math and activations
 
 def _unary(name, aclnn, *, dtypes=ARITH, shape=same_float, backward=None, save=(), attrs=(), params=None,
-           torch=(), doc, key=None):
+           torch=(), aten=None, doc, key=None):
+    """A unary op; its aten overload is ``aten::<name>`` (``aten=``: others) with the op's
+    attributes as the schema's."""
     return define(name, inputs=(Tensor("x", dtypes),), attrs=attrs, shape=shape,
-                  forward=Aclnn(aclnn, params, key), backward=backward, save=save, torch=torch, doc=doc,
-                  fast=True, elementwise=True)
+                  forward=Aclnn(aclnn, params, key), backward=backward, save=save, torch=torch,
+                  aten=(f"aten::{name}",) if aten is None else aten, doc=doc, fast=True, elementwise=True)
 
 
-def _grad_op(name, aclnn, fwd, *, params=None, attrs=(), backward=None, save=(), doc, key=None, t="x"):
+def _grad_op(name, aclnn, fwd, *, params=None, attrs=(), backward=None, save=(), doc, key=None, t="x", aten=None):
     """The backward kernel ``f(grad_out, t)`` of ``fwd`` (``kernels.backward.<fwd>``); ``t`` is the
-    forward's input ``x`` or output ``y``."""
+    forward's input ``x`` or output ``y``; its aten overload is ``aten::<name>(grad_output, self or
+    output, attributes...)`` (``aten=``: another)."""
+    if aten is None:
+        aten = ((f"aten::{name}", f"grad_output:grad_out, {'self:x' if t == 'x' else 'output:y'}"
+                 + "".join(f", {a.name}" for a in attrs)),)
     return define(name, inputs=(Tensor("grad_out", FLOATS), Tensor(t, FLOATS, diff=False)), attrs=attrs,
                   shape=grad_like, forward=Aclnn(aclnn, params, key), backward=backward, save=save, doc=doc,
-                  fast=True, elementwise=True, api=f"kernels.backward.{fwd}")
+                  aten=aten, fast=True, elementwise=True, api=f"kernels.backward.{fwd}")
 
 
 _SEE = "Same conventions as :func:`kernels.add` (``out=``, ``stream=``, result kinds)."
@@ -198,6 +209,7 @@ _unary("sqrt", "Sqrt", backward=lambda ops, g, y: ops.div(ops.mul(g, 0.5), y), s
        doc=f"Square root (``torch.sqrt``; ``aclnnSqrt``): NaN below 0. Integer inputs give float32. {_SEE}")
 _unary("relu", "Relu", shape=same, backward=lambda ops, g, y: ops.relu_backward(g, y), save=("out",),
        torch=("torch.relu", "torch.Tensor.relu", ("torch.nn.functional.relu", {"inplace": False})),
+       aten=("aten::relu", TorchFn("aten::relu_", inplace=True)),
        doc=f"``max(x, 0)``, NaN kept (``torch.relu``; ``aclnnRelu``). Dtypes: floats, int32, int64. {_SEE}")
 _unary("sigmoid", "Sigmoid", backward=lambda ops, g, y: ops.sigmoid_backward(g, y), save=("out",),
        torch=("torch.sigmoid", "torch.Tensor.sigmoid"),
@@ -233,6 +245,7 @@ def _gelu_mode(lib, keep, approximate):
 
 # relu's gradient is linear in grad_out: differentiable again in it (relu twice differentiable)
 _grad_op("relu_backward", "ThresholdBackward", "relu", params=_threshold0,
+         aten=(("aten::threshold_backward", "grad_output:grad_out, self:x, threshold", {"threshold": 0}),),
          backward=lambda ops, gg, x: ops.relu_backward(gg, x), save=("x",), t="x",
          doc="Gradient of :func:`kernels.relu`: ``grad_out`` where ``x > 0``, else 0 (``aclnnThresholdBackward`` "
              "with threshold 0, as torch_npu; ``x`` may also be relu's output). Floating dtypes.")

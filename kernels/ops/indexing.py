@@ -53,6 +53,7 @@ define("embedding", inputs=(Tensor("input", INTS, diff=False), Tensor("weight", 
        shape=embedding_shape, forward=Aclnn("Embedding", order=("weight", "input"), key=lambda **a: ()),
        backward=_embedding_backward, save=("input", "weight"),
        torch=("torch.nn.functional.embedding",),
+       aten=(("aten::embedding", "weight, indices:input, padding_idx, scale_grad_by_freq, sparse"),),
        doc="Embedding lookup (``torch.nn.functional.embedding``; ``aclnnEmbedding``): ``weight[input]``, shape "
            "``input.shape + (embedding_dim,)``. ``input``: int64 / int32 indices in ``[0, num_embeddings)``; "
            "``weight``: ``[num_embeddings, embedding_dim]``, floating. ``padding_idx`` (negative counts from the "
@@ -78,6 +79,8 @@ define("embedding_backward", inputs=(Tensor("grad_out", F), Tensor("input", INTS
                      lambda lib, keep, num_weights, padding_idx, scale_grad_by_freq:
                      (num_weights, padding_idx & 0xFFFFFFFFFFFFFFFF, scale_grad_by_freq)),
        api="kernels.backward.embedding",
+       aten=(("aten::embedding_dense_backward", "grad_output:grad_out, indices:input, num_weights, padding_idx, "
+              "scale_grad_by_freq"),),
        doc="Gradient of :func:`kernels.embedding` with respect to ``weight`` (``aclnnEmbeddingDenseBackward``): "
            "``[num_weights, embedding_dim]``, the rows of ``grad_out`` summed per index (in index order), row "
            "``padding_idx`` (``-1``: none) left at 0, divided by the index counts with ``scale_grad_by_freq``.")

@@ -55,6 +55,7 @@ define("addmm", inputs=(Tensor("x", F), Tensor("mat1", F), Tensor("mat2", F)),
        forward=Aclnn("Addmm", params=_scalars, tail=lambda lib, keep, beta, alpha: (N._CUBE_KEEP_DTYPE,)),
        save=("x", "mat1", "mat2"), backward=_addmm_backward,
        torch=("torch.addmm", "torch.Tensor.addmm"),
+       aten=(("aten::addmm", "self:x, mat1, mat2, beta, alpha"),),
        doc="``beta * x + alpha * (mat1 @ mat2)`` (``torch.addmm``; ``aclnnAddmm``): ``mat1`` ``(m, k)``, ``mat2`` "
            "``(k, n)``, ``x`` broadcast to ``(m, n)``; with ``beta=0`` ``x`` is ignored (NaN too), as PyTorch. "
            "Floating dtypes, one dtype for the three.\n\nRaises:\n    ValueError: shapes that do not multiply or "

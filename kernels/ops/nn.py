@@ -13,7 +13,7 @@ from .. import _core as C
 from .. import _composite as CO
 from .. import _nn as N
 from .. import _reduce as RD
-from .._registry import DTYPE, Attr, Impl, Spec, Tensor, define
+from .._registry import DTYPE, Attr, Impl, Spec, Tensor, TorchFn, define
 
 F, ARITH = C.FLOATS, C.ARITH
 
@@ -116,6 +116,39 @@ def _three_d(a, b):
         return "bmm of operands that are not 3-D with one batch size"
 
 
+def _mm_aten(a, b):   # below the dispatcher no aten check runs first: aten::mm's own rules
+    return _two_d(a, b) or (None if a.dtype == b.dtype else "mm of two dtypes (aten::mm refuses it)")
+
+
+def _bmm_aten(a, b):
+    return _three_d(a, b) or (None if a.dtype == b.dtype else "bmm of two dtypes (aten::bmm refuses it)")
+
+
+def _conv_aten(x, weight, *a):
+    if x.dim() != 4 or weight.dim() != 4:
+        return "a convolution that is not 2-D"
+
+
+def _bw_dtype(g, y, dim, *, input_dtype):   # aten::_softmax_backward_data's result dtype is input_dtype
+    return None if input_dtype == g.dtype else f"input_dtype {input_dtype} (the gradient is {g.dtype})"
+
+
+def _float_only(x, *a):
+    return None if x.is_floating_point() else f"a {x.dtype} reduction (aten accumulates integers in int64)"
+
+
+def _pool_stride(stride):   # aten's empty stride: the kernel size (the op's None)
+    return stride if stride else None
+
+
+def _all_dims(dim):   # aten's empty (or absent) dim list: every dim (the op's None)
+    return dim if dim else None
+
+
+#: aten's reduction codes (at::Reduction: None, Mean, Sum)
+_REDUCTIONS = ("none", "mean", "sum")
+
+
 _MM = "input, other:b, out=None"
 define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, forward=Impl(N.matmul),
        backward=lambda ops, g, a, b, grad_input_mask: ops.matmul_backward(g, a, b, grad_input_mask), save=("a", "b"),
@@ -124,6 +157,7 @@ define("matmul", inputs=(Tensor("a", F), Tensor("b", F)), shape=matmul_shape, fo
               ("torch.Tensor.mm", "input, mat2:b", _two_d),
               ("torch.bmm", "input, mat2:b, out=None", {"out": None}, _three_d),
               ("torch.Tensor.bmm", "input, mat2:b", _three_d)),
+       aten=(("aten::mm", "self:a, mat2:b", _mm_aten), ("aten::bmm", "self:a, mat2:b", _bmm_aten)),
        doc=N.matmul.__doc__)
 define("linear", inputs=(Tensor("x", F), Tensor("weight", F), Tensor("bias", F, optional=True)), shape=linear_shape,
        forward=Impl(N.linear),
@@ -151,12 +185,14 @@ _softmax_attrs = (Attr("dim", int, -1), Attr("dtype", DTYPE, None))
 define("softmax", inputs=(Tensor("x", F),), attrs=_softmax_attrs, shape=_softmax_shape, forward=Impl(N.softmax),
        backward=lambda ops, g, y, dim, dtype: ops.softmax_backward(g, y, dim), save=("out",),
        torch=("torch.softmax", "torch.Tensor.softmax", ("torch.nn.functional.softmax", _SM_TORCH)),
+       aten=(("aten::_softmax", "self:x, dim, half_to_float", {"half_to_float": False}),),
        tf=("softmax", {"x": "logits", "dim": "axis"}), jax=("softmax", {"dim": "axis"}),
        doc=N.softmax.__doc__)
 define("log_softmax", inputs=(Tensor("x", F),), attrs=_softmax_attrs, shape=_softmax_shape,
        forward=Impl(N.log_softmax), backward=lambda ops, g, y, dim, dtype: ops.log_softmax_backward(g, y, dim),
        save=("out",), torch=("torch.log_softmax", "torch.Tensor.log_softmax",
                              ("torch.nn.functional.log_softmax", _SM_TORCH)),
+       aten=(("aten::_log_softmax", "self:x, dim, half_to_float", {"half_to_float": False}),),
        tf=("log_softmax", {"x": "logits", "dim": "axis"}), jax=("log_softmax", {"dim": "axis"}),
        doc=N.log_softmax.__doc__)
 define("layer_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True), Tensor("bias", F, optional=True)),
@@ -168,7 +204,8 @@ define("native_layer_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional
        shape=lambda x, normalized_shape, *a, **k: (Spec(x.shape, x.dtype),
                                                    Spec(_stat(x, len(tuple(normalized_shape))), x.dtype),
                                                    Spec(_stat(x, len(tuple(normalized_shape))), x.dtype)),
-       forward=Impl(N.native_layer_norm), generate=False)
+       forward=Impl(N.native_layer_norm), generate=False,
+       aten=(("aten::native_layer_norm", "input:x, normalized_shape, weight, bias, eps"),))
 define("rms_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True)),
        attrs=(Attr("normalized_shape", _o), Attr("eps", _o, None)), shape=_ln_shape, forward=Impl(N.rms_norm),
        generate=False)
@@ -179,14 +216,18 @@ define("native_rms_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=T
        forward=Impl(N.native_rms_norm), generate=False)
 define("conv2d", inputs=(Tensor("x", F), Tensor("weight", F), Tensor("bias", F, optional=True)),
        attrs=(Attr("stride", _o, 1), Attr("padding", _o, 0), Attr("dilation", _o, 1), Attr("groups", _o, 1)),
-       shape=conv2d_shape, forward=Impl(N.conv2d), generate=False)
+       shape=conv2d_shape, forward=Impl(N.conv2d), generate=False,
+       aten=(TorchFn("aten::convolution", "input:x, weight, bias, stride, padding, dilation, transposed, output_padding, "
+                     "groups", fixed={"transposed": False}, guard=_conv_aten),))
 _pool_attrs = (Attr("kernel_size", _o), Attr("stride", _o, None), Attr("padding", _o, 0), Attr("dilation", _o, 1),
                Attr("ceil_mode", _o, False))
 define("max_pool2d", inputs=(Tensor("x", F),), attrs=_pool_attrs + (Attr("return_indices", _o, False),),
        shape=max_pool2d_shape, forward=Impl(N.max_pool2d), generate=False)
 define("max_pool2d_with_indices", inputs=(Tensor("x", F),), attrs=_pool_attrs, outputs=("out", "indices"),
        shape=lambda x, *a, **k: (max_pool2d_shape(x, *a, **k), Spec(max_pool2d_shape(x, *a, **k).shape, C.INT64)),
-       forward=Impl(N.max_pool2d_with_indices), generate=False)
+       forward=Impl(N.max_pool2d_with_indices), generate=False,
+       aten=(TorchFn("aten::max_pool2d_with_indices", "self:x, kernel_size, stride, padding, dilation, ceil_mode",
+                     convert={"stride": _pool_stride}),))
 _loss_attrs = (Attr("ignore_index", _o, -100), Attr("reduction", _o, "mean"))
 define("cross_entropy", inputs=(Tensor("input", F), Tensor("target", C.INTS, diff=False),
                                 Tensor("weight", F, optional=True, diff=False)),
@@ -204,11 +245,17 @@ define("native_nll_loss", inputs=(Tensor("input", F), Tensor("target", C.INTS, d
                                   Tensor("weight", F, optional=True, diff=False)),
        attrs=_loss_attrs, outputs=("loss", "total_weight"),
        shape=lambda input, *a, **k: (_loss_shape(input, *a, **k), Spec((), input.dtype)),
-       forward=Impl(N.native_nll_loss), generate=False)
+       forward=Impl(N.native_nll_loss), generate=False,
+       aten=(TorchFn("aten::nll_loss_forward", "self:input, target, weight, reduction, ignore_index",
+                     convert={"reduction": _REDUCTIONS.__getitem__}),))
 define("sum", inputs=(Tensor("x", ARITH + (C.BOOL,)),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
-       shape=_reduced, forward=Impl(RD.sum), generate=False)
+       shape=_reduced, forward=Impl(RD.sum), generate=False,
+       aten=(TorchFn("aten::sum.dim_IntList", "self:x, dim, keepdim, dtype", fixed={"dtype": None},
+                     convert={"dim": _all_dims}, guard=_float_only),))
 define("mean", inputs=(Tensor("x", F),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
-       shape=_reduced, forward=Impl(RD.mean), generate=False)
+       shape=_reduced, forward=Impl(RD.mean), generate=False,
+       aten=(TorchFn("aten::mean.dim", "self:x, dim, keepdim, dtype", fixed={"dtype": None},
+                     convert={"dim": _all_dims}),))
 define("amax", inputs=(Tensor("x", ARITH),), attrs=(Attr("dim", _o, ()), Attr("keepdim", _o, False)),
        shape=lambda x, dim=(), keepdim=False: _reduced(x, dim if dim != () else None, keepdim), forward=Impl(RD.amax),
        generate=False)
@@ -218,9 +265,13 @@ define("sum_to_size", inputs=(Tensor("x", ARITH),), attrs=(Attr("shape", _o),),
 # backward kernels written by hand (kernels.backward.*)
 define("softmax_backward", inputs=(Tensor("grad_out", F), Tensor("y", F, diff=False)), attrs=(Attr("dim", int, -1),),
        shape=_softmax_bw_shape, forward=Impl(N.softmax_backward), api="kernels.backward.softmax",
+       aten=(TorchFn("aten::_softmax_backward_data", "grad_output:grad_out, output:y, dim, input_dtype",
+                     guard=_bw_dtype),),
        doc=N.softmax_backward.__doc__)
 define("log_softmax_backward", inputs=(Tensor("grad_out", F), Tensor("y", F, diff=False)),
        attrs=(Attr("dim", int, -1),), shape=_softmax_bw_shape, forward=Impl(N.log_softmax_backward),
+       aten=(TorchFn("aten::_log_softmax_backward_data", "grad_output:grad_out, output:y, dim, input_dtype",
+                     guard=_bw_dtype),),
        api="kernels.backward.log_softmax", doc=N.log_softmax_backward.__doc__)
 def _matmul_bw_shape(g, a, b, output_mask=(True, True)):
     shape = N.matmul_shape("kernels.backward.matmul", tuple(a.shape), tuple(b.shape))
@@ -287,9 +338,14 @@ define("linear_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor(
        save=("grad_out", "x", "weight"), api="kernels.backward.linear", doc=CO.linear_backward.__doc__)
 define("max_pool2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("indices", C.INTS)),
        attrs=_pool_attrs, shape=lambda g, x, *a, **k: Spec(x.shape, g.dtype), forward=Impl(N.max_pool2d_backward),
-       generate=False, api="kernels.backward.max_pool2d")
+       generate=False, api="kernels.backward.max_pool2d",
+       aten=(TorchFn("aten::max_pool2d_with_indices_backward", "grad_output:grad_out, self:x, kernel_size, stride, "
+                     "padding, dilation, ceil_mode, indices", convert={"stride": _pool_stride}),))
 define("conv2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("weight", F)),
        attrs=(Attr("stride", _o, 1), Attr("padding", _o, 0), Attr("dilation", _o, 1), Attr("groups", _o, 1)),
        outputs=("grad_x", "grad_weight", "grad_bias"),
        shape=lambda g, x, w, *a, **k: (Spec(x.shape, x.dtype), Spec(w.shape, w.dtype), Spec((w.shape[0],), w.dtype)),
-       forward=Impl(N.conv2d_backward), generate=False, api="kernels.backward.conv2d")
+       forward=Impl(N.conv2d_backward), generate=False, api="kernels.backward.conv2d",
+       aten=(TorchFn("aten::convolution_backward", "grad_output:grad_out, input:x, weight, bias_sizes, stride, padding, "
+                     "dilation, transposed, output_padding, groups, output_mask", fixed={"transposed": False},
+                     guard=_conv_aten),))

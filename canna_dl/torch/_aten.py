@@ -1,0 +1,316 @@
+"""``offload(level="aten")``: canna's kernels for PyTorch's aten operators, below PyTorch's autograd.
+
+The function level (:mod:`canna_dl.torch._offload`, a ``TorchFunctionMode``) sees torch functions
+and runs canna's own autograd. This level sees what PyTorch's dispatcher runs after its autograd:
+the aten operator overloads of the forward *and* of PyTorch's own backward formulas
+(``aten::mm``, ``aten::threshold_backward``, ...). A block includes a dispatch key no PyTorch kernel
+uses (``CustomRNGKeyId``, below autograd, above the dense backends) in the thread's dispatch key set; the library ``canna_dl/torch/_aten.cc``
+(compiled at first use against the installed PyTorch's headers, cached like canna's kernels)
+registers, for that key, canna's kernel for every aten overload a registry entry names in its
+``aten=`` items and a fallback for all others, which runs PyTorch's own kernel. No Python runs for
+the operators canna does not take, and none of the torch-function machinery runs at all, so a
+routed op costs its kernel plus one call into this module's handler.
+
+The handler of an overload (:func:`_handler`, generated from the entry's ``aten=`` item) binds
+the schema's arguments to the op's (``TorchFn.bind``), applies the item's fixed values and guard,
+and runs the op's kernel-level function (``kernels.<name>``: no autograd; ``out=`` the written
+argument for an in-place overload). A call canna refuses (an unsupported dtype: the kernel's
+TypeError / ValueError, a fixed value, a guard) runs on PyTorch, counted with its reason in the
+block's report. Tensors reach the handler zero-copy: a tensor that requires grad as a detached
+alias (autograd is PyTorch's here), a wrapped number (``x + 2.0``) as the Python number (PyTorch's
+weak scalar).
+
+Unavailable (a RuntimeError at ``__enter__`` says why) without a C++ compiler or PyTorch's C++
+headers, or in the discrete memory model (PyTorch's CPU tensors are host memory there).
+"""
+from __future__ import annotations
+
+import ctypes
+import inspect
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+
+import torch
+
+import acl_rt
+from kernels import _core as KC
+from kernels import _registry as R
+
+__all__ = ["available", "ATEN_OPS", "AtenOffload", "stats"]
+
+_SRC = Path(__file__).with_name("_aten.cc")
+_lock = threading.Lock()
+_state = {"dll": None, "tried": False, "why": None}
+_tls = threading.local()   # .block: the innermost aten-level block of this thread
+
+
+class _Refused:
+    """The handlers' answer "run this call on PyTorch" (the C++ kernel redispatches it)."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<canna: run on PyTorch>"
+
+
+FALLBACK = _Refused()
+
+
+def _flags():
+    root = Path(torch.__file__).parent
+    inc, lib = root / "include", root / "lib"
+    if not (inc / "torch" / "library.h").is_file():
+        raise OSError(f"PyTorch's C++ headers are not installed ({inc})")
+    flags = ("-w", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+             "-I" + sysconfig.get_paths()["include"], f"-I{inc}", f"-I{inc / 'torch' / 'csrc' / 'api' / 'include'}")
+    link = (f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}")
+    return flags, link
+
+
+def _load():
+    if not KC._cfg.unified:
+        return None, "the discrete memory model: PyTorch's CPU tensors are host memory the device does not read"
+    from kernels import _compiler
+    try:
+        flags, link = _flags()
+        path = _compiler.build_host_library("canna_torch_aten", _SRC, flags=flags, link_flags=link,
+                                            key_parts=(torch.__version__, sys.version))
+        dll = ctypes.PyDLL(str(path))
+    except Exception as e:   # no compiler, no headers, a failing build
+        return None, f"{type(e).__name__}: {e}"
+    dll.canna_aten_configure.argtypes = [ctypes.py_object]
+    dll.canna_aten_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.py_object]
+    dll.canna_aten_other.argtypes = [ctypes.c_int]
+    dll.canna_aten_other.restype = ctypes.py_object
+    dll.canna_aten_counts.argtypes = [ctypes.c_void_p]
+    dll.canna_aten_include.argtypes = [ctypes.c_int]
+    dll.canna_aten_configure(FALLBACK)
+    for op in R.registered_ops():
+        _register(dll, op)
+    from . import _offload_optim
+    for name, row, run in _offload_optim.aten_entries():
+        _route(dll, name, row, run)
+    return dll, None
+
+
+def _dll():
+    if not _state["tried"]:
+        with _lock:
+            if not _state["tried"]:
+                _state["dll"], _state["why"] = _load()
+                _state["tried"] = True
+    return _state["dll"]
+
+
+def available() -> bool:
+    """Whether ``offload(level="aten")`` can run here (compiles the library on the first call)."""
+    return _dll() is not None
+
+
+def why_unavailable():
+    """Why :func:`available` is False (None when it is True)."""
+    _dll()
+    return _state["why"]
+
+
+def stats() -> dict:
+    """``{"canna": n, "refused": n}``: aten calls canna ran / refused (this process, all threads)."""
+    dll = _dll()
+    if dll is None:
+        return {"canna": 0, "refused": 0}
+    a = (ctypes.c_uint64 * 2)()
+    dll.canna_aten_counts(a)
+    return {"canna": a[0], "refused": a[1]}
+
+
+# ---------------------------------------------------------------------------------------------
+# the handlers, generated from the registry's aten= items
+
+def _schema(name):
+    """``(OpOverload, argument names)`` of ``"aten::add.Tensor"``."""
+    ns, _, rest = name.partition("::")
+    base, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, ns), base)
+    ov = getattr(packet, overload or "default")
+    return ov, [a.name for a in ov._schema.arguments]
+
+
+def report_name(op, spec) -> str:
+    """The report row of an aten item: the op's name (``<name>_`` for an in-place overload)."""
+    return f"{op.name}_" if spec.inplace else op.name
+
+
+def _handler(op, spec):
+    """``h(*schema arguments) -> result or FALLBACK`` for one aten item of ``op``."""
+    from ._offload import _Fallback
+    names, _defaults, src, dflt, fixed, nonone = spec.bind(op)
+    convert, guard_kw = spec.extras(op)
+    kernel, inplace, output, guard = op.kernel, spec.inplace, spec.output, spec.guard
+    Tensor = torch.Tensor
+    own = [t.name for t in op.inputs] + [a.name for a in op.attrs]
+    try:   # a hand-written kernel keeps its own parameter order (PyTorch's): bind by name then
+        ps = list(inspect.signature(kernel).parameters.values())[:len(own)]
+        positional = [p.name for p in ps] == own and all(p.kind is p.POSITIONAL_OR_KEYWORD for p in ps)
+    except (TypeError, ValueError):
+        positional = False
+
+    def run(v):
+        for i, name, want in fixed:
+            got = v[i]
+            if got is not want and (isinstance(got, Tensor) or not want == got):
+                raise _Fallback(f"{name}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
+        for i, name in nonone:
+            if v[i] is None:
+                raise _Fallback(f"implicit {name} ({name}=None)")
+        args = [v[i] if i is not None else d for i, d in zip(src, dflt)]
+        for j, f in convert:
+            args[j] = f(args[j])
+        if guard is not None:
+            why = guard(*args, **{nm: v[i] for nm, i in guard_kw})
+            if why:
+                raise _Fallback(why)
+        if positional:
+            r = kernel(*args, out=args[0]) if inplace else kernel(*args)
+        else:
+            kw = dict(zip(own, args))
+            r = kernel(**kw, out=args[0]) if inplace else kernel(**kw)
+        return r if output is None else r[output]
+    return _counted(report_name(op, spec), spec.fn, run)
+
+
+def _counted(row, name, run):
+    """The handler the C++ kernel calls: ``run(arguments)`` in the thread's block, counted in its
+    report under ``row``; a refusal (canna's argument errors, ``_Fallback``) answers FALLBACK with
+    the reason counted (``strict``: raises RuntimeError)."""
+    from ._offload import _CAUGHT, _Fallback, _reason_of
+
+    def h(*v):
+        blk = getattr(_tls, "block", None)
+        if blk is None or row not in blk.enabled:
+            return FALLBACK
+        st = blk.report._stat(row)
+        try:
+            r = run(v)
+        except _Fallback as f:
+            reason = f.reason
+        except _CAUGHT as exc:
+            if isinstance(exc, acl_rt.AclError) and not isinstance(exc, ValueError):
+                raise
+            reason = _reason_of(exc)
+        else:
+            st.canna += 1
+            return r
+        st.fallback += 1
+        st.reasons[reason] = st.reasons.get(reason, 0) + 1
+        if blk.strict:
+            raise RuntimeError(f"canna_dl.torch.offload(level='aten', strict=True): {name} ({row}) would run on "
+                               f"PyTorch: {reason}")
+        return FALLBACK
+    h.__qualname__ = h.__name__ = f"aten_{row}"
+    return h
+
+
+#: report rows of the aten level (registry op names, ``<name>_`` for in-place overloads)
+ATEN_OPS: tuple = ()
+
+
+def _register(dll, op):
+    """Route the entry's aten items to canna (at load, and for an op registered later)."""
+    global ATEN_OPS
+    rows = set(ATEN_OPS)
+    for spec in op.aten:
+        ov, schema_names = _schema(spec.fn)
+        names = spec.bind(op)[0]
+        if spec.args is not None and [p[0] for p in spec.args] != schema_names:
+            raise R.RegistrationError(f"{op.qualname}: aten item {spec.fn}: its args {[p[0] for p in spec.args]} are "
+                                      f"not the schema's arguments {schema_names}")
+        if len(names) != len(schema_names) and not spec.fixed:
+            raise R.RegistrationError(f"{op.qualname}: aten item {spec.fn} binds {len(names)} arguments, its schema "
+                                      f"has {len(schema_names)} ({', '.join(schema_names)})")
+        qual, _, overload = spec.fn.partition(".")
+        if dll.canna_aten_register(qual.encode(), overload.encode(), _handler(op, spec)) != 0:
+            raise R.RegistrationError(f"{op.qualname}: cannot route {spec.fn}")
+        rows.add(report_name(op, spec))
+    ATEN_OPS = tuple(sorted(rows))
+
+
+def _route(dll, name, row, run):
+    """Route one aten overload to a hand-written ``run(arguments)`` (the optimizers' fused steps)."""
+    global ATEN_OPS
+    qual, _, overload = name.partition(".")
+    if dll.canna_aten_register(qual.encode(), overload.encode(), _counted(row, name, run)) != 0:
+        raise R.RegistrationError(f"cannot route {name}")
+    ATEN_OPS = tuple(sorted(set(ATEN_OPS) | {row}))
+
+
+def _aten_rows():
+    _dll()
+    return ATEN_OPS
+
+
+# ---------------------------------------------------------------------------------------------
+# the block
+
+_VIEWS: dict = {}
+
+
+def _is_view(name):
+    v = _VIEWS.get(name)
+    if v is None:
+        try:
+            v = _VIEWS[name] = bool(_schema(name)[0].is_view)
+        except Exception:
+            v = _VIEWS[name] = False
+    return v
+
+
+class AtenOffload:
+    """The context manager behind ``offload(level="aten")`` (one per ``with`` block)."""
+
+    def __init__(self, *, ops=None, exclude=(), strict=False, report=None):
+        from ._offload import OffloadReport
+        rows = _aten_rows()
+        if _state["dll"] is None:
+            raise RuntimeError(f"canna_dl.torch.offload(level='aten') is not available here: {_state['why']}")
+        names = set(rows) if ops is None else set(ops)
+        unknown = (names | set(exclude)) - set(rows)
+        if unknown:
+            raise ValueError(f"canna_dl.torch.offload(level='aten'): unknown ops {sorted(unknown)} (supported: "
+                             f"{', '.join(rows)})")
+        if report is not None and not isinstance(report, OffloadReport):
+            raise TypeError(f"canna_dl.torch.offload: report must be an OffloadReport, not {type(report).__name__}")
+        self.enabled = frozenset(names - set(exclude))
+        self._all = self.enabled == frozenset(rows)
+        self.strict = bool(strict)
+        self.report = report if report is not None else OffloadReport()
+        self._was = self._prev = None
+
+    def __enter__(self):
+        if self._was is not None:
+            raise RuntimeError("canna_dl.torch.offload: this block is already entered (make a new one)")
+        acl_rt.init()
+        self._prev = getattr(_tls, "block", None)
+        _fold(self._prev)   # (an enclosing block's PyTorch calls so far are its own)
+        _tls.block = self
+        self._was = _state["dll"].canna_aten_include(1)
+        return self.report
+
+    def __exit__(self, *exc):
+        _state["dll"].canna_aten_include(self._was)
+        self._was = None
+        _fold(self)
+        _tls.block = self._prev
+        return False
+
+
+def _fold(block):
+    """Add this thread's PyTorch calls counted since the last fold to ``block``'s report (views,
+    which compute nothing, left out); None: discard them."""
+    counts = _state["dll"].canna_aten_other(1)
+    if block is None:
+        return
+    other = block.report._other
+    for name, n in counts.items():
+        if not _is_view(name):
+            other[name] = other.get(name, 0) + n
