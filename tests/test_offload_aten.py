@@ -1,0 +1,404 @@
+"""offload(level="aten") (canna_dl/torch/_aten.py, _aten.cc): canna's kernels for PyTorch's aten
+operators below PyTorch's autograd.
+
+Every aten item of the registry (and the optimizers' fused steps) has a case here (a new mapping
+without one fails ``test_every_aten_item_has_a_case``): called through PyTorch's dispatcher inside
+a block, it must run on canna (the report's row counts it) and give PyTorch's result — computed in
+float64 on the same random data — with PyTorch's dtype and shape; an in-place overload must write
+its argument itself."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import canna_dl.torch as ct  # noqa: E402
+from canna_dl.torch import _aten  # noqa: E402
+from canna_dl.torch import _offload_optim  # noqa: E402
+from kernels import _registry as R  # noqa: E402
+
+from conftest import run_python  # noqa: E402
+
+A = torch.ops.aten
+F32 = torch.float32
+
+
+def test_available_here():
+    # this machine has g++ and PyTorch's headers: the level must load (a skip would hide a break)
+    assert _aten.available(), _aten.why_unavailable()
+    assert "add" in _aten.ATEN_OPS and "conv2d_backward" in _aten.ATEN_OPS
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def rn(*shape, seed=0, pos=False):
+    t = torch.randn(*shape, generator=_g(seed))
+    return t.abs() + 0.1 if pos else t
+
+
+def _conv_args(seed=0):
+    return rn(2, 3, 6, 6, seed=seed), rn(4, 3, 3, 3, seed=seed + 1), rn(4, seed=seed + 2)
+
+
+def _bn_args():
+    x = rn(4, 3, 5, 5)
+    return x, rn(3, seed=1), rn(3, seed=2), torch.zeros(3), torch.ones(3)
+
+
+def _bn_backward_args():
+    x, w, b, rm, rv = _bn_args()
+    _o, sm, si = torch.native_batch_norm(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+    return rn(4, 3, 5, 5, seed=5), x, w, rm, rv, sm, si, True, 1e-5, [True, True, True]
+
+
+def _pool():
+    x = rn(2, 3, 6, 6)
+    return x, torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [], [0, 0], [1, 1], False)[1]
+
+
+def _nll():
+    return torch.log_softmax(rn(5, 7), 1), torch.tensor([0, 3, 6, 2, 1])
+
+
+def _binary(name):
+    return {f"aten::{name}.Tensor": lambda: ((rn(3, 4), rn(4, seed=1, pos=name == "div")), {}),
+            f"aten::{name}_.Tensor": lambda: ((rn(3, 4), rn(3, 4, seed=1, pos=name == "div")), {})}
+
+
+#: aten overload -> () -> (args, kwargs) of one call (the first argument of an in-place one is written)
+CASES = {
+    **_binary("add"), **_binary("sub"), **_binary("mul"), **_binary("div"),
+    "aten::neg": lambda: ((rn(3, 4),), {}),
+    "aten::abs": lambda: ((rn(3, 4),), {}),
+    "aten::sign": lambda: ((rn(3, 4),), {}),
+    "aten::exp": lambda: ((rn(3, 4),), {}),
+    "aten::log": lambda: ((rn(3, 4, pos=True),), {}),
+    "aten::sqrt": lambda: ((rn(3, 4, pos=True),), {}),
+    "aten::relu": lambda: ((rn(3, 4),), {}),
+    "aten::relu_": lambda: ((rn(3, 4),), {}),
+    "aten::sigmoid": lambda: ((rn(3, 4),), {}),
+    "aten::tanh": lambda: ((rn(3, 4),), {}),
+    "aten::silu": lambda: ((rn(3, 4),), {}),
+    "aten::gelu": lambda: ((rn(3, 4),), {"approximate": "tanh"}),
+    "aten::hardswish": lambda: ((rn(3, 4) * 4,), {}),
+    "aten::hardsigmoid": lambda: ((rn(3, 4) * 4,), {}),
+    "aten::rsqrt": lambda: ((rn(3, 4, pos=True),), {}),
+    "aten::reciprocal": lambda: ((rn(3, 4, pos=True),), {}),
+    "aten::sin": lambda: ((rn(3, 4),), {}),
+    "aten::cos": lambda: ((rn(3, 4),), {}),
+    "aten::pow.Tensor_Scalar": lambda: ((rn(3, 4), 3), {}),
+    "aten::pow_.Scalar": lambda: ((rn(3, 4, pos=True), 1.5), {}),
+    "aten::threshold_backward": lambda: ((rn(3, 4, seed=1), rn(3, 4), 0), {}),
+    "aten::gelu_backward": lambda: ((rn(3, 4, seed=1), rn(3, 4)), {"approximate": "none"}),
+    "aten::silu_backward": lambda: ((rn(3, 4, seed=1), rn(3, 4)), {}),
+    "aten::sigmoid_backward": lambda: ((rn(3, 4, seed=1), torch.sigmoid(rn(3, 4))), {}),
+    "aten::tanh_backward": lambda: ((rn(3, 4, seed=1), torch.tanh(rn(3, 4))), {}),
+    "aten::hardswish_backward": lambda: ((rn(3, 4, seed=1), rn(3, 4) * 4), {}),
+    "aten::hardsigmoid_backward": lambda: ((rn(3, 4, seed=1), rn(3, 4) * 4), {}),
+    "aten::mm": lambda: ((rn(3, 5), rn(5, 4, seed=1)), {}),
+    "aten::bmm": lambda: ((rn(2, 3, 5), rn(2, 5, 4, seed=1)), {}),
+    "aten::addmm": lambda: ((rn(4), rn(3, 5, seed=1), rn(5, 4, seed=2)), {"beta": 0.5, "alpha": 2.0}),
+    "aten::_softmax": lambda: ((rn(3, 6), 1, False), {}),
+    "aten::_log_softmax": lambda: ((rn(3, 6), 0, False), {}),
+    "aten::_softmax_backward_data": lambda: ((rn(3, 6, seed=1), torch.softmax(rn(3, 6), 1), 1, F32), {}),
+    "aten::_log_softmax_backward_data": lambda: ((rn(3, 6, seed=1), torch.log_softmax(rn(3, 6), 1), 1, F32), {}),
+    "aten::native_layer_norm": lambda: ((rn(2, 3, 8), [8], rn(8, seed=1), rn(8, seed=2), 1e-5), {}),
+    "aten::convolution": lambda: ((*_conv_args(), [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}),
+    "aten::convolution_backward": lambda: ((rn(2, 4, 6, 6, seed=9), *_conv_args()[:2], [4], [1, 1], [1, 1], [1, 1],
+                                            False, [0, 0], 1, [True, True, True]), {}),
+    "aten::max_pool2d_with_indices": lambda: ((rn(2, 3, 6, 6), [2, 2], [], [0, 0], [1, 1], False), {}),
+    "aten::max_pool2d_with_indices_backward": lambda: ((rn(2, 3, 3, 3, seed=4), _pool()[0], [2, 2], [2, 2], [0, 0],
+                                                        [1, 1], False, _pool()[1]), {}),
+    "aten::nll_loss_forward": lambda: ((*_nll(), None, 1, -100), {}),
+    "aten::sum.dim_IntList": lambda: ((rn(3, 4, 5), [0, 2], True), {}),
+    "aten::mean.dim": lambda: ((rn(3, 4, 5), [1], False), {}),
+    "aten::embedding": lambda: ((rn(10, 4), torch.tensor([[1, 9], [0, 3]]), -1, False, False), {}),
+    "aten::embedding_dense_backward": lambda: ((rn(2, 2, 4), torch.tensor([[1, 9], [1, 3]]), 10, -1, False), {}),
+    "aten::native_batch_norm": lambda: ((*_bn_args(), True, 0.1, 1e-5), {}),
+    "aten::native_batch_norm_backward": lambda: (_bn_backward_args(), {}),
+}
+
+
+def _aten_items():
+    out = []
+    for op in R.registered_ops("canna"):
+        for spec in op.aten:
+            out.append((spec.fn, op, spec))
+    return out
+
+
+def _overload(name):
+    return _aten._schema(name)[0]
+
+
+def test_every_aten_item_has_a_case():
+    names = {n for n, _op, _s in _aten_items()}
+    missing = sorted(names - set(CASES))
+    assert not missing, f"aten items without a test case: {missing}"
+    assert not set(CASES) - names, sorted(set(CASES) - names)
+
+
+def _f64(v):
+    if isinstance(v, torch.Tensor) and v.is_floating_point():
+        return v.detach().to(torch.float64)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_f64(x) for x in v)
+    return v
+
+
+def _clone(v):
+    if isinstance(v, torch.Tensor):
+        return v.clone()
+    if isinstance(v, (list, tuple)):
+        return type(v)(_clone(x) for x in v)
+    return v
+
+
+def _flat(r):
+    return list(r) if isinstance(r, (tuple, list)) else [r]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_aten_item_matches_pytorch(name):
+    ov = _overload(name)
+    rows = [_aten.report_name(op, spec) for n, op, spec in _aten_items() if n == name]
+    args, kwargs = CASES[name]()
+    ref32 = _flat(ov(*_clone(args), **kwargs))
+    a64 = _f64(args)
+    if name == "aten::_softmax_backward_data" or name == "aten::_log_softmax_backward_data":
+        a64 = (*a64[:3], torch.float64)
+    ref64 = _flat(ov(*a64, **kwargs))
+    mine_args = _clone(args)
+    with ct.offload(level="aten") as rep:
+        got = _flat(ov(*mine_args, **kwargs))
+    assert rep.ops[rows[0]].canna == 1, (rep, rep.pytorch_calls)
+    assert len(got) == len(ref32)
+    for g, r32, r64 in zip(got, ref32, ref64):
+        if r32 is None or not isinstance(r32, torch.Tensor) or (r32.numel() == 0 and name.startswith("aten::native_")):
+            continue
+        assert g.dtype == r32.dtype and g.shape == r32.shape, (g.dtype, g.shape, r32.dtype, r32.shape)
+        if r32.is_floating_point():
+            np.testing.assert_allclose(g.double().numpy(), r64.numpy(), rtol=2e-5, atol=2e-5)
+        else:
+            assert torch.equal(g, r32)
+    if "_." in name or name.endswith("_"):   # in place: the result is the argument itself, written
+        assert got[0] is mine_args[0]
+        np.testing.assert_allclose(mine_args[0].double().numpy(), ref64[0].numpy(), rtol=2e-5, atol=2e-5)
+    if name == "aten::native_batch_norm":   # the running statistics are updated in place, as PyTorch's
+        np.testing.assert_allclose(mine_args[3].numpy(), a64[3].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(mine_args[4].numpy(), a64[4].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_autograd_is_pytorchs_and_gradients_match():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, requires_grad=True)
+    w = torch.randn(6, 8, requires_grad=True)
+    b = torch.randn(6, requires_grad=True)
+
+    def f(x, w, b):
+        h = torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b))
+        return (torch.tanh(h) * torch.sigmoid(h)).log_softmax(1).sum()
+
+    with ct.offload(level="aten") as rep:
+        y = f(x, w, b)
+        y.backward()
+    xs = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    y64 = f(*xs)
+    y64.backward()
+    np.testing.assert_allclose(y.item(), y64.item(), rtol=1e-5)
+    for t, r in zip((x, w, b), xs):
+        np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-5)
+    for row in ("addmm", "gelu", "gelu_backward", "tanh", "tanh_backward", "matmul"):
+        assert rep.ops[row].canna >= 1, (row, rep)
+    assert type(y.grad_fn).__name__ == "SumBackward0"   # PyTorch's own nodes
+
+
+def _cnn():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(inplace=True),
+        torch.nn.Conv2d(8, 8, 3, padding=1),   # (a bias before a batch norm gets a ~0 gradient: Adam amplifies noise)
+        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 5))
+
+
+def test_cnn_training_with_adamw_matches_plain():
+    x = torch.randn(6, 3, 8, 8, generator=_g(3))
+    y = torch.tensor([0, 1, 2, 3, 4, 0])
+    losses = {}
+    params = {}
+    for level in ("plain", "aten"):
+        m = _cnn()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        rep = ct.OffloadReport()
+        out = []
+        for _ in range(3):
+            opt.zero_grad()
+            if level == "aten":
+                with ct.offload(level="aten", report=rep):
+                    loss = torch.nn.functional.cross_entropy(m(x), y)
+                    loss.backward()
+                    opt.step()
+            else:
+                loss = torch.nn.functional.cross_entropy(m(x), y)
+                loss.backward()
+                opt.step()
+            out.append(loss.item())
+        losses[level] = out
+        params[level] = [p.detach().clone() for p in m.parameters()]
+        if level == "aten":
+            for row in ("conv2d", "conv2d_backward", "native_batch_norm", "batch_norm_backward", "relu_",
+                        "relu_backward", "max_pool2d_with_indices", "max_pool2d_backward", "addmm", "apply_adamw"):
+                assert rep.ops[row].canna >= 1, (row, rep)
+    np.testing.assert_allclose(losses["aten"], losses["plain"], rtol=1e-4)
+    for a, b in zip(params["aten"], params["plain"]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
+
+
+def test_transformer_layer_forward_backward_matches_plain():
+    torch.manual_seed(2)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, activation="gelu")
+    x = torch.randn(2, 5, 16, generator=_g(4))
+    ref = layer(x).pow(2).sum()
+    ref.backward()
+    ref_g = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    with ct.offload(level="aten") as rep:
+        got = layer(x).pow(2).sum()
+        got.backward()
+    np.testing.assert_allclose(got.item(), ref.item(), rtol=1e-5)
+    for p, r in zip(layer.parameters(), ref_g):
+        np.testing.assert_allclose(p.grad.numpy(), r.numpy(), rtol=1e-3, atol=1e-5)
+    assert rep.ops["native_layer_norm"].canna >= 2 and rep.ops["addmm"].canna >= 2
+
+
+def test_python_numbers_keep_pytorchs_promotion():
+    i = torch.arange(3)
+    f = torch.ones(3)
+    with ct.offload(level="aten", strict=True) as rep:
+        a = i + 2.5                                   # int tensor, Python float: float32 (weak scalar)
+        b = f + torch.tensor(2.5, dtype=torch.float64)  # a 0-d tensor does not promote across one category
+        c = torch.arange(3, dtype=torch.int32) + torch.tensor(2)
+        d = f * 3
+    assert (a.dtype, b.dtype, c.dtype, d.dtype) == (torch.float32, torch.float32, torch.int32, torch.float32)
+    assert torch.equal(a, i + 2.5) and torch.equal(d, f * 3)
+    assert rep.ops["add"].canna == 3 and rep.ops["mul"].canna == 1
+
+
+def test_refused_calls_run_on_pytorch_with_the_reason():
+    z = torch.randn(3, dtype=torch.complex64)
+    with ct.offload(level="aten") as rep:
+        r = z + 1
+    assert torch.equal(r, z + 1)
+    st = rep.ops["add"]
+    assert st.canna == 0 and st.fallback == 1 and "complex64" in next(iter(st.reasons))
+    assert rep.pytorch_calls.get("aten::add.Tensor") == 1
+    with pytest.raises(RuntimeError, match="strict=True"):
+        with ct.offload(level="aten", strict=True):
+            z + 1
+
+
+def test_pytorchs_errors_surface_and_the_block_stays_usable():
+    x = torch.randn(3, 4)
+    with ct.offload(level="aten") as rep:
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            x @ x
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            torch.randn(3, 1).add_(torch.randn(3, 4))
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            torch.arange(3).add_(1.5)
+        y = x @ x.T
+    np.testing.assert_allclose(y.numpy(), (x @ x.T).numpy(), rtol=1e-5, atol=1e-6)
+    assert rep.ops["matmul"].canna == 1 and rep.ops["matmul"].fallback == 1
+
+
+def test_in_place_updates_write_the_callers_memory():
+    p = torch.nn.Parameter(torch.randn(5))
+    ptr, before, v0 = p.data_ptr(), p.detach().clone(), p._version
+    with ct.offload(level="aten") as rep:
+        with torch.no_grad():
+            p.mul_(2).add_(1)
+    assert p.data_ptr() == ptr and p._version == v0 + 2
+    np.testing.assert_allclose(p.detach().numpy(), (before * 2 + 1).numpy(), rtol=1e-6)
+    assert rep.ops["mul_"].canna == 1 and rep.ops["add_"].canna == 1
+    with ct.offload(level="aten"):   # autograd's own checks still run above canna
+        with pytest.raises(RuntimeError, match="leaf Variable"):
+            p.add_(1)
+
+
+def test_other_layouts_devices_and_views_are_pytorchs():
+    s = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (3,))
+    m = torch.randn(3, device="meta")
+    x = torch.randn(4, 4)
+    with ct.offload(level="aten") as rep:
+        sd = (s * 2).to_dense()
+        mm = (m + 1).shape
+        v = x.t().reshape(16)[3:]
+    assert torch.equal(sd, torch.tensor([2.0, 0.0, 4.0])) and mm == (3,)
+    assert torch.equal(v, x.t().reshape(16)[3:])
+    assert not any("view" in k or k.startswith(("aten::t.", "aten::slice")) for k in rep.pytorch_calls), rep.pytorch_calls
+
+
+def test_ops_and_exclude_select_rows():
+    x = torch.randn(4)
+    with ct.offload(level="aten", exclude=("relu",)) as rep:
+        torch.relu(x)
+        torch.tanh(x)
+    assert "relu" not in rep.ops and rep.ops["tanh"].canna == 1
+    assert rep.pytorch_calls.get("aten::relu.default") == 1
+    with ct.offload(level="aten", ops=("relu",)) as rep:
+        torch.relu(x)
+        torch.tanh(x)
+    assert rep.ops["relu"].canna == 1 and "tanh" not in rep.ops
+    with pytest.raises(ValueError, match="unknown ops"):
+        ct.offload(level="aten", ops=("no_such_op",))
+    with pytest.raises(ValueError, match="level"):
+        ct.offload(level="dispatcher")
+
+
+def test_blocks_are_per_thread_nested_and_leave_nothing_behind():
+    x = torch.randn(4)
+    seen = {}
+
+    def other():
+        seen["r"] = torch.tanh(x)
+
+    with ct.offload(level="aten") as outer:
+        torch.relu(x)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        with ct.offload(level="aten") as inner:
+            torch.sigmoid(x)
+        torch.exp(x)
+    assert set(outer.ops) == {"relu", "exp"} and set(inner.ops) == {"sigmoid"}
+    assert "tanh" not in outer.ops and torch.equal(seen["r"], torch.tanh(x))
+    with pytest.raises(ZeroDivisionError):
+        with ct.offload(level="aten") as rep:
+            1 / 0
+    torch.relu(x)   # after the block (left by an exception): PyTorch's, not counted
+    assert rep.ops == {}
+    assert _aten.stats()["canna"] >= 4
+
+
+def test_a_process_runs_a_block_and_exits_cleanly():
+    r = run_python("""
+        import torch, canna_dl.torch as ct
+        m = torch.nn.Linear(8, 4)
+        opt = torch.optim.AdamW(m.parameters())
+        with ct.offload(level="aten") as rep:
+            m(torch.randn(3, 8)).relu().sum().backward()
+            opt.step()
+        assert rep.ops["addmm"].canna == 1 and rep.ops["apply_adamw"].canna == 1, rep
+        print("done")
+    """)
+    assert r.stdout.strip().endswith("done")
+
+
+def test_optimizer_entries_are_routed():
+    rows = {row for _n, row, _r in _offload_optim.aten_entries()}
+    assert rows <= set(_aten.ATEN_OPS)
