@@ -34,8 +34,8 @@ ROWS = {
     "softmax": ["softmax 4096x4096 vs torch", "softmax 4096x4096 vs numpy"],
     "conv": [f"conv {name}" for name in bench_conv.QUICK],   # the rows of a --quick run
     "train": ["SimpleCNN step, batch 64x1x28x28", "Dense 64-128-10 step, eager GradientTape"],
-    "models": [f"{m} {step} step, {n} thread{'s' if n > 1 else ''}" for n in (1, 2) for m in bench_models.MODELS
-               for step in bench_models.STEPS],
+    "models": [f"{m} {step} step, {n} thread{'s' if n > 1 else ''}{lv}" for n in (1, 2) for m in bench_models.MODELS
+               for step in bench_models.STEPS for lv in ("", ", aten level")],
     "custom": [f"registered custom add {size} ({fw})" for size in ("1M elements", "1024x1024", "32x1024x1024")
                for fw in ("torch", "tf")],
     "hccl": ["all-reduce 64 MiB fp32, 2 processes vs gloo", "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth"],

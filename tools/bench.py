@@ -261,7 +261,8 @@ def section_conv(run, st):
 
 def section_models(run, st):
     """One training step (forward, backward, AdamW) and one eval step of a ResNet-18-shaped CNN,
-    BERT-tiny and GPT-2-tiny (tools/bench_models.py) inside ``offload()`` against plain PyTorch,
+    BERT-tiny and GPT-2-tiny (tools/bench_models.py) inside ``offload()`` (a row per level: the
+    function level and ``level="aten"``) against plain PyTorch,
     at 1 and 2 threads (torch and simulator, each count in a fresh interpreter); target 1.0x
     (issue 15). The canna column gives the relative error of the loss (train) or of the output
     (eval) against plain PyTorch."""
@@ -275,8 +276,11 @@ def section_models(run, st):
         for r in res["rows"]:
             err = r.get("loss_rel_error", r.get("out_rel_error"))
             what = "loss" if "loss_rel_error" in r else "out"
-            run.row("models", f"{r['model']} {r['step']} step, {threads} thread{'s' if threads > 1 else ''}",
-                    f"offload(); {what} err {err:.0e}", r["canna_s"], "plain PyTorch", r["torch_s"],
+            aten = r.get("level") == "aten"
+            run.row("models", f"{r['model']} {r['step']} step, {threads} thread{'s' if threads > 1 else ''}"
+                    + (", aten level" if aten else ""),
+                    f"offload({'level=aten' if aten else ''}); {what} err {err:.0e}", r["canna_s"], "plain PyTorch",
+                    r["torch_s"],
                     target=r["target"], spread=(r["ratio_min"], r["ratio_max"]),
                     note=f"fallbacks: {r['fallbacks'] or 'none'}")
     run.details["models"] = res_all

@@ -14,9 +14,11 @@ The models (random weights, no download; built by ``tools/coverage.py``'s ``reso
 
 Dropout is off (canna cannot reproduce PyTorch's random stream). A **training step** is
 ``zero_grad; loss = model(...); loss.backward(); AdamW.step()``; an **eval step** is a forward
-under ``torch.no_grad()`` in eval mode. The two columns run the same code on two copies of the
-model (the canna column inside ``offload()``), in interleaved rounds (tools/_benchutil.py):
-each figure is the median over rounds, the spread the lowest and highest per-round speed ratio.
+under ``torch.no_grad()`` in eval mode. The columns run the same code on copies of the model —
+plain, inside ``offload()`` (the function level) and inside ``offload(level="aten")`` (canna's
+kernels for the aten operators below PyTorch's autograd) —, in interleaved rounds
+(tools/_benchutil.py): each figure is the median over rounds, the spread the lowest and highest
+per-round speed ratio; a row per level (:data:`LEVELS`).
 Speed ratio = plain time / canna time (above 1x canna is faster); target 1.0x (issue 15).
 The loss error is ``|loss_canna - loss_plain| / |loss_plain|`` of the first training step, both
 copies starting from the same weights.
@@ -51,6 +53,8 @@ MODELS = {
     "gpt2-tiny": ("GPT2LMHeadModel", "4,32", TINY),
 }
 STEPS = ("train", "eval")
+#: offload()'s levels measured (each its own row)
+LEVELS = ("function", "aten")
 #: target speed ratio of every row (issue 15: at least as fast as plain PyTorch)
 TARGET = 1.0
 
@@ -73,12 +77,11 @@ def measure_model(name, *, budget: float, rounds: int) -> list:
     torch.manual_seed(0)
     plain = t.build()
     coverage._no_dropout(torch, plain)
-    canna = copy.deepcopy(plain)
     gen = torch.Generator().manual_seed(0)
     args, kwargs = t.make_inputs(torch, gen)
-    models = {"torch": plain, "canna": canna}
+    models = {"torch": plain, **{lv: copy.deepcopy(plain) for lv in LEVELS}}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
-    rep = ct.OffloadReport()
+    reps = {lv: ct.OffloadReport() for lv in LEVELS}
 
     def loss_of(m):
         out = m(*args, **kwargs)
@@ -101,9 +104,9 @@ def measure_model(name, *, budget: float, rounds: int) -> list:
         return out.logits if hasattr(out, "logits") else out
 
     def under(fn, k):
-        if k == "canna":
+        if k in LEVELS:
             def go():
-                with ct.offload(report=rep):
+                with ct.offload(report=reps[k], level=k):
                     return fn(k)
         else:
             def go():
@@ -112,21 +115,24 @@ def measure_model(name, *, budget: float, rounds: int) -> list:
 
     # correctness first, from the same weights
     lt = under(train, "torch")().item()
-    lc = under(train, "canna")().item()
-    loss_err = abs(lc - lt) / abs(lt) if lt else abs(lc - lt)
-    eo_t, eo_c = under(evaluate, "torch")(), under(evaluate, "canna")()
+    eo_t = under(evaluate, "torch")()
     den = eo_t.double().norm().item()
-    out_err = (eo_c.double() - eo_t.double()).norm().item() / (den or 1.0)
+    errs = {}
+    for lv in LEVELS:
+        lc = under(train, lv)().item()
+        eo_c = under(evaluate, lv)()
+        errs[lv] = {"train": {"loss_rel_error": abs(lc - lt) / abs(lt) if lt else abs(lc - lt)},
+                    "eval": {"out_rel_error": (eo_c.double() - eo_t.double()).norm().item() / (den or 1.0)}}
     rows = []
-    for step, fn, err in (("train", train, {"loss_rel_error": loss_err}),
-                          ("eval", evaluate, {"out_rel_error": out_err})):
-        per = bench_rounds({"canna": under(fn, "canna"), "torch": under(fn, "torch")}, budget=budget, batch=1,
-                           rounds=rounds, warmup=1)
-        ratios = [a / b for a, b in zip(per["torch"]["rounds"], per["canna"]["rounds"])]
-        rows.append({"model": name, "step": step, "canna_s": per["canna"]["median"],
-                     "torch_s": per["torch"]["median"], "ratio": per["torch"]["median"] / per["canna"]["median"],
-                     "ratio_min": min(ratios), "ratio_max": max(ratios), "target": TARGET,
-                     "fallbacks": rep.fell_back(), **err})
+    for step, fn in (("train", train), ("eval", evaluate)):
+        per = bench_rounds({**{lv: under(fn, lv) for lv in LEVELS}, "torch": under(fn, "torch")}, budget=budget,
+                           batch=1, rounds=rounds, warmup=1)
+        for lv in LEVELS:
+            ratios = [a / b for a, b in zip(per["torch"]["rounds"], per[lv]["rounds"])]
+            rows.append({"model": name, "step": step, "level": lv, "canna_s": per[lv]["median"],
+                         "torch_s": per["torch"]["median"], "ratio": per["torch"]["median"] / per[lv]["median"],
+                         "ratio_min": min(ratios), "ratio_max": max(ratios), "target": TARGET,
+                         "fallbacks": reps[lv].fell_back(), **errs[lv][step]})
     return rows
 
 
@@ -154,12 +160,13 @@ def wide(row) -> bool:
 
 def table(results) -> str:
     """The rows of one or more :func:`measure` results as a text table of at most 100 columns."""
-    lines = [f"{'model':10} {'step':5} {'thr':>3} {'canna':>10} {'torch':>10} {'speed':>7} {'spread':>12} "
-             f"{'target':>6} {'rel err':>9}"]
+    lines = [f"{'model':10} {'step':5} {'level':8} {'thr':>3} {'canna':>10} {'torch':>10} {'speed':>7} "
+             f"{'spread':>12} {'target':>6} {'rel err':>9}"]
     for res in results:
         for r in res["rows"]:
             err = r.get("loss_rel_error", r.get("out_rel_error"))
-            lines.append(f"{r['model']:10} {r['step']:5} {res['threads']:>3} {fmt(r['canna_s']):>10} "
+            lines.append(f"{r['model']:10} {r['step']:5} {r.get('level', 'function'):8} {res['threads']:>3} "
+                         f"{fmt(r['canna_s']):>10} "
                          f"{fmt(r['torch_s']):>10} {r['ratio']:>6.2f}x {r['ratio_min']:>5.2f}-{r['ratio_max']:.2f}x"
                          f" {r['target']:>5.1f}x {err:>9.1e}{'  WIDE' if wide(r) else ''}")
     return "\n".join(lines)
@@ -204,4 +211,4 @@ def main(argv=None):
 if __name__ == "__main__":
     sys.exit(main())
 
-__all__ = ["MODELS", "TARGET", "measure", "measure_here", "measure_model", "table", "wide"]
+__all__ = ["LEVELS", "MODELS", "TARGET", "measure", "measure_here", "measure_model", "table", "wide"]
