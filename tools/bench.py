@@ -175,11 +175,17 @@ def section_overhead(run, st):
     run.row("overhead", "1-element F.relu in offload(), per call", "offload() F.relu", o["relu_offload"],
             "F.relu", o["relu_torch"], target=0.5,
             note=f"+{(o['relu_offload'] - o['relu_kernel']) * 1e6:.1f} us over kernels.relu{share}")
+    run.row("overhead", "1-element F.relu in offload(level=aten), per call", "offload(level=aten) F.relu",
+            o["relu_aten"], "F.relu", o["relu_torch"], target=0.5,
+            note=f"+{(o['relu_aten'] - o['relu_kernel']) * 1e6:.1f} us over kernels.relu")
     run.row("overhead", "1-element F.relu, PyTorch's mode dispatch alone", "empty TorchFunctionMode",
             o["relu_floor"], "F.relu", o["relu_torch"], note="the floor of any torch-function mode")
     run.row("overhead", "1-element torch.add in offload(), per call", "offload() torch.add", o["add_offload"],
             "torch.add", o["add_torch"],
             note=f"+{(o['add_offload'] - o['add_kernel']) * 1e6:.1f} us over kernels.add")
+    run.row("overhead", "1-element torch.add in offload(level=aten), per call", "offload(level=aten) torch.add",
+            o["add_aten"], "torch.add", o["add_torch"],
+            note=f"+{(o['add_aten'] - o['add_kernel']) * 1e6:.1f} us over kernels.add")
     run.row("overhead", "1-element torch.add, PyTorch's mode dispatch alone", "empty TorchFunctionMode",
             o["add_floor"], "torch.add", o["add_torch"], note="the floor of any torch-function mode")
     run.note("launch overhead: RawKernel")

@@ -220,7 +220,8 @@ def measure_offload_per_call(*, budget: float, batch: int = 20, inner: int = 100
     1-element float32 tensor: seconds per call of ``F.relu(x)`` and ``torch.add(x, x)`` plain
     (``*_torch``), in an empty ``TorchFunctionMode`` whose ``__torch_function__`` only calls the
     function (``*_floor``: PyTorch's own mode dispatch, the least a mode can cost), in ``offload()``
-    (``*_offload``) and as canna's kernel called directly (``*_kernel``: ``kernels.relu`` /
+    (``*_offload``), in ``offload(level="aten")`` (``*_aten``: no mode, PyTorch's dispatcher reaches
+    canna's handler below autograd) and as canna's kernel called directly (``*_kernel``: ``kernels.relu`` /
     ``kernels.add``); ``fast_share`` is the share of the offload calls the C per-call fast path
     served (None when the tree has none). Each timed call is one of ``inner`` calls made inside one
     ``with`` block (entering the mode is spread over them)."""
@@ -254,12 +255,16 @@ def measure_offload_per_call(*, budget: float, batch: int = 20, inner: int = 100
 
     def offload():
         return ctorch.offload(report=rep)
+
+    def aten():
+        return ctorch.offload(level="aten")
     cands = {}
     for name, call, kern in (("relu", lambda: F.relu(x), lambda: kernels.relu(x)),
                              ("add", lambda: torch.add(x, x), lambda: kernels.add(x, x))):
         cands[f"{name}_torch"] = looped(call)
         cands[f"{name}_floor"] = looped(call, Floor)
         cands[f"{name}_offload"] = looped(call, offload)
+        cands[f"{name}_aten"] = looped(call, aten)
         cands[f"{name}_kernel"] = looped(kern)
     hits0 = _native.stats().get("offload_fast_hits")
     r = {k: v / inner for k, v in bench_many(cands, budget=budget, batch=batch).items()}
