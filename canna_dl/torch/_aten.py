@@ -143,11 +143,11 @@ def report_name(op, spec) -> str:
 
 def _handler(op, spec):
     """``h(*schema arguments) -> result or FALLBACK`` for one aten item of ``op``."""
+    from ._generated import op_arguments, refuse_unbound
     from ._offload import _Fallback
-    names, _defaults, src, dflt, fixed, nonone = spec.bind(op)
+    _names, _defaults, src, dflt, fixed, nonone = spec.bind(op)
     convert, guard_kw = spec.extras(op)
     kernel, inplace, output, guard = op.kernel, spec.inplace, spec.output, spec.guard
-    Tensor = torch.Tensor
     own = [t.name for t in op.inputs] + [a.name for a in op.attrs]
     try:   # a hand-written kernel keeps its own parameter order (PyTorch's): bind by name then
         ps = list(inspect.signature(kernel).parameters.values())[:len(own)]
@@ -156,16 +156,8 @@ def _handler(op, spec):
         positional = False
 
     def run(v):
-        for i, name, want in fixed:
-            got = v[i]
-            if got is not want and (isinstance(got, Tensor) or not want == got):
-                raise _Fallback(f"{name}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
-        for i, name in nonone:
-            if v[i] is None:
-                raise _Fallback(f"implicit {name} ({name}=None)")
-        args = [v[i] if i is not None else d for i, d in zip(src, dflt)]
-        for j, f in convert:
-            args[j] = f(args[j])
+        refuse_unbound(v, fixed, nonone)
+        args = op_arguments(v, src, dflt, convert)
         if guard is not None:
             why = guard(*args, **{nm: v[i] for nm, i in guard_kw})
             if why:
@@ -183,7 +175,8 @@ def _counted(row, name, run):
     """The handler the C++ kernel calls: ``run(arguments)`` in the thread's block, counted in its
     report under ``row``; a refusal (canna's argument errors, ``_Fallback``) answers FALLBACK with
     the reason counted (``strict``: raises RuntimeError)."""
-    from ._offload import _CAUGHT, _Fallback, _reason_of
+    from ._offload import _CAUGHT, _Fallback, refusal_reason
+    refusals = (_Fallback,) + _CAUGHT
 
     def h(*v):
         blk = getattr(_tls, "block", None)
@@ -192,17 +185,12 @@ def _counted(row, name, run):
         st = blk.report._stat(row)
         try:
             r = run(v)
-        except _Fallback as f:
-            reason = f.reason
-        except _CAUGHT as exc:
-            if isinstance(exc, acl_rt.AclError) and not isinstance(exc, ValueError):
-                raise
-            reason = _reason_of(exc)
+        except refusals as exc:
+            reason = refusal_reason(exc)
         else:
             st.canna += 1
             return r
-        st.fallback += 1
-        st.reasons[reason] = st.reasons.get(reason, 0) + 1
+        st.refused(reason)
         if blk.strict:
             raise RuntimeError(f"canna_dl.torch.offload(level='aten', strict=True): {name} ({row}) would run on "
                                f"PyTorch: {reason}")
@@ -269,21 +257,13 @@ class AtenOffload:
     """The context manager behind ``offload(level="aten")`` (one per ``with`` block)."""
 
     def __init__(self, *, ops=None, exclude=(), strict=False, report=None):
-        from ._offload import OffloadReport
+        from ._offload import block_options
         rows = _aten_rows()
         if _state["dll"] is None:
             raise RuntimeError(f"canna_dl.torch.offload(level='aten') is not available here: {_state['why']}")
-        names = set(rows) if ops is None else set(ops)
-        unknown = (names | set(exclude)) - set(rows)
-        if unknown:
-            raise ValueError(f"canna_dl.torch.offload(level='aten'): unknown ops {sorted(unknown)} (supported: "
-                             f"{', '.join(rows)})")
-        if report is not None and not isinstance(report, OffloadReport):
-            raise TypeError(f"canna_dl.torch.offload: report must be an OffloadReport, not {type(report).__name__}")
-        self.enabled = frozenset(names - set(exclude))
-        self._all = self.enabled == frozenset(rows)
+        self.enabled, self._all, self.report = block_options("canna_dl.torch.offload(level='aten')", rows, ops,
+                                                             exclude, report)
         self.strict = bool(strict)
-        self.report = report if report is not None else OffloadReport()
         self._was = self._prev = None
 
     def __enter__(self):

@@ -742,19 +742,11 @@ def _offload_entry(op, fn, f, spec):
         return (f, names, defaults, dict(spec.fixed), h, report)
 
     def h(v):
-        for i, name, want in fixed:   # by identity or by want's == (a matcher may define it), never a tensor's ==
-            got = v[i]
-            if got is not want and (isinstance(got, Tensor) or not want == got):
-                raise _Fallback(f"{name}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
-        for i, name in nonone:
-            if v[i] is None:
-                raise _Fallback(f"implicit {name} ({name}=None)")
+        refuse_unbound(v, fixed, nonone)
         if identity is not None and identity(**dict(zip(names, v))):
             _chk(v[0])
             return v[0]
-        args = [v[i] if i is not None else d for i, d in zip(src, dflt)]
-        for j, f in convert:
-            args[j] = f(args[j])
+        args = op_arguments(v, src, dflt, convert)
         if reflected:   # torch's (self, other) is the op's (other, self)
             args[0], args[1] = args[1], args[0]
         ins = _flat_chk(args[:n]) if lists else args[:n]
@@ -770,6 +762,28 @@ def _offload_entry(op, fn, f, spec):
         r = run(*args)
         return r if output is None else r[output]
     return (f, names, defaults, dict(spec.fixed), h, report)
+
+
+def refuse_unbound(v, fixed, nonone):
+    """Raise ``_Fallback`` for a call bound by ``TorchFn.bind`` (values ``v``) whose fixed
+    parameters have other values, or whose non-optional op attributes are given as None."""
+    from ._offload import _Fallback
+    for i, name, want in fixed:   # by identity or by want's == (a matcher may define it), never a tensor's ==
+        got = v[i]
+        if got is not want and (isinstance(got, Tensor) or not want == got):
+            raise _Fallback(f"{name}={'a tensor' if isinstance(got, Tensor) else repr(got)}")
+    for i, name in nonone:
+        if v[i] is None:
+            raise _Fallback(f"implicit {name} ({name}=None)")
+
+
+def op_arguments(v, src, dflt, convert):
+    """The op's arguments (inputs, then attributes) of a bound call: each from its parameter or its
+    default, converted where the TorchFn says (``TorchFn.extras``)."""
+    args = [v[i] if i is not None else d for i, d in zip(src, dflt)]
+    for j, f in convert:
+        args[j] = f(args[j])
+    return args
 
 
 def offload_fast_entry(op, spec, tag, report):

@@ -355,6 +355,17 @@ def _sig_key(args, kwargs):
     return tuple(k)
 
 
+def refusal_reason(exc):
+    """The fallback reason of an exception an offload handler raised (``_Fallback`` or one of
+    :data:`_CAUGHT`, canna's argument errors); an ``acl_rt.AclError`` that is not an argument error
+    (a device failure) is raised again."""
+    if isinstance(exc, _Fallback):
+        return exc.reason
+    if isinstance(exc, acl_rt.AclError) and not isinstance(exc, ValueError):
+        raise exc
+    return _reason_of(exc)
+
+
 def _reason_of(e):
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
@@ -525,6 +536,11 @@ class OpStats:
         self.backward = 0
         self.reasons: dict = {}
         self.functions: dict = {}   # torch function name -> calls (filled lazily)
+
+    def refused(self, reason) -> None:
+        """Count one call that ran on PyTorch, for ``reason``."""
+        self.fallback += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
     def as_dict(self) -> dict:
         return {"canna": self.canna, "fallback": self.fallback, "backward": self.backward,
@@ -729,22 +745,31 @@ def _not_a_dynamo_frame(code):
         _set_code_exec_strategy(code, _SKIP_RECURSIVELY)
 
 
+def block_options(api, rows, ops, exclude, report):
+    """``(enabled rows, all of them?, report)`` of an offload block's ``ops`` / ``exclude`` /
+    ``report`` arguments, ``rows`` the level's report rows.
+
+    Raises:
+        ValueError: an unknown op name. TypeError: ``report`` is not an OffloadReport.
+    """
+    names = set(rows) if ops is None else set(ops)
+    unknown = (names | set(exclude)) - set(rows)
+    if unknown:
+        raise ValueError(f"{api}: unknown ops {sorted(unknown)} (supported: {', '.join(rows)})")
+    if report is not None and not isinstance(report, OffloadReport):
+        raise TypeError(f"canna_dl.torch.offload: report must be an OffloadReport, not {type(report).__name__}")
+    enabled = frozenset(names - set(exclude))
+    return enabled, enabled == frozenset(rows), report if report is not None else OffloadReport()
+
+
 class Offload(TorchFunctionMode):
     """The torch-function mode behind :func:`offload` (one per ``with`` block)."""
 
     def __init__(self, *, ops=None, exclude=(), strict=False, report=None):
         super().__init__()
-        names = set(OFFLOAD_OPS) if ops is None else set(ops)
-        unknown = (names | set(exclude)) - set(OFFLOAD_OPS)
-        if unknown:
-            raise ValueError(f"canna_dl.torch.offload: unknown ops {sorted(unknown)} (supported: "
-                             f"{', '.join(OFFLOAD_OPS)})")
-        if report is not None and not isinstance(report, OffloadReport):
-            raise TypeError(f"canna_dl.torch.offload: report must be an OffloadReport, not {type(report).__name__}")
-        self.enabled = frozenset(names - set(exclude))
+        self.enabled, self._all, self.report = block_options("canna_dl.torch.offload", OFFLOAD_OPS, ops, exclude,
+                                                             report)
         self.strict = bool(strict)
-        self.report = report if report is not None else OffloadReport()
-        self._all = self.enabled == frozenset(OFFLOAD_OPS)
         self._in_backward = 0   # > 0: in _backward (its calls outside a graph task are PyTorch's set-up)
         self._fast = _FAST if self._all else _NO_FAST   # the C per-call fast path serves all-ops blocks
 
@@ -808,12 +833,8 @@ class Offload(TorchFunctionMode):
             vals = sig.bind(args, kwargs)
             with NoTorchFunction():
                 r = handler(vals)
-        except _Fallback as f:
-            reason = f.reason
-        except _CAUGHT as exc:
-            if isinstance(exc, acl_rt.AclError) and not isinstance(exc, ValueError):
-                raise
-            reason = _reason_of(exc)
+        except (_Fallback,) + _CAUGHT as exc:
+            reason = refusal_reason(exc)
             if type(exc) is TypeError:   # decided by types and dtypes: remember the signature
                 if refused is None:
                     refused = _REFUSED.setdefault(func, {})
@@ -829,8 +850,7 @@ class Offload(TorchFunctionMode):
                 if gf is not None and type(gf) in _NODES:
                     gf._canna_stat = st
             return r
-        st.fallback += 1
-        st.reasons[reason] = st.reasons.get(reason, 0) + 1
+        st.refused(reason)
         if self.strict:
             raise RuntimeError(f"canna_dl.torch.offload(strict=True): {_func_name(func)} ({name}) would "
                                f"fall back to PyTorch: {reason}")

@@ -270,8 +270,7 @@ def _pre_hook(opt, args, kwargs):
         reason = _why_not(opt, group, op)
         if reason is not None:
             st = mode.report._stat(op)
-            st.fallback += 1
-            st.reasons[reason] = st.reasons.get(reason, 0) + 1
+            st.refused(reason)
             continue
         group["fused"] = True
         _local.steered.append(group)
