@@ -766,6 +766,9 @@ class OpDef:
         self.diff_outputs = tuple(self.outputs if diff_outputs is None else diff_outputs)
         self.generate = generate            # framework shims generated from this entry
         self.fast_id = None
+        #: ``(memo op id, argument names in the order the memo keys them)`` when the kernel-level
+        #: function tries the memo fast path (set when it is generated), else None
+        self.memo = None
         self.kernel = None                  # the kernel-level function (set by _make_kernel)
         self.inplace_out = inplace_out
         self.check_none = check_none
@@ -965,6 +968,7 @@ def _memo_source(op, vals, call, guard):
     """The generated lines trying the memo fast path (``vals``: the arguments keyed, in order;
     ``call``: the Python path's (function, args, kwargs) source; ``guard``: when it may be tried)."""
     _memo_ids[0] += 1
+    op.memo = (_memo_ids[0], tuple(vals))   # (what offload(level="aten") calls the memo with directly)
     return (f"    if {guard} and (_FS['on'] or _memo_setup()) and _CAP.memo is None and _CAP.rec is None and _L.gen == _S.generation:\n"
             f"        k = _memo({_memo_ids[0]}, _fast_stream(_OP.api), {', '.join(vals)})\n"
             f"        if k is not None:\n"

@@ -2,7 +2,7 @@
 //
 // PyTorch's dispatcher picks an operator's kernel from the dispatch keys of its arguments and of
 // the calling thread's included set. An offload(level="aten") block includes one functionality
-// key in the thread's set (canna_aten_include): CustomRNGKeyId, a key no kernel of
+// key in the thread's set (canna_aten_enter): CustomRNGKeyId, a key no kernel of
 // PyTorch's own uses, below autograd and above the dense backends (a backend key such as
 // PrivateUse1..3 would not do: included, it adds its backend bit to every tensor's keys, and
 // PyTorch's composite kernels for sparse tensors would then run for that backend). PyTorch's
@@ -63,7 +63,7 @@ struct KeyOff {
 // PyTorch's calls: per operator schema (stable addresses inside the dispatcher), its count
 // (per thread: a block's backward pass on CPU tensors runs on the thread that started it)
 thread_local std::unordered_map<const c10::FunctionSchema *, uint64_t> t_other;
-std::atomic<uint64_t> g_canna{0}, g_refused{0};
+std::atomic<uint64_t> g_canna{0}, g_refused{0}, g_direct{0};
 
 void count_other(const c10::OperatorHandle &op)
 {
@@ -84,10 +84,136 @@ void fallback(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit:
 
 PyObject *g_sentinel;   // the handlers' "run it on PyTorch" answer
 
+// The direct call of an entry: the C function its kernel-level function tries first (the memo
+// fast path kernels._native.memo, or the elementwise fast path kernels._native.fast), called
+// from here with the arguments the generated function would pass, under the same conditions —
+// no Python runs on a hit. Anything else (a miss, not applicable) takes the Python handler.
+struct Direct {
+    int kind = 0;                  // 0: none, 1: memo(id, stream, *args), 2: fast(id, stream, x, y, p)
+    PyObject *id = nullptr;        // the memo / fast op id
+    PyObject *api = nullptr;       // fast_stream's argument (the op's API name)
+    std::vector<int> src;          // per argument after (id, stream): the schema argument's index, or -1
+    std::vector<PyObject *> dflt;  // ... and the constant taken for -1
+    std::vector<std::pair<int, PyObject *>> fixed;   // (schema index, the value it must have)
+    std::vector<int> nonone;       // schema indices that must not be None
+    PyObject *codes = nullptr;     // fast: the str attribute's codes (its last argument), or null
+};
+
 struct Entry {
     PyObject *handler = nullptr;
+    std::string row;               // the report row of direct hits
+    Direct d;
 };
 std::vector<std::unique_ptr<Entry>> g_entries;
+
+// this thread's blocks (innermost last): per entry id, 1 where the block routes it
+thread_local std::vector<std::vector<uint8_t>> t_masks;
+thread_local std::vector<uint64_t> t_hits;   // direct hits per entry id since the last fold
+
+// the direct path's Python objects (canna_aten_configure_direct): the two C functions, the
+// stream function, and the state the generated functions test before calling them
+PyObject *g_memo_fn, *g_fast_fn, *g_stream_fn, *g_fs, *g_cap, *g_lib, *g_state;
+PyObject *s_on, *s_memo, *s_rec, *s_gen, *s_generation;
+
+bool enabled(int id)
+{
+    return !t_masks.empty() && (size_t)id < t_masks.back().size() && t_masks.back()[(size_t)id];
+}
+
+bool attr_is_none(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) {
+        PyErr_Clear();
+        return false;
+    }
+    bool none = v == Py_None;
+    Py_DECREF(v);
+    return none;
+}
+
+// the conditions of the generated functions' fast paths: on, no plan capture, the plans' runtime
+bool direct_ready(const Direct &d)
+{
+    if (!g_fs)
+        return false;
+    PyObject *on = PyDict_GetItemWithError(g_fs, s_on);   // borrowed
+    if (on != Py_True) {
+        PyErr_Clear();
+        return false;
+    }
+    if (!attr_is_none(g_cap, s_memo) || (d.kind == 1 && !attr_is_none(g_cap, s_rec)))
+        return false;
+    PyObject *a = PyObject_GetAttr(g_lib, s_gen);
+    PyObject *b = a ? PyObject_GetAttr(g_state, s_generation) : nullptr;
+    int eq = b ? PyObject_RichCompareBool(a, b, Py_EQ) : -1;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    if (eq < 0)
+        PyErr_Clear();
+    return eq == 1;
+}
+
+// the direct call: a new reference to the result (Py_None for none), or nullptr — with a Python
+// exception set on an error, without one when the handler must decide (a miss, not applicable)
+PyObject *direct_call(const Direct &d, PyObject *tup)
+{
+    if (!direct_ready(d))
+        return nullptr;
+    for (const auto &f : d.fixed) {
+        PyObject *got = PyTuple_GET_ITEM(tup, f.first);
+        if (got == f.second)
+            continue;
+        if (THPVariable_Check(got))
+            return nullptr;
+        int eq = PyObject_RichCompareBool(f.second, got, Py_EQ);
+        if (eq != 1) {
+            PyErr_Clear();
+            return nullptr;
+        }
+    }
+    for (int i : d.nonone)
+        if (PyTuple_GET_ITEM(tup, i) == Py_None)
+            return nullptr;
+    constexpr size_t kMax = 40;
+    size_t na = 2 + d.src.size();
+    if (na > kMax)
+        return nullptr;
+    PyObject *argv[kMax];
+    PyObject *code = nullptr;
+    for (size_t j = 0; j < d.src.size(); j++)
+        argv[2 + j] = d.src[j] >= 0 ? PyTuple_GET_ITEM(tup, d.src[j]) : d.dflt[j];
+    if (d.codes) {   // the generated call's (_CODES.get(a, -1) if type(a) is str else -1)
+        PyObject *a = argv[na - 1], *c = PyUnicode_CheckExact(a) ? PyDict_GetItemWithError(d.codes, a) : nullptr;
+        if (PyErr_Occurred())
+            return nullptr;
+        code = c ? (Py_INCREF(c), c) : PyLong_FromLong(-1);
+        if (!code)
+            return nullptr;
+        argv[na - 1] = code;
+    }
+    PyObject *stream = PyObject_CallOneArg(g_stream_fn, d.api);
+    if (!stream) {
+        Py_XDECREF(code);
+        return nullptr;
+    }
+    argv[0] = d.id;
+    argv[1] = stream;
+    PyObject *r = PyObject_Vectorcall(d.kind == 1 ? g_memo_fn : g_fast_fn, argv, na, nullptr);
+    Py_DECREF(stream);
+    Py_XDECREF(code);
+    if (!r)
+        return nullptr;
+    if (r == Py_None || PyBytes_Check(r)) {   // not applicable / a miss: the handler runs the call
+        Py_DECREF(r);
+        return nullptr;
+    }
+    if (r == Py_Ellipsis) {   // the memo's "done, the result is None"
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    return r;
+}
 std::unordered_map<std::string, int> g_ids;   // "aten::addmm.default" -> entry
 std::vector<std::unique_ptr<torch::Library>> g_libs;
 
@@ -219,14 +345,29 @@ struct CannaKernel final : public c10::OperatorKernel {
             fallback(op, ks, stack);
             return;
         }
-        PyObject *r;
+        PyObject *r = nullptr;
+        const Entry &e = *g_entries[id];
+        bool hit = false;
         {
             KeyOff off;
-            r = PyObject_Call(handler, tup, nullptr);
+            if (e.d.kind && enabled(id)) {
+                r = direct_call(e.d, tup);
+                hit = r != nullptr;
+                if (!r)   // an error too: the handler runs the call again and decides (canna's argument
+                    PyErr_Clear();   // errors are refusals there: PyTorch raises its own error)
+            }
+            if (!r)
+                r = PyObject_Call(handler, tup, nullptr);
         }
         Py_DECREF(tup);
         if (!r)
             raise_python(g);
+        if (hit) {
+            g_direct++;
+            if (t_hits.size() <= (size_t)id)
+                t_hits.resize(g_entries.size());
+            t_hits[(size_t)id]++;
+        }
         if (r == g_sentinel) {
             Py_DECREF(r);
             PyGILState_Release(g);
@@ -276,12 +417,117 @@ TORCH_LIBRARY_IMPL(_, CustomRNGKeyId, m)
     m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 extern "C" {
-// include (on 1) or leave out (0) the key in this thread's dispatch key set; the previous state
-int canna_aten_include(int on)
+// a block starts on this thread: the key included, `mask` (bytes: 1 per entry id it routes) its
+// entries; returns whether the key was included before (canna_aten_exit's argument)
+int canna_aten_enter(PyObject *mask)
 {
+    char *p;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(mask, &p, &n))
+        return -1;
+    t_masks.emplace_back((const uint8_t *)p, (const uint8_t *)p + n);
     bool was = c10::impl::tls_is_dispatch_key_included(kKey);
-    c10::impl::tls_set_dispatch_key_included(kKey, on != 0);
+    c10::impl::tls_set_dispatch_key_included(kKey, true);
     return was ? 1 : 0;
+}
+
+// the innermost block of this thread ends (was: canna_aten_enter's answer)
+void canna_aten_exit(int was)
+{
+    if (!t_masks.empty())
+        t_masks.pop_back();
+    c10::impl::tls_set_dispatch_key_included(kKey, was != 0);
+}
+
+// the direct path's objects: memo, fast, fast_stream, the fast-state dict, the capture
+// thread-local, the library and the runtime state (whose gen / generation must agree); GIL held
+int canna_aten_configure_direct(PyObject *memo, PyObject *fast, PyObject *stream, PyObject *fs, PyObject *cap,
+                                PyObject *lib, PyObject *state)
+{
+    PyObject *objs[] = {memo, fast, stream, fs, cap, lib, state};
+    PyObject **slots[] = {&g_memo_fn, &g_fast_fn, &g_stream_fn, &g_fs, &g_cap, &g_lib, &g_state};
+    for (int i = 0; i < 7; i++) {
+        Py_INCREF(objs[i]);
+        Py_XSETREF(*slots[i], objs[i]);
+    }
+    if (!s_on) {
+        s_on = PyUnicode_InternFromString("on");
+        s_memo = PyUnicode_InternFromString("memo");
+        s_rec = PyUnicode_InternFromString("rec");
+        s_gen = PyUnicode_InternFromString("gen");
+        s_generation = PyUnicode_InternFromString("generation");
+    }
+    return PyDict_Check(fs) ? 0 : -1;
+}
+
+// entry `id`'s direct call: kind 1 (memo) or 2 (fast), its op id, API name, the argument map
+// (src: schema index or -1, dflt: the constants for -1), the fixed values ((index, value), ...),
+// the schema indices that must not be None, the str attribute's codes (dict) or None, and the
+// report row. 0, or -1 with a Python exception set. GIL held.
+int canna_aten_direct(int id, int kind, PyObject *op_id, PyObject *api, PyObject *src, PyObject *dflt,
+                      PyObject *fixed, PyObject *nonone, PyObject *codes, const char *row)
+{
+    if (id < 0 || (size_t)id >= g_entries.size() || (kind != 1 && kind != 2) || !PyTuple_Check(src) ||
+        !PyTuple_Check(dflt) || PyTuple_GET_SIZE(src) != PyTuple_GET_SIZE(dflt) || !PyTuple_Check(fixed) ||
+        !PyTuple_Check(nonone)) {
+        PyErr_SetString(PyExc_ValueError, "canna_aten_direct: a malformed descriptor");
+        return -1;
+    }
+    Direct d;
+    d.kind = kind;
+    d.id = (Py_INCREF(op_id), op_id);
+    d.api = (Py_INCREF(api), api);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(src); j++) {
+        long i = PyLong_AsLong(PyTuple_GET_ITEM(src, j));
+        if (i == -1 && PyErr_Occurred())
+            return -1;
+        d.src.push_back((int)i);
+        PyObject *v = PyTuple_GET_ITEM(dflt, j);
+        Py_INCREF(v);
+        d.dflt.push_back(v);
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(fixed); j++) {
+        PyObject *f = PyTuple_GET_ITEM(fixed, j);
+        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 2) {
+            PyErr_SetString(PyExc_ValueError, "canna_aten_direct: fixed takes (index, value) pairs");
+            return -1;
+        }
+        PyObject *v = PyTuple_GET_ITEM(f, 1);
+        Py_INCREF(v);
+        d.fixed.emplace_back((int)PyLong_AsLong(PyTuple_GET_ITEM(f, 0)), v);
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(nonone); j++)
+        d.nonone.push_back((int)PyLong_AsLong(PyTuple_GET_ITEM(nonone, j)));
+    if (PyErr_Occurred())
+        return -1;
+    if (codes != Py_None) {
+        Py_INCREF(codes);
+        d.codes = codes;
+    }
+    g_entries[(size_t)id]->row = row;
+    g_entries[(size_t)id]->d = std::move(d);   // (a replaced descriptor's references are kept: rare, small)
+    return 0;
+}
+
+// this thread's direct hits since the last call: {row: count}; GIL held
+PyObject *canna_aten_hits(void)
+{
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < t_hits.size(); i++) {
+        if (!t_hits[i])
+            continue;
+        const std::string &row = g_entries[i]->row;
+        PyObject *old = PyDict_GetItemString(d, row.c_str());
+        PyObject *v = PyLong_FromUnsignedLongLong(t_hits[i] + (old ? PyLong_AsUnsignedLongLong(old) : 0));
+        if (!v || PyDict_SetItemString(d, row.c_str(), v)) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return nullptr;
+        }
+        Py_DECREF(v);
+        t_hits[i] = 0;
+    }
+    return d;
 }
 
 // the handlers' fallback sentinel; GIL held
@@ -293,8 +539,9 @@ int canna_aten_configure(PyObject *sentinel)
 }
 
 // route `name` ("aten::addmm", overload "" or "Tensor") to canna: handler(*schema arguments) ->
-// the result, or the sentinel. A second call for the same overload replaces its handler. 0, or
-// -1 with a Python exception set (no such operator). GIL held.
+// the result, or the sentinel. A second call for the same overload replaces its handler (and
+// drops its direct call). The entry's id, or -1 with a Python exception set (no such operator).
+// GIL held.
 int canna_aten_register(const char *name, const char *overload, PyObject *handler)
 {
     std::string key = std::string(name) + "." + (overload && *overload ? overload : "default");
@@ -302,8 +549,10 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
     if (it != g_ids.end()) {
         Py_INCREF(handler);
         Py_XSETREF(g_entries[it->second]->handler, handler);
-        return 0;
+        g_entries[it->second]->d = Direct();   // (a new handler: its direct call is set again, or none)
+        return it->second;
     }
+    int id = (int)g_entries.size();
     try {
         std::string qual(name);
         size_t sep = qual.find("::");
@@ -312,7 +561,6 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
         std::string ns = qual.substr(0, sep), op = qual.substr(sep + 2);
         if (!c10::Dispatcher::singleton().findSchema({qual, overload ? overload : ""}))
             throw std::runtime_error("no operator " + key);
-        int id = (int)g_entries.size();
         g_entries.push_back(std::make_unique<Entry>());
         auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, std::optional<c10::DispatchKey>(kKey),
                                                     "canna_dl/torch/_aten.cc", 0);
@@ -326,14 +574,16 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
         PyErr_Format(PyExc_ValueError, "canna_dl.torch: cannot route %s to canna: %s", key.c_str(), e.what());
         return -1;
     }
-    return 0;
+    return id;
 }
 
-// counters: out[0] calls canna ran, out[1] calls its handlers refused (run on PyTorch)
+// counters: out[0] calls canna ran, out[1] calls its handlers refused (run on PyTorch), out[2]
+// calls the direct path served (part of out[0])
 void canna_aten_counts(uint64_t *out)
 {
     out[0] = g_canna.load();
     out[1] = g_refused.load();
+    out[2] = g_direct.load();
 }
 
 // this thread's PyTorch calls since the last reset: a dict {"aten::name.overload": count}; GIL held

@@ -84,7 +84,16 @@ def _load():
     dll.canna_aten_other.argtypes = [ctypes.c_int]
     dll.canna_aten_other.restype = ctypes.py_object
     dll.canna_aten_counts.argtypes = [ctypes.c_void_p]
-    dll.canna_aten_include.argtypes = [ctypes.c_int]
+    dll.canna_aten_enter.argtypes = [ctypes.py_object]
+    dll.canna_aten_exit.argtypes = [ctypes.c_int]
+    dll.canna_aten_hits.argtypes = []
+    dll.canna_aten_hits.restype = ctypes.py_object
+    dll.canna_aten_direct.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.py_object] * 7 + [ctypes.c_char_p]
+    dll.canna_aten_configure_direct.argtypes = [ctypes.py_object] * 7
+    from kernels import _native
+    from kernels._registry import _CAP, _FS, _L, _S
+    if dll.canna_aten_configure_direct(_native.memo, _native.fast, KC.fast_stream, _FS, _CAP, _L, _S) != 0:
+        return None, "canna_aten_configure_direct refused the fast-path state"
     dll.canna_aten_configure(FALLBACK)
     for op in R.registered_ops():
         _register(dll, op)
@@ -115,13 +124,14 @@ def why_unavailable():
 
 
 def stats() -> dict:
-    """``{"canna": n, "refused": n}``: aten calls canna ran / refused (this process, all threads)."""
+    """``{"canna": n, "refused": n, "direct": n}``: aten calls canna ran, refused, and served by the
+    C++ direct path without Python (part of ``canna``); this process, all threads."""
     dll = _dll()
     if dll is None:
-        return {"canna": 0, "refused": 0}
-    a = (ctypes.c_uint64 * 2)()
+        return {"canna": 0, "refused": 0, "direct": 0}
+    a = (ctypes.c_uint64 * 3)()
     dll.canna_aten_counts(a)
-    return {"canna": a[0], "refused": a[1]}
+    return {"canna": a[0], "refused": a[1], "direct": a[2]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,18 +227,70 @@ def _register(dll, op):
             raise R.RegistrationError(f"{op.qualname}: aten item {spec.fn} binds {len(names)} arguments, its schema "
                                       f"has {len(schema_names)} ({', '.join(schema_names)})")
         qual, _, overload = spec.fn.partition(".")
-        if dll.canna_aten_register(qual.encode(), overload.encode(), _handler(op, spec)) != 0:
+        eid = dll.canna_aten_register(qual.encode(), overload.encode(), _handler(op, spec))
+        if eid < 0:
             raise R.RegistrationError(f"{op.qualname}: cannot route {spec.fn}")
-        rows.add(report_name(op, spec))
+        row = report_name(op, spec)
+        _set_row(eid, row)
+        d = _direct(op, spec)
+        if d is not None and dll.canna_aten_direct(eid, *d, row.encode()) != 0:
+            raise R.RegistrationError(f"{op.qualname}: cannot set the direct call of {spec.fn}")
+        rows.add(row)
     ATEN_OPS = tuple(sorted(rows))
+
+
+#: the report row of each C++ entry id (the blocks' masks are built from it)
+_ROWS: list = []
+
+
+def _set_row(eid, row):
+    while len(_ROWS) <= eid:
+        _ROWS.append(None)
+    _ROWS[eid] = row
+
+
+def _direct(op, spec):
+    """The C++ direct call of an aten item: ``(kind, op id, API name, src, dflt, fixed, nonone,
+    codes)`` — the C function the op's kernel-level function tries first (kind 1: the memo path
+    ``memo(id, stream, *args)``, 2: the elementwise fast path ``fast(id, stream, x, y, p)``) with
+    each of its arguments' schema index (or -1 and a constant), the item's fixed values and
+    not-None attributes — or None where the Python handler must run every call (a guard, a
+    conversion, an output index, an in-place form without a fast path)."""
+    if spec.guard is not None or spec.convert or spec.output is not None:
+        return None
+    _names, _d, src, dflt, fixed, nonone = spec.bind(op)
+    n = len(op.inputs)
+    own = [t.name for t in op.inputs] + [a.name for a in op.attrs]
+    slot = dict(zip(own, zip(src, dflt)))
+    codes = None
+    if R.has_fast_path(op) and op.fast_id is not None:
+        if spec.inplace and not op.elementwise:
+            return None
+        kind, fid = 2, int(op.fast_id) | (R.INPLACE if spec.inplace else 0)
+        order = [own[0], own[1] if n == 2 else None, own[n] if op.attrs else None]
+        if op.attrs and op.attrs[0].type is str:
+            codes = {c: i for i, c in enumerate(op.attrs[0].choices or ())}
+    elif op.memo is not None and not spec.inplace:
+        (fid, order), kind = op.memo, 1
+    else:
+        return None
+    srcs, dflts = [], []
+    for nm in order:
+        i, d = slot.get(nm, (None, None)) if nm is not None else (None, None)
+        srcs.append(-1 if i is None else i)
+        dflts.append(d)
+    return (kind, fid, op.api, tuple(srcs), tuple(dflts), tuple((i, want) for i, _n, want in fixed),
+            tuple(i for i, _n in nonone), codes)
 
 
 def _route(dll, name, row, run):
     """Route one aten overload to a hand-written ``run(arguments)`` (the optimizers' fused steps)."""
     global ATEN_OPS
     qual, _, overload = name.partition(".")
-    if dll.canna_aten_register(qual.encode(), overload.encode(), _counted(row, name, run)) != 0:
+    eid = dll.canna_aten_register(qual.encode(), overload.encode(), _counted(row, name, run))
+    if eid < 0:
         raise R.RegistrationError(f"cannot route {name}")
+    _set_row(eid, row)
     ATEN_OPS = tuple(sorted(set(ATEN_OPS) | {row}))
 
 
@@ -273,11 +335,12 @@ class AtenOffload:
         self._prev = getattr(_tls, "block", None)
         _fold(self._prev)   # (an enclosing block's PyTorch calls so far are its own)
         _tls.block = self
-        self._was = _state["dll"].canna_aten_include(1)
+        mask = bytes(1 if r in self.enabled else 0 for r in _ROWS)
+        self._was = _state["dll"].canna_aten_enter(mask)
         return self.report
 
     def __exit__(self, *exc):
-        _state["dll"].canna_aten_include(self._was)
+        _state["dll"].canna_aten_exit(self._was)
         self._was = None
         _fold(self)
         _tls.block = self._prev
@@ -285,11 +348,15 @@ class AtenOffload:
 
 
 def _fold(block):
-    """Add this thread's PyTorch calls counted since the last fold to ``block``'s report (views,
-    which compute nothing, left out); None: discard them."""
-    counts = _state["dll"].canna_aten_other(1)
+    """Add this thread's counts since the last fold to ``block``'s report: canna's calls the C++
+    direct path served and PyTorch's calls (views, which compute nothing, left out); None: discard
+    them."""
+    dll = _state["dll"]
+    counts, hits = dll.canna_aten_other(1), dll.canna_aten_hits()
     if block is None:
         return
+    for row, n in hits.items():   # the calls the C++ direct path served (no handler counted them)
+        block.report._stat(row).canna += n
     other = block.report._other
     for name, n in counts.items():
         if not _is_view(name):
