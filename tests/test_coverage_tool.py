@@ -54,6 +54,21 @@ def test_tiny_cnn_json(tmp_path):
     assert "torch.Tensor.view" not in res["no_canna_op"] and "torch.zeros_like" in res["allocation"]
 
 
+def test_tiny_cnn_at_the_aten_level(tmp_path):
+    f = tmp_path / "cnn.py"
+    f.write_text(CNN)
+    res = _json("--model", f"{f}:tiny_cnn", "--input-shape", "2,3,8,8", "--level", "aten", "--steps", "3")
+    assert res["level"] == "aten"
+    ops = res["report"]["ops"]
+    for row in ("conv2d", "conv2d_backward", "relu", "relu_backward", "max_pool2d_with_indices",
+                "max_pool2d_backward", "addmm", "apply_adamw"):
+        assert ops[row]["canna"] >= 1, (row, ops)
+    for k, v in res["max_rel_error"].items():
+        assert v < 1e-4, (k, v)
+    assert res["steps"]["max_rel_diff"] < 1e-4
+    assert not any(k.startswith("aten::view") for k in res["no_canna_op"]), res["no_canna_op"]
+
+
 def test_tiny_bert_text_and_json():
     pytest.importorskip("transformers")
     args = ("--model", "bert", "--input-shape", "2,8", "--hf-config", "num_hidden_layers=1")

@@ -340,8 +340,8 @@ def _errors(torch, canna, plain):
     return (num / den if den else num), worst, wname
 
 
-def measure(target, *, seed=0, keep_dropout=False, progress=None):
-    """Both runs and the report. Returns a JSON-ready dict (see the module doc)."""
+def measure(target, *, seed=0, keep_dropout=False, progress=None, level="function"):
+    """Both runs and the report (``level``: offload()'s). Returns a JSON-ready dict (see the module doc)."""
     import torch
     import canna_dl.torch as ct
     step = progress or (lambda msg: None)
@@ -362,7 +362,7 @@ def measure(target, *, seed=0, keep_dropout=False, progress=None):
                          "--input-shape") from None
     report = ct.OffloadReport()
     step("canna (offload()): one training step and one eval step")
-    canna = run_once(torch, target, twin, seed, lambda: ct.offload(report=report))
+    canna = run_once(torch, target, twin, seed, lambda: ct.offload(report=report, level=level))
     cov = report.coverage()
     err = {"loss": _rel(torch, canna["loss"], plain["loss"]),
            "output": _rel(torch, canna["output"], plain["output"]),
@@ -370,7 +370,7 @@ def measure(target, *, seed=0, keep_dropout=False, progress=None):
            }
     err["grads"], err["grads_per_tensor"], worst = _errors(torch, canna["grads"], plain["grads"])
     err["params_after_step"], err["params_per_tensor"], worst_p = _errors(torch, canna["params"], plain["params"])
-    return {"model": target.name, "parameters": sum(p.numel() for p in model.parameters()),
+    return {"model": target.name, "level": level, "parameters": sum(p.numel() for p in model.parameters()),
             "coverage": cov["share"], "canna_calls": cov["canna"], "compute_calls": cov["total"],
             "fallbacks": cov["fallbacks"], "no_canna_op": cov["no_canna_op"],
             "pytorch_backward": cov["pytorch_backward"], "allocation": cov["allocation"],
@@ -399,7 +399,7 @@ def _train_losses(torch, target, model, seed, steps, ctx):
     return losses
 
 
-def track(target, *, steps=10, seed=0, keep_dropout=False, progress=None):
+def track(target, *, steps=10, seed=0, keep_dropout=False, progress=None, level="function"):
     """``steps`` AdamW training steps plain and under ``offload()`` from the same weights:
     ``{"pytorch": [losses], "canna": [losses], "max_rel_diff": max |canna - plain| / |plain|}``."""
     import torch
@@ -413,7 +413,7 @@ def track(target, *, steps=10, seed=0, keep_dropout=False, progress=None):
     step(f"plain PyTorch: {steps} training steps")
     plain = _train_losses(torch, target, model, seed, steps, contextlib.nullcontext)
     step(f"canna (offload()): {steps} training steps")
-    canna = _train_losses(torch, target, twin, seed, steps, ct.offload)
+    canna = _train_losses(torch, target, twin, seed, steps, lambda: ct.offload(level=level))
     diff = max(abs(c - p) / (abs(p) or 1.0) for c, p in zip(canna, plain))
     return {"pytorch": plain, "canna": canna, "max_rel_diff": diff}
 
@@ -473,6 +473,8 @@ def main(argv=None):
     ap.add_argument("--hf-config", action="append", default=[], metavar="KEY=VALUE",
                     help="override a Hugging Face config value (repeatable), e.g. attn_implementation=eager")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--level", choices=("function", "aten"), default="function",
+                    help="offload()'s level (aten: canna's kernels for the aten operators below PyTorch's autograd)")
     ap.add_argument("--keep-dropout", action="store_true", help="leave dropout probabilities as the model has them")
     ap.add_argument("--steps", type=int, default=0, metavar="N",
                     help="also run N AdamW training steps plain and under offload() and compare their losses")
@@ -494,9 +496,10 @@ def main(argv=None):
                 print(f"... {msg}", file=sys.stderr, flush=True)
         if a.steps < 0:
             raise UsageError(f"--steps must be >= 0, got {a.steps}")
-        res = measure(target, seed=a.seed, keep_dropout=a.keep_dropout, progress=progress)
+        res = measure(target, seed=a.seed, keep_dropout=a.keep_dropout, progress=progress, level=a.level)
         if a.steps:
-            res["steps"] = track(target, steps=a.steps, seed=a.seed, keep_dropout=a.keep_dropout, progress=progress)
+            res["steps"] = track(target, steps=a.steps, seed=a.seed, keep_dropout=a.keep_dropout, progress=progress,
+                                 level=a.level)
     except UsageError as e:
         print(f"coverage.py: error: {e}", file=sys.stderr)
         return 2
