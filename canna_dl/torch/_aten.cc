@@ -103,6 +103,7 @@ struct Entry {
     PyObject *handler = nullptr;
     std::string row;               // the report row of direct hits
     Direct d;
+    std::vector<int8_t> kinds;     // per schema argument, its ArgKind (filled at the first call)
 };
 std::vector<std::unique_ptr<Entry>> g_entries;
 
@@ -217,17 +218,29 @@ PyObject *direct_call(const Direct &d, PyObject *tup)
 std::unordered_map<std::string, int> g_ids;   // "aten::addmm.default" -> entry
 std::vector<std::unique_ptr<torch::Library>> g_libs;
 
-bool real_type_is(const c10::Argument &a, c10::TypeKind k)
+// how an int argument reaches Python: as the int, as a torch dtype (a ScalarType), or not at all
+// (a Layout or MemoryFormat: PyTorch's); per schema argument, worked out once per entry
+enum ArgKind : int8_t { kPlain = 0, kDtype = 1, kRefuse = 2 };
+
+int8_t arg_kind(const c10::Argument &a)
 {
     c10::TypePtr t = a.real_type();
     if (auto o = t->cast<c10::OptionalType>())
         t = o->getElementType();
-    return t->kind() == k;
+    switch (t->kind()) {
+    case c10::TypeKind::ScalarTypeType:
+        return kDtype;
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::MemoryFormatType:
+        return kRefuse;
+    default:
+        return kPlain;
+    }
 }
 
 // one argument as a Python object (new reference), or nullptr (no exception set) when canna's
 // handlers cannot take it (a Generator, a Device, a Layout, ...): the call runs on PyTorch
-PyObject *to_py(const c10::IValue &v, const c10::Argument *arg)
+PyObject *to_py(const c10::IValue &v, int8_t kind)
 {
     if (v.isNone())
         Py_RETURN_NONE;
@@ -257,12 +270,12 @@ PyObject *to_py(const c10::IValue &v, const c10::Argument *arg)
     if (v.isBool())
         return PyBool_FromLong(v.toBool());
     if (v.isInt()) {
-        if (arg && real_type_is(*arg, c10::TypeKind::ScalarTypeType)) {
+        if (kind == kDtype) {
             PyObject *d = (PyObject *)torch::getTHPDtype(static_cast<at::ScalarType>(v.toInt()));
             Py_XINCREF(d);
             return d;
         }
-        if (arg && (real_type_is(*arg, c10::TypeKind::LayoutType) || real_type_is(*arg, c10::TypeKind::MemoryFormatType)))
+        if (kind == kRefuse)
             return nullptr;
         return PyLong_FromLongLong(v.toInt());
     }
@@ -282,7 +295,7 @@ PyObject *to_py(const c10::IValue &v, const c10::Argument *arg)
         if (!t)
             return nullptr;
         for (size_t i = 0; i < l.size(); i++) {
-            PyObject *o = to_py(l[i], nullptr);
+            PyObject *o = to_py(l[i], kPlain);
             if (!o) {
                 Py_DECREF(t);
                 return nullptr;
@@ -326,11 +339,18 @@ struct CannaKernel final : public c10::OperatorKernel {
         const auto &rets = schema.returns();
         size_t n = args.size(), base = stack->size() - n;
         PyGILState_STATE g = PyGILState_Ensure();
-        PyObject *handler = g_entries[id]->handler;
+        Entry &ent = *g_entries[id];
+        if (ent.kinds.size() != n) {   // (the first call; one schema per entry)
+            ent.kinds.clear();
+            for (const auto &a : args)
+                ent.kinds.push_back(arg_kind(a));
+        }
+        const std::vector<int8_t> &kinds = ent.kinds;
+        PyObject *handler = ent.handler;
         PyObject *tup = handler ? PyTuple_New((Py_ssize_t)n) : nullptr;
         bool ok = tup != nullptr;
         for (size_t i = 0; ok && i < n; i++) {
-            PyObject *o = to_py((*stack)[base + i], &args[i]);
+            PyObject *o = to_py((*stack)[base + i], kinds[i]);
             if (!o)
                 ok = false;
             else
@@ -346,12 +366,11 @@ struct CannaKernel final : public c10::OperatorKernel {
             return;
         }
         PyObject *r = nullptr;
-        const Entry &e = *g_entries[id];
         bool hit = false;
         {
             KeyOff off;
-            if (e.d.kind && enabled(id)) {
-                r = direct_call(e.d, tup);
+            if (ent.d.kind && enabled(id)) {
+                r = direct_call(ent.d, tup);
                 hit = r != nullptr;
                 if (!r)   // an error too: the handler runs the call again and decides (canna's argument
                     PyErr_Clear();   // errors are refusals there: PyTorch raises its own error)

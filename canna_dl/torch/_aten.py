@@ -8,8 +8,9 @@ uses (``CustomRNGKeyId``, below autograd, above the dense backends) in the threa
 (compiled at first use against the installed PyTorch's headers, cached like canna's kernels)
 registers, for that key, canna's kernel for every aten overload a registry entry names in its
 ``aten=`` items and a fallback for all others, which runs PyTorch's own kernel. No Python runs for
-the operators canna does not take, and none of the torch-function machinery runs at all, so a
-routed op costs its kernel plus one call into this module's handler.
+the operators canna does not take, and none of the torch-function machinery runs at all: a call
+whose signature has run before takes its item's direct call (:func:`_direct`: the C entry of the
+op's kernel-level function, from the C++ kernel), the others one call into this module's handler.
 
 The handler of an overload (:func:`_handler`, generated from the entry's ``aten=`` item) binds
 the schema's arguments to the op's (``TorchFn.bind``), applies the item's fixed values and guard,
