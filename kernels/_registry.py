@@ -388,6 +388,19 @@ class Launch:
         self.kernel, self.rule = kernel, rule
 
 
+class Rejected(str):
+    """A guard's reason when the framework itself rejects the call (a rule its CPU kernel checks
+    that its meta kernel does not): the call runs on the framework, which raises its own error, and
+    is not counted as a refusal."""
+    __slots__ = ()
+
+
+def torch_dtype_name(t) -> str:
+    """The dtype name of a torch tensor ``t`` (``"float32"``), for the aten items' guards (which see
+    torch tensors) without importing torch here."""
+    return str(t.dtype).rpartition(".")[2]
+
+
 class TorchFn:
     """One torch function ``offload()`` maps to an op (an item of an entry's ``torch=``).
 
@@ -412,12 +425,18 @@ class TorchFn:
             that the op would take fall back (``torch.mm`` of operands that are not 2-D). Its
             keyword-only parameters receive the torch function's parameters of those names
             (``aten::_softmax_backward_data``'s ``input_dtype``, which the op has no argument for).
+            An aten item's guard sees only what a call signature fixes (dtypes, shapes, strides,
+            the non-tensor arguments; never a tensor's values): it runs once per signature. A
+            :class:`Rejected` reason says PyTorch itself raises for the call (its own error).
         convert: ``{param: f}``: the op receives ``f(value)`` for that torch parameter (aten's
             ``reduction`` code 1 as ``"mean"``, an empty ``stride`` as None).
         identity: ``identity(**params) -> bool``: True when the torch function returns its first
             argument unchanged (dropout in eval mode or with ``p=0``): offload() returns it, no
             kernel runs, as in PyTorch.
         output: the index of the op's output the torch function returns (None: all of them).
+        result: ``result(r, *op arguments)``: the torch function's result from the op's ``r`` where
+            the two differ in more than values (``aten::native_batch_norm``'s save statistics:
+            empty in eval mode, in the parameters' dtype).
         reflected: the torch function takes the op's first two inputs swapped
             (``Tensor.__rsub__(self, other)`` is ``sub(other, self)``).
         inplace: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
@@ -428,21 +447,21 @@ class TorchFn:
     """
 
     __slots__ = ("fn", "args", "fixed", "guard", "identity", "output", "reflected", "inplace", "convert",
-                 "guard_kw")
+                 "guard_kw", "result")
 
     def __init__(self, fn, args=None, *, fixed=None, guard=None, identity=None, output=None, reflected=False,
-                 inplace=False, convert=None):
+                 inplace=False, convert=None, result=None):
         if not (isinstance(fn, str) or callable(fn)):
             raise RegistrationError(f"TorchFn: fn must be a dotted name or a callable, not {fn!r}")
         self.fn = fn
         self.args = None if args is None else _torch_params(fn, args)
         self.fixed = dict(fixed or {})
-        for nm, f in (("guard", guard), ("identity", identity)):
+        for nm, f in (("guard", guard), ("identity", identity), ("result", result)):
             if f is not None and not callable(f):
                 raise RegistrationError(f"TorchFn({fn!r}): {nm} must be a function")
         if output is not None and (isinstance(output, builtins.bool) or not isinstance(output, int)):
             raise RegistrationError(f"TorchFn({fn!r}): output must be an int index or None, not {output!r}")
-        self.guard, self.identity, self.output = guard, identity, output
+        self.guard, self.identity, self.output, self.result = guard, identity, output, result
         self.reflected, self.inplace = builtins.bool(reflected), builtins.bool(inplace)
         self.convert = dict(convert or {})
         if any(not callable(f) for f in self.convert.values()):

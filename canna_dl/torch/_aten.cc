@@ -37,6 +37,7 @@
 #include <ATen/core/stack.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
@@ -99,16 +100,45 @@ struct Direct {
     PyObject *codes = nullptr;     // fast: the str attribute's codes (its last argument), or null
 };
 
+// What PyTorch's own rules say of one call signature (the entry's check, run once per signature
+// on meta tensors: canna_dl/torch/_aten.py _checker): run it on canna (with the shape and dtype
+// each result must have), refuse it (a reason: counted), or leave it to PyTorch, which rejects it
+// (PyTorch raises its own error; nothing counted).
+struct Expect {
+    int8_t what = 0;               // 0: not checked (a written argument, a list), 1: undefined, 2: a tensor
+    at::ScalarType dtype = at::kFloat;
+    std::vector<int64_t> sizes;
+};
+struct Verdict {
+    int8_t what = 0;               // 0: canna runs it, 1: refused (reason), 2: PyTorch rejects it
+    PyObject *reason = nullptr;    // (1) the reason, a str (owned)
+    std::vector<Expect> outs;      // (0) per schema return
+    ~Verdict()
+    {
+        if (reason && Py_IsInitialized()) {   // (the last holder may run without the GIL)
+            PyGILState_STATE g = PyGILState_Ensure();
+            Py_DECREF(reason);
+            PyGILState_Release(g);
+        }
+    }
+};
+
 struct Entry {
     PyObject *handler = nullptr;
+    PyObject *check = nullptr;     // check(*arguments) -> expectations, a reason (str) or False
+    PyObject *refuse = nullptr;    // refuse(reason): count a refusal in the thread's block (strict: raises)
     std::string row;               // the report row of direct hits
     Direct d;
     std::vector<int8_t> kinds;     // per schema argument, its ArgKind (filled at the first call)
+    bool writes = false;           // some schema argument is written (in place / out=)
+    std::unordered_map<std::string, std::shared_ptr<const Verdict>> verdicts;   // per call signature (sig_key)
 };
 std::vector<std::unique_ptr<Entry>> g_entries;
 
-// this thread's blocks (innermost last): per entry id, 1 where the block routes it
-thread_local std::vector<std::vector<uint8_t>> t_masks;
+// this thread's blocks (innermost last): its token and, per entry id, 1 where the block routes it
+thread_local std::vector<std::pair<int64_t, std::vector<uint8_t>>> t_masks;
+thread_local int64_t t_tokens = 0;
+thread_local bool t_base = false;   // whether the key was included before the thread's outermost block
 thread_local std::vector<uint64_t> t_hits;   // direct hits per entry id since the last fold
 
 // the direct path's Python objects (canna_aten_configure_direct): the two C functions, the
@@ -118,7 +148,10 @@ PyObject *s_on, *s_memo, *s_rec, *s_gen, *s_generation;
 
 bool enabled(int id)
 {
-    return !t_masks.empty() && (size_t)id < t_masks.back().size() && t_masks.back()[(size_t)id];
+    if (t_masks.empty())
+        return false;
+    const std::vector<uint8_t> &m = t_masks.back().second;
+    return (size_t)id < m.size() && m[(size_t)id];
 }
 
 bool attr_is_none(PyObject *o, PyObject *name)
@@ -265,7 +298,12 @@ PyObject *to_py(const c10::IValue &v, int8_t kind)
         }
         // below autograd the tensor may still require grad (a weight): canna computes on an alias
         // without autograd metadata, as PyTorch's own kernels do
-        return THPVariable_Wrap(t.requires_grad() ? t.variable_data() : t);
+        PyObject *o = THPVariable_Wrap(t.requires_grad() ? t.variable_data() : t);
+        if (o && !THPVariable_CheckExact(o)) {   // a Tensor subclass's object: canna takes the tensor
+            Py_DECREF(o);                        // (its data, zero-copy), as PyTorch's kernels do
+            o = THPVariable_Wrap(t.variable_data());
+        }
+        return o;
     }
     if (v.isBool())
         return PyBool_FromLong(v.toBool());
@@ -320,6 +358,124 @@ bool from_py(PyObject *o, c10::IValue *out)
     return true;
 }
 
+// the call signature of one argument, appended to `k`: what PyTorch's checks and result shapes
+// depend on (a tensor's dtype, sizes, strides, wrapped-number flag; a number's value; ...)
+void sig_key(const c10::IValue &v, std::string *k)
+{
+    auto put = [k](const void *p, size_t n) { k->append(static_cast<const char *>(p), n); };
+    auto put64 = [&put](int64_t x) { put(&x, sizeof x); };
+    if (v.isTensor()) {
+        const at::Tensor &t = v.toTensor();
+        if (!t.defined()) {
+            k->push_back('U');
+            return;
+        }
+        k->push_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? 'W' : 'T');
+        k->push_back(static_cast<char>(t.scalar_type()));
+        put64(t.dim());
+        for (int64_t s : t.sizes())
+            put64(s);
+        for (int64_t s : t.strides())
+            put64(s);
+        if (t.unsafeGetTensorImpl()->is_wrapped_number())   // (its value: PyTorch's scalar checks)
+            put(t.const_data_ptr(), t.element_size());
+    } else if (v.isList()) {
+        auto l = v.toListRef();
+        k->push_back('L');
+        put64((int64_t)l.size());
+        for (const auto &e : l)
+            sig_key(e, k);
+    } else if (v.isInt()) {
+        k->push_back('i');
+        put64(v.toInt());
+    } else if (v.isSymInt()) {
+        k->push_back('i');
+        put64(v.toSymInt().maybe_as_int().value_or(INT64_MIN));
+    } else if (v.isDouble()) {
+        double d = v.toDouble();
+        k->push_back('d');
+        put(&d, sizeof d);
+    } else if (v.isBool()) {
+        k->push_back(v.toBool() ? 'y' : 'n');
+    } else if (v.isString()) {
+        const std::string &s = v.toStringRef();
+        k->push_back('s');
+        put64((int64_t)s.size());
+        k->append(s);
+    } else if (v.isNone()) {
+        k->push_back('N');
+    } else {
+        k->push_back('?');
+    }
+}
+
+// the check's answer as a Verdict; false (a Python exception set) when it is malformed
+bool parse_verdict(PyObject *o, Verdict *v)
+{
+    if (o == Py_False) {
+        v->what = 2;
+        return true;
+    }
+    if (PyUnicode_Check(o)) {
+        v->what = 1;
+        v->reason = (Py_INCREF(o), o);
+        return true;
+    }
+    if (o == Py_None)   // no expectations (PyTorch has no meta kernel for it)
+        return true;
+    if (!PyTuple_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "canna_dl.torch: an aten check answered neither a tuple, a str nor False");
+        return false;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++) {
+        PyObject *e = PyTuple_GET_ITEM(o, i);
+        Expect x;
+        if (e == Py_None) {
+            x.what = 1;
+        } else if (PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 2 && THPDtype_Check(PyTuple_GET_ITEM(e, 1))) {
+            x.what = 2;
+            x.dtype = reinterpret_cast<THPDtype *>(PyTuple_GET_ITEM(e, 1))->scalar_type;
+            PyObject *sz = PyTuple_GET_ITEM(e, 0);
+            if (!PyTuple_Check(sz)) {
+                PyErr_SetString(PyExc_TypeError, "canna_dl.torch: an aten check's sizes are not a tuple");
+                return false;
+            }
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sz); j++) {
+                x.sizes.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(sz, j)));
+                if (PyErr_Occurred())
+                    return false;
+            }
+        }
+        v->outs.push_back(std::move(x));
+    }
+    return true;
+}
+
+// how canna's result differs from what PyTorch's rules expect (empty: it does not)
+std::string mismatch(const std::vector<Expect> &exp, const std::vector<c10::IValue> &outs)
+{
+    for (size_t k = 0; k < exp.size() && k < outs.size(); k++) {
+        const Expect &e = exp[k];
+        if (e.what == 0 || !outs[k].isTensor())
+            continue;
+        const at::Tensor &t = outs[k].toTensor();
+        std::string at = "result " + std::to_string(k) + ": ";
+        if (e.what == 1) {
+            if (t.defined())
+                return at + "canna computed a tensor where PyTorch's is undefined";
+            continue;
+        }
+        if (!t.defined())
+            return at + "canna's is undefined";
+        if (t.scalar_type() != e.dtype || t.sizes() != c10::IntArrayRef(e.sizes))
+            return at + "canna's is " + c10::toString(t.scalar_type()) + " " + c10::str(t.sizes()) + ", PyTorch's " +
+                   c10::toString(e.dtype) + " " + c10::str(c10::IntArrayRef(e.sizes));
+        if (!t.is_contiguous())
+            return at + "canna's is not contiguous";
+    }
+    return std::string();
+}
+
 [[noreturn]] void raise_python(PyGILState_STATE g)
 {
     python_error e;
@@ -328,12 +484,47 @@ bool from_py(PyObject *o, c10::IValue *out)
     throw e;
 }
 
+// the verdict of a call signature (the entry's check runs for a new one); nullptr with a Python
+// exception set when the check fails. GIL held, the key off.
+std::shared_ptr<const Verdict> verdict(Entry &ent, const std::string &key, PyObject *tup)
+{
+    auto it = ent.verdicts.find(key);
+    if (it != ent.verdicts.end())
+        return it->second;
+    auto v = std::make_shared<Verdict>();
+    if (ent.check) {
+        PyObject *c = PyObject_Call(ent.check, tup, nullptr);
+        bool ok = c && parse_verdict(c, v.get());
+        Py_XDECREF(c);
+        if (!ok)
+            return nullptr;
+    }
+    if (ent.verdicts.size() >= 4096)   // (a bound: shapes that keep changing)
+        ent.verdicts.clear();
+    ent.verdicts.emplace(key, v);
+    return v;
+}
+
+// count a refusal in the thread's block (false with a Python exception set: strict raised)
+bool refused(Entry &ent, PyObject *reason)
+{
+    if (!ent.refuse)
+        return true;
+    PyObject *x = PyObject_CallOneArg(ent.refuse, reason);
+    Py_XDECREF(x);
+    return x != nullptr;
+}
+
 struct CannaKernel final : public c10::OperatorKernel {
     int id;
     explicit CannaKernel(int i) : id(i) {}
 
     void operator()(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *stack)
     {
+        if (!enabled(id)) {   // not routed by the thread's innermost block (ops= / exclude=): PyTorch's
+            fallback(op, ks, stack);
+            return;
+        }
         const auto &schema = op.schema();
         const auto &args = schema.arguments();
         const auto &rets = schema.returns();
@@ -342,8 +533,11 @@ struct CannaKernel final : public c10::OperatorKernel {
         Entry &ent = *g_entries[id];
         if (ent.kinds.size() != n) {   // (the first call; one schema per entry)
             ent.kinds.clear();
-            for (const auto &a : args)
+            ent.writes = false;
+            for (const auto &a : args) {
                 ent.kinds.push_back(arg_kind(a));
+                ent.writes |= a.alias_info() && a.alias_info()->isWrite();
+            }
         }
         const std::vector<int8_t> &kinds = ent.kinds;
         PyObject *handler = ent.handler;
@@ -365,33 +559,48 @@ struct CannaKernel final : public c10::OperatorKernel {
             fallback(op, ks, stack);
             return;
         }
+        std::string key;
+        for (size_t i = 0; i < n; i++)
+            sig_key((*stack)[base + i], &key);
         PyObject *r = nullptr;
         bool hit = false;
+        std::shared_ptr<const Verdict> vd;
         {
             KeyOff off;
-            if (ent.d.kind && enabled(id)) {
-                r = direct_call(ent.d, tup);
-                hit = r != nullptr;
-                if (!r)   // an error too: the handler runs the call again and decides (canna's argument
-                    PyErr_Clear();   // errors are refusals there: PyTorch raises its own error)
+            vd = verdict(ent, key, tup);
+            if (vd && vd->what == 0) {
+                if (ent.d.kind) {
+                    r = direct_call(ent.d, tup);
+                    hit = r != nullptr;
+                    if (!r)   // an error too: the handler runs the call again and decides (canna's argument
+                        PyErr_Clear();   // errors are refusals there: PyTorch raises its own error)
+                }
+                if (!r)
+                    r = PyObject_Call(handler, tup, nullptr);
+            } else if (vd && vd->what == 1 && !refused(ent, vd->reason)) {
+                vd = nullptr;   // (strict: the refusal raised)
             }
-            if (!r)
-                r = PyObject_Call(handler, tup, nullptr);
         }
         Py_DECREF(tup);
-        if (!r)
+        if (!vd || (vd->what == 0 && !r))
             raise_python(g);
+        if (vd->what != 0) {   // refused, or PyTorch rejects it (and raises its own error)
+            PyGILState_Release(g);
+            g_refused += vd->what == 1;
+            to_pytorch(op, ks, stack);
+            return;
+        }
         if (hit) {
             g_direct++;
             if (t_hits.size() <= (size_t)id)
                 t_hits.resize(g_entries.size());
             t_hits[(size_t)id]++;
         }
-        if (r == g_sentinel) {
+        if (r == g_sentinel) {   // the handler refused it (and counted it): PyTorch's
             Py_DECREF(r);
             PyGILState_Release(g);
             g_refused++;
-            fallback(op, ks, stack);
+            to_pytorch(op, ks, stack);
             return;
         }
         std::vector<c10::IValue> outs(rets.size());
@@ -421,6 +630,32 @@ struct CannaKernel final : public c10::OperatorKernel {
                          "results that do not match the schema's returns", schema.operator_name().name.c_str());
             raise_python(g);
         }
+        std::string why = mismatch(vd->outs, outs);
+        if (!why.empty()) {   // canna's result is not PyTorch's (shape, dtype, layout): a canna bug
+            if (ent.writes) {   // its arguments are written already: it cannot run again on PyTorch
+                PyErr_Format(PyExc_RuntimeError, "canna_dl.torch.offload(level='aten'): %s: %s (a canna bug; "
+                             "exclude the op with offload(exclude=...))", schema.operator_name().name.c_str(),
+                             why.c_str());
+                raise_python(g);
+            }
+            // this signature is refused from now on; this call runs on PyTorch
+            PyObject *reason = PyUnicode_FromFormat("canna's result differs from PyTorch's (%s)", why.c_str());
+            bool ok2 = reason != nullptr;
+            if (ok2) {
+                auto v = std::make_shared<Verdict>();
+                v->what = 1;
+                v->reason = reason;
+                ent.verdicts[key] = v;
+                KeyOff off;
+                ok2 = refused(ent, reason);
+            }
+            if (!ok2)
+                raise_python(g);
+            PyGILState_Release(g);
+            g_refused++;
+            to_pytorch(op, ks, stack);
+            return;
+        }
         PyGILState_Release(g);
         torch::jit::drop(*stack, n);
         for (auto &o : outs)
@@ -437,25 +672,32 @@ TORCH_LIBRARY_IMPL(_, CustomRNGKeyId, m)
 }
 extern "C" {
 // a block starts on this thread: the key included, `mask` (bytes: 1 per entry id it routes) its
-// entries; returns whether the key was included before (canna_aten_exit's argument)
-int canna_aten_enter(PyObject *mask)
+// entries; returns the block's token (canna_aten_exit's argument), or -1 with a Python exception
+int64_t canna_aten_enter(PyObject *mask)
 {
     char *p;
     Py_ssize_t n;
     if (PyBytes_AsStringAndSize(mask, &p, &n))
         return -1;
-    t_masks.emplace_back((const uint8_t *)p, (const uint8_t *)p + n);
-    bool was = c10::impl::tls_is_dispatch_key_included(kKey);
+    if (t_masks.empty())
+        t_base = c10::impl::tls_is_dispatch_key_included(kKey);
+    t_masks.emplace_back(++t_tokens, std::vector<uint8_t>((const uint8_t *)p, (const uint8_t *)p + n));
     c10::impl::tls_set_dispatch_key_included(kKey, true);
-    return was ? 1 : 0;
+    return t_tokens;
 }
 
-// the innermost block of this thread ends (was: canna_aten_enter's answer)
-void canna_aten_exit(int was)
+// the block `token` of this thread ends, wherever it is among the thread's blocks (blocks may end
+// in any order: the innermost that is left routes the thread's calls); the key is off again when
+// the last one ends
+void canna_aten_exit(int64_t token)
 {
-    if (!t_masks.empty())
-        t_masks.pop_back();
-    c10::impl::tls_set_dispatch_key_included(kKey, was != 0);
+    for (auto it = t_masks.begin(); it != t_masks.end(); ++it)
+        if (it->first == token) {
+            t_masks.erase(it);
+            break;
+        }
+    if (t_masks.empty())
+        c10::impl::tls_set_dispatch_key_included(kKey, t_base);
 }
 
 // the direct path's objects: memo, fast, fast_stream, the fast-state dict, the capture
@@ -558,17 +800,28 @@ int canna_aten_configure(PyObject *sentinel)
 }
 
 // route `name` ("aten::addmm", overload "" or "Tensor") to canna: handler(*schema arguments) ->
-// the result, or the sentinel. A second call for the same overload replaces its handler (and
+// the result, or the sentinel; check(*schema arguments), once per call signature: the expected
+// results ((sizes, dtype) or None per return), a refusal's reason (str), False (PyTorch rejects
+// the call) or None (nothing to check); refuse(reason) counts a refusal. A second call for the same overload replaces its handler (and
 // drops its direct call). The entry's id, or -1 with a Python exception set (no such operator).
 // GIL held.
-int canna_aten_register(const char *name, const char *overload, PyObject *handler)
+int canna_aten_register(const char *name, const char *overload, PyObject *handler, PyObject *check,
+                        PyObject *refuse)
 {
     std::string key = std::string(name) + "." + (overload && *overload ? overload : "default");
+    auto set = [&](Entry &e) {
+        PyObject *objs[] = {handler, check, refuse};
+        PyObject **slots[] = {&e.handler, &e.check, &e.refuse};
+        for (int i = 0; i < 3; i++) {
+            Py_INCREF(objs[i]);
+            Py_XSETREF(*slots[i], objs[i]);
+        }
+        e.d = Direct();   // (a new handler: its direct call is set again, or none)
+        e.verdicts.clear();
+    };
     auto it = g_ids.find(key);
     if (it != g_ids.end()) {
-        Py_INCREF(handler);
-        Py_XSETREF(g_entries[it->second]->handler, handler);
-        g_entries[it->second]->d = Direct();   // (a new handler: its direct call is set again, or none)
+        set(*g_entries[it->second]);
         return it->second;
     }
     int id = (int)g_entries.size();
@@ -586,8 +839,7 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
         std::string target = overload && *overload ? op + "." + overload : op;
         lib->impl(target.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CannaKernel>(id)));
         g_libs.push_back(std::move(lib));
-        Py_INCREF(handler);
-        g_entries[id]->handler = handler;
+        set(*g_entries[id]);
         g_ids[key] = id;
     } catch (const std::exception &e) {
         PyErr_Format(PyExc_ValueError, "canna_dl.torch: cannot route %s to canna: %s", key.c_str(), e.what());

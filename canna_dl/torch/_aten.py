@@ -44,7 +44,7 @@ __all__ = ["available", "ATEN_OPS", "AtenOffload", "stats"]
 _SRC = Path(__file__).with_name("_aten.cc")
 _lock = threading.Lock()
 _state = {"dll": None, "tried": False, "why": None}
-_tls = threading.local()   # .block: the innermost aten-level block of this thread
+_tls = threading.local()   # .block: the innermost aten-level block of this thread; .blocks: all of them
 
 
 class _Refused:
@@ -81,12 +81,13 @@ def _load():
     except Exception as e:   # no compiler, no headers, a failing build
         return None, f"{type(e).__name__}: {e}"
     dll.canna_aten_configure.argtypes = [ctypes.py_object]
-    dll.canna_aten_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.py_object]
+    dll.canna_aten_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p] + [ctypes.py_object] * 3
     dll.canna_aten_other.argtypes = [ctypes.c_int]
     dll.canna_aten_other.restype = ctypes.py_object
     dll.canna_aten_counts.argtypes = [ctypes.c_void_p]
     dll.canna_aten_enter.argtypes = [ctypes.py_object]
-    dll.canna_aten_exit.argtypes = [ctypes.c_int]
+    dll.canna_aten_enter.restype = ctypes.c_int64
+    dll.canna_aten_exit.argtypes = [ctypes.c_int64]
     dll.canna_aten_hits.argtypes = []
     dll.canna_aten_hits.restype = ctypes.py_object
     dll.canna_aten_direct.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.py_object] * 7 + [ctypes.c_char_p]
@@ -153,12 +154,14 @@ def report_name(op, spec) -> str:
 
 
 def _handler(op, spec):
-    """``h(*schema arguments) -> result or FALLBACK`` for one aten item of ``op``."""
+    """``h(*schema arguments) -> result or FALLBACK`` for one aten item of ``op``, and its
+    ``check(*schema arguments)`` (:func:`_checker`: PyTorch's rules, the item's fixed values and
+    guard; once per call signature, so the handler runs only what the check let through)."""
     from ._generated import op_arguments, refuse_unbound
     from ._offload import _Fallback
     _names, _defaults, src, dflt, fixed, nonone = spec.bind(op)
     convert, guard_kw = spec.extras(op)
-    kernel, inplace, output, guard = op.kernel, spec.inplace, spec.output, spec.guard
+    kernel, inplace, output, guard, result = op.kernel, spec.inplace, spec.output, spec.guard, spec.result
     own = [t.name for t in op.inputs] + [a.name for a in op.attrs]
     try:   # a hand-written kernel keeps its own parameter order (PyTorch's): bind by name then
         ps = list(inspect.signature(kernel).parameters.values())[:len(own)]
@@ -167,19 +170,25 @@ def _handler(op, spec):
         positional = False
 
     def run(v):
-        refuse_unbound(v, fixed, nonone)
         args = op_arguments(v, src, dflt, convert)
-        if guard is not None:
-            why = guard(*args, **{nm: v[i] for nm, i in guard_kw})
-            if why:
-                raise _Fallback(why)
         if positional:
             r = kernel(*args, out=args[0]) if inplace else kernel(*args)
         else:
             kw = dict(zip(own, args))
             r = kernel(**kw, out=args[0]) if inplace else kernel(**kw)
+        if result is not None:
+            r = result(r, *args)
         return r if output is None else r[output]
-    return _counted(report_name(op, spec), spec.fn, run)
+
+    def refusal(v):   # what the signature decides: fixed values, not-None attributes, the guard
+        try:
+            refuse_unbound(v, fixed, nonone)
+        except _Fallback as e:
+            return str(e)
+        if guard is not None:
+            return guard(*op_arguments(v, src, dflt, convert), **{nm: v[i] for nm, i in guard_kw}) or None
+        return None
+    return _counted(report_name(op, spec), spec.fn, run), refusal
 
 
 def _counted(row, name, run):
@@ -193,21 +202,93 @@ def _counted(row, name, run):
         blk = getattr(_tls, "block", None)
         if blk is None or row not in blk.enabled:
             return FALLBACK
-        st = blk.report._stat(row)
         try:
             r = run(v)
         except refusals as exc:
-            reason = refusal_reason(exc)
-        else:
-            st.canna += 1
-            return r
-        st.refused(reason)
-        if blk.strict:
-            raise RuntimeError(f"canna_dl.torch.offload(level='aten', strict=True): {name} ({row}) would run on "
-                               f"PyTorch: {reason}")
-        return FALLBACK
+            _refuse(blk, row, name, refusal_reason(exc))
+            return FALLBACK
+        blk.report._stat(row).canna += 1
+        return r
     h.__qualname__ = h.__name__ = f"aten_{row}"
     return h
+
+
+def _refuse(blk, row, name, reason):
+    """Count a refusal of ``name`` in ``blk``'s report under ``row`` (``strict``: raise RuntimeError)."""
+    blk.report._stat(row).refused(reason)
+    if blk.strict:
+        raise RuntimeError(f"canna_dl.torch.offload(level='aten', strict=True): {name} ({row}) would run on "
+                           f"PyTorch: {reason}")
+
+
+def _refuser(row, name):
+    """``refuse(reason)``: the C++ kernel's refusal of a call signature its check refused."""
+    def refuse(reason):
+        blk = getattr(_tls, "block", None)
+        if blk is not None:
+            _refuse(blk, row, name, reason)
+    return refuse
+
+
+def _meta(v):
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(v, tuple):
+        return tuple(_meta(e) for e in v)
+    return v
+
+
+def _checker(ov, refusal=None):
+    """``check(*arguments)``: what PyTorch's own rules say of a call signature, from the operator's
+    meta kernel (PyTorch's shape and dtype checks and result shapes, without data; run once per
+    signature by the C++ kernel, which caches the answer). Below the dispatcher none of aten's
+    argument checks has run, so canna must not compute what PyTorch would reject (``False``: the
+    call runs on PyTorch, which raises its own error); a result PyTorch lays out other than
+    contiguously (a channels-last or transposed input's layout) is refused, canna's results being
+    contiguous; otherwise the shape and dtype each result must have (``(sizes, dtype)`` or None per
+    return: the C++ kernel compares canna's result with them and refuses the signature on a
+    difference). None: the operator has no meta kernel (nothing to check). ``refusal(arguments)``:
+    the item's own rules of the signature (fixed values, its guard), a reason or None; a
+    :class:`kernels.Rejected` reason is PyTorch's rejection."""
+    rets = ov._schema.returns
+    args = ov._schema.arguments
+    npos = next((i for i, a in enumerate(args) if a.kwarg_only), len(args))
+    kw = [a.name for a in args[npos:]]
+
+    def check(*v):
+        if not any(map(_has_tensor, v)):   # (only this key made the dispatcher call it: PyTorch raises)
+            return False
+        for a in v:
+            if isinstance(a, torch.Tensor) and a.dim() in (4, 5) and not a.is_contiguous() and a.is_contiguous(
+                    memory_format=torch.channels_last if a.dim() == 4 else torch.channels_last_3d):
+                return "a channels-last input (PyTorch's kernels keep its layout; canna's results are contiguous)"
+        try:
+            m = ov(*[_meta(a) for a in v[:npos]], **{k: _meta(a) for k, a in zip(kw, v[npos:])})
+        except NotImplementedError:
+            return None
+        except Exception:   # PyTorch's own checks reject it: PyTorch raises its error
+            return False
+        outs = m if isinstance(m, tuple) else (m,) if rets else ()
+        exp = []
+        for r, o in zip(rets, outs):
+            if r.alias_info is not None and r.alias_info.is_write or not isinstance(o, torch.Tensor | None):
+                exp.append(...)   # the written argument itself, a list: not compared
+            elif o is None:
+                exp.append(None)
+            elif o.numel() > 1 and not o.is_contiguous():
+                return (f"PyTorch's result keeps the input's layout (strides {tuple(o.stride())}); canna's results "
+                        f"are contiguous")
+            else:
+                exp.append((tuple(o.shape), o.dtype))
+        why = refusal(v) if refusal is not None else None
+        if why:
+            return False if isinstance(why, R.Rejected) else str(why)
+        return tuple(exp)
+    return check
+
+
+def _has_tensor(v):
+    return isinstance(v, torch.Tensor) or isinstance(v, tuple) and any(map(_has_tensor, v))
 
 
 #: report rows of the aten level (registry op names, ``<name>_`` for in-place overloads)
@@ -228,10 +309,12 @@ def _register(dll, op):
             raise R.RegistrationError(f"{op.qualname}: aten item {spec.fn} binds {len(names)} arguments, its schema "
                                       f"has {len(schema_names)} ({', '.join(schema_names)})")
         qual, _, overload = spec.fn.partition(".")
-        eid = dll.canna_aten_register(qual.encode(), overload.encode(), _handler(op, spec))
+        row = report_name(op, spec)
+        handler, refusal = _handler(op, spec)
+        eid = dll.canna_aten_register(qual.encode(), overload.encode(), handler, _checker(ov, refusal),
+                                      _refuser(row, spec.fn))
         if eid < 0:
             raise R.RegistrationError(f"{op.qualname}: cannot route {spec.fn}")
-        row = report_name(op, spec)
         _set_row(eid, row)
         d = _direct(op, spec)
         if d is not None and dll.canna_aten_direct(eid, *d, row.encode()) != 0:
@@ -255,9 +338,9 @@ def _direct(op, spec):
     codes)`` — the C function the op's kernel-level function tries first (kind 1: the memo path
     ``memo(id, stream, *args)``, 2: the elementwise fast path ``fast(id, stream, x, y, p)``) with
     each of its arguments' schema index (or -1 and a constant), the item's fixed values and
-    not-None attributes — or None where the Python handler must run every call (a guard, a
-    conversion, an output index, an in-place form without a fast path)."""
-    if spec.guard is not None or spec.convert or spec.output is not None:
+    not-None attributes — or None where the Python handler must run every call (a conversion, an
+    output index, a result adapter, an in-place form without a fast path). (A guard is the signature's check's.)"""
+    if spec.convert or spec.output is not None or spec.result is not None:
         return None
     _names, _d, src, dflt, fixed, nonone = spec.bind(op)
     n = len(op.inputs)
@@ -288,7 +371,8 @@ def _route(dll, name, row, run):
     """Route one aten overload to a hand-written ``run(arguments)`` (the optimizers' fused steps)."""
     global ATEN_OPS
     qual, _, overload = name.partition(".")
-    eid = dll.canna_aten_register(qual.encode(), overload.encode(), _counted(row, name, run))
+    eid = dll.canna_aten_register(qual.encode(), overload.encode(), _counted(row, name, run), _checker(_schema(name)[0]),
+                                  _refuser(row, name))
     if eid < 0:
         raise R.RegistrationError(f"cannot route {name}")
     _set_row(eid, row)
@@ -327,25 +411,38 @@ class AtenOffload:
         self.enabled, self._all, self.report = block_options("canna_dl.torch.offload(level='aten')", rows, ops,
                                                              exclude, report)
         self.strict = bool(strict)
-        self._was = self._prev = None
+        self._token = None
 
     def __enter__(self):
-        if self._was is not None:
+        if self._token is not None:
             raise RuntimeError("canna_dl.torch.offload: this block is already entered (make a new one)")
         acl_rt.init()
-        self._prev = getattr(_tls, "block", None)
-        _fold(self._prev)   # (an enclosing block's PyTorch calls so far are its own)
-        _tls.block = self
+        blocks = _blocks()
+        _fold(blocks[-1] if blocks else None)   # (an enclosing block's PyTorch calls so far are its own)
         mask = bytes(1 if r in self.enabled else 0 for r in _ROWS)
-        self._was = _state["dll"].canna_aten_enter(mask)
+        self._token = _state["dll"].canna_aten_enter(mask)
+        blocks.append(self)
+        _tls.block = self
         return self.report
 
     def __exit__(self, *exc):
-        _state["dll"].canna_aten_exit(self._was)
-        self._was = None
-        _fold(self)
-        _tls.block = self._prev
+        # blocks may end in any order (two generators' blocks, contextlib.ExitStack): this one leaves
+        # the thread's blocks wherever it is; the innermost that is left routes the thread's calls
+        blocks = _blocks()
+        _fold(blocks[-1] if blocks else self)   # (the calls since the last fold ran in the innermost block)
+        _state["dll"].canna_aten_exit(self._token)
+        self._token = None
+        if self in blocks:
+            blocks.remove(self)
+        _tls.block = blocks[-1] if blocks else None
         return False
+
+
+def _blocks():
+    b = getattr(_tls, "blocks", None)
+    if b is None:
+        b = _tls.blocks = []
+    return b
 
 
 def _fold(block):

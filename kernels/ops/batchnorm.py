@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 
 from .. import _core as C
-from .._registry import Aclnn, Attr, Spec, Tensor, define
+from .._registry import Aclnn, Attr, Rejected, Spec, Tensor, TorchFn, define
+from .._registry import torch_dtype_name as _dt
 
 F = C.FLOATS
 
@@ -53,6 +54,26 @@ def native_batch_norm_shape(input, running_mean=None, running_var=None, weight=N
     return Spec(shape, input.dtype), Spec((c,), st), Spec((c,), st)
 
 
+def _bn_aten(input, running_mean, running_var, weight, bias, *a):
+    """aten::native_batch_norm's dtype rule on the CPU (``aten/src/ATen/native/Normalization.cpp``):
+    the parameters share the input's dtype, or are float32 for a float16 / bfloat16 input (canna's
+    kernel takes one dtype: refused); any other mix is rejected."""
+    dts = {_dt(t) for t in (running_mean, running_var, weight, bias) if t is not None}
+    if dts - {_dt(input)}:
+        if _dt(input) in ("float16", "bfloat16") and dts == {"float32"}:
+            return "float32 parameters of a reduced-precision input"
+        return Rejected(f"parameters of dtypes {sorted(dts)} for {_dt(input)} input (aten::native_batch_norm rejects it)")
+
+
+def _bn_result(r, input, running_mean, running_var, weight, bias, training, *a):
+    """aten::native_batch_norm's save statistics on the CPU: in the input's dtype, and empty (``[0]``)
+    in eval mode, where the backward uses the running statistics."""
+    out, mean, invstd = r
+    if not training:
+        return out, out.new_empty((0,)), out.new_empty((0,))
+    return out, mean.to(input.dtype), invstd.to(input.dtype)
+
+
 def _bn_params(lib, keep, training, momentum, eps):
     return (training, momentum, eps)
 
@@ -75,7 +96,8 @@ define("native_batch_norm",
               ("torch.native_batch_norm", "input, weight, bias, running_mean, running_var, training, momentum, eps"),
               ("torch.batch_norm", {"cudnn_enabled": True},
                "input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled", 0)),
-       aten=(("aten::native_batch_norm", "input, weight, bias, running_mean, running_var, training, momentum, eps"),),
+       aten=(TorchFn("aten::native_batch_norm", "input, weight, bias, running_mean, running_var, training, momentum, "
+                     "eps", guard=_bn_aten, result=_bn_result),),
        doc="Batch normalization over dim 1 of ``input`` ``[N, C, *]`` (2 to 8 dims; ``torch.native_batch_norm``; "
            "``aclnnBatchNorm``): ``(out, save_mean, save_invstd)``. ``training=True`` normalizes with the batch "
            "statistics and updates ``running_mean`` / ``running_var`` (``[C]``, in place) as PyTorch does "

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numbers
 
 from .. import _core as C
-from .._registry import Aclnn, Attr, Spec, Tensor, TorchFn, define, grad_like, same, same_float
+from .._registry import Aclnn, Attr, Rejected, Spec, Tensor, TorchFn, define, grad_like, same, same_float
+from .._registry import torch_dtype_name as _dt
 
 ARITH, FLOATS = C.ARITH, C.FLOATS
 
@@ -43,6 +44,24 @@ def _pow_shape(x, exponent):
     if C.category(dt) < 2 and exponent < 0:
         raise ValueError(f"integers to negative integer powers are not allowed (exponent {exponent})")
     return Spec(x.shape, dt)
+
+
+#: the range a pow exponent must convert to in the tensor's dtype: PyTorch converts it with an
+#: overflow check (c10::checked_convert: "value cannot be converted to type c10::Half without
+#: overflow"; infinities pass; float32 and float64 are not checked)
+_POW_RANGE = {"float16": (-65504.0, 65504.0), "bfloat16": (-3.3895313892515355e38, 3.3895313892515355e38),
+              "int8": (-2 ** 7, 2 ** 7 - 1), "uint8": (0, 2 ** 8 - 1), "int16": (-2 ** 15, 2 ** 15 - 1),
+              "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
+
+
+def _pow_aten(x, exponent):   # below the dispatcher aten's scalar conversion has not run yet
+    lo_hi = _POW_RANGE.get(_dt(x))
+    if lo_hi is None or isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+        return None
+    if _dt(x).startswith(("int", "uint")) and not isinstance(exponent, int):
+        return None   # (a float power of an integer tensor is float32)
+    if exponent == exponent and abs(exponent) != float("inf") and not lo_hi[0] <= exponent <= lo_hi[1]:
+        return Rejected(f"the exponent {exponent!r} overflows {_dt(x)} (aten::pow rejects it)")
 
 
 def _scalar_param(name):
@@ -154,7 +173,8 @@ define("pow", inputs=(Tensor("x", ARITH),), attrs=(Attr("exponent", numbers.Numb
        forward=Aclnn("PowTensorScalar", _scalar_param("exponent")), backward=_pow_bw, save=("x",),
        torch=tuple(TorchFn(f, ("input", "exponent")) for f in ("torch.pow", _T + "pow", _T + "__pow__"))
        + (TorchFn(_T + "pow_", ("input", "exponent"), inplace=True),),
-       aten=(("aten::pow.Tensor_Scalar", "self:x, exponent"), TorchFn("aten::pow_.Scalar", "self:x, exponent", inplace=True)),
+       aten=(("aten::pow.Tensor_Scalar", "self:x, exponent", _pow_aten),
+             TorchFn("aten::pow_.Scalar", "self:x, exponent", inplace=True, guard=_pow_aten)),
        fast=True, elementwise=True,
        doc="``x ** exponent`` for a Python-number exponent (``torch.pow``; ``aclnnPowTensorScalar``).\n\n"
            "The result dtype is ``result_type(x, exponent)``: an integer array to an integer power stays integer "

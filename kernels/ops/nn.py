@@ -13,7 +13,7 @@ from .. import _core as C
 from .. import _composite as CO
 from .. import _nn as N
 from .. import _reduce as RD
-from .._registry import DTYPE, Attr, Impl, Spec, Tensor, TorchFn, define
+from .._registry import DTYPE, Attr, Impl, Rejected, Spec, Tensor, TorchFn, define, torch_dtype_name as _dt
 
 F, ARITH = C.FLOATS, C.ARITH
 
@@ -127,6 +127,32 @@ def _bmm_aten(a, b):
 def _conv_aten(x, weight, *a):
     if x.dim() != 4 or weight.dim() != 4:
         return "a convolution that is not 2-D"
+    if weight.shape[0] == 0:   # (aten's ConvUtils check_shape_forward)
+        return Rejected("a weight without output channels (aten::convolution rejects it)")
+    if x.shape[1] == 0:
+        return "an input without channels"
+
+
+def _nll_aten(input, target, weight, *a):   # aten/src/ATen/native/LossNLL.cpp's checks (not the meta kernel's)
+    if _dt(target) not in ("int64", "uint8"):
+        return Rejected(f"{target.dtype} targets (aten::nll_loss_forward takes Long or Byte)")
+    if weight is not None and weight.dtype != input.dtype:
+        return Rejected(f"a {weight.dtype} weight for {input.dtype} input (aten::nll_loss_forward rejects it)")
+
+
+def _ln_aten(x, weight, bias, *a):   # aten/src/ATen/native/layer_norm.cpp (mixed dtypes)
+    dts = {_dt(t) for t in (weight, bias) if t is not None}
+    if dts - {_dt(x)}:
+        if _dt(x) in ("float16", "bfloat16") and dts == {"float32"}:   # PyTorch's statistics are float32 then
+            return "float32 parameters of a reduced-precision input"
+        return Rejected(f"parameters of dtypes {sorted(dts)} for {_dt(x)} input (aten::native_layer_norm rejects it)")
+
+
+def _pool_bw_aten(g, x, indices, *a):
+    if _dt(indices) != "int64":
+        return Rejected(f"{indices.dtype} indices (aten::max_pool2d_with_indices_backward takes Long)")
+
+
 
 
 def _bw_dtype(g, y, dim, *, input_dtype):   # aten::_softmax_backward_data's result dtype is input_dtype
@@ -145,8 +171,11 @@ def _all_dims(dim):   # aten's empty (or absent) dim list: every dim (the op's N
     return dim if dim else None
 
 
-#: aten's reduction codes (at::Reduction: None, Mean, Sum)
-_REDUCTIONS = ("none", "mean", "sum")
+def _reduction(code):
+    """aten's reduction code (``at::Reduction``: 0 None, 1 Mean, 2 Sum) as the op's ``reduction``:
+    PyTorch's CPU loss kernels test for None and Mean only, so any other code sums
+    (``aten/src/ATen/native/LossNLL.cpp``)."""
+    return {0: "none", 1: "mean"}.get(code, "sum")
 
 
 _MM = "input, other:b, out=None"
@@ -205,7 +234,7 @@ define("native_layer_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional
                                                    Spec(_stat(x, len(tuple(normalized_shape))), x.dtype),
                                                    Spec(_stat(x, len(tuple(normalized_shape))), x.dtype)),
        forward=Impl(N.native_layer_norm), generate=False,
-       aten=(("aten::native_layer_norm", "input:x, normalized_shape, weight, bias, eps"),))
+       aten=(("aten::native_layer_norm", "input:x, normalized_shape, weight, bias, eps", _ln_aten),))
 define("rms_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True)),
        attrs=(Attr("normalized_shape", _o), Attr("eps", _o, None)), shape=_ln_shape, forward=Impl(N.rms_norm),
        generate=False)
@@ -247,7 +276,7 @@ define("native_nll_loss", inputs=(Tensor("input", F), Tensor("target", C.INTS, d
        shape=lambda input, *a, **k: (_loss_shape(input, *a, **k), Spec((), input.dtype)),
        forward=Impl(N.native_nll_loss), generate=False,
        aten=(TorchFn("aten::nll_loss_forward", "self:input, target, weight, reduction, ignore_index",
-                     convert={"reduction": _REDUCTIONS.__getitem__}),))
+                     convert={"reduction": _reduction}, guard=_nll_aten),))
 define("sum", inputs=(Tensor("x", ARITH + (C.BOOL,)),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
        shape=_reduced, forward=Impl(RD.sum), generate=False,
        aten=(TorchFn("aten::sum.dim_IntList", "self:x, dim, keepdim, dtype", fixed={"dtype": None},
@@ -340,9 +369,10 @@ define("max_pool2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Ten
        attrs=_pool_attrs, shape=lambda g, x, *a, **k: Spec(x.shape, g.dtype), forward=Impl(N.max_pool2d_backward),
        generate=False, api="kernels.backward.max_pool2d",
        aten=(TorchFn("aten::max_pool2d_with_indices_backward", "grad_output:grad_out, self:x, kernel_size, stride, "
-                     "padding, dilation, ceil_mode, indices", convert={"stride": _pool_stride}),))
+                     "padding, dilation, ceil_mode, indices", convert={"stride": _pool_stride}, guard=_pool_bw_aten),))
 define("conv2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("weight", F)),
-       attrs=(Attr("stride", _o, 1), Attr("padding", _o, 0), Attr("dilation", _o, 1), Attr("groups", _o, 1)),
+       attrs=(Attr("stride", _o, 1), Attr("padding", _o, 0), Attr("dilation", _o, 1), Attr("groups", _o, 1),
+              Attr("output_mask", _o, (True, True, True))),
        outputs=("grad_x", "grad_weight", "grad_bias"),
        shape=lambda g, x, w, *a, **k: (Spec(x.shape, x.dtype), Spec(w.shape, w.dtype), Spec((w.shape[0],), w.dtype)),
        forward=Impl(N.conv2d_backward), generate=False, api="kernels.backward.conv2d",
