@@ -646,6 +646,60 @@ def alias_check(api, out, outname, inputs, allow_same):
                              "supported, and only by elementwise ops); use a separate output array")
 
 
+def overlapping(written, read=()):
+    """The rule of the operands a kernel updates in place (an optimizer's parameter and state): no
+    byte of one of them may belong to any other operand, written or read — not even as the same
+    tensor (``alias_check`` without ``allow_same``, for every pair at once). ``written``,
+    ``read``: ``(name, span)`` pairs, ``span`` the bytes ``(lo, hi)`` of the caller's memory an
+    operand's elements touch or None (no elements). Returns the names of the first overlapping pair
+    found, or None.
+
+    Per call, never per plan: the simulator's aclnn checks the same at plan build
+    (``nn_check_output_overlap``), but a cached plan is launched on other addresses without it —
+    and the memo fast path (kernels/_native/fast.c ``memo``) replays a call only when no argument
+    it writes touches another tensor argument at all, else this path decides. The offload
+    handlers of ``torch._fused_*_`` apply it to the whole lists (canna_dl/torch/_offload_optim.py)."""
+    spans = [(sp[0], sp[1], True, name) for name, sp in written if sp is not None]
+    if not spans:
+        return None
+    spans += [(sp[0], sp[1], False, name) for name, sp in read if sp is not None]
+    spans.sort(key=operator.itemgetter(0))
+    # sweep by start: an operand overlaps an earlier one iff it starts before that one's end; keep
+    # the furthest end of all earlier operands and of the earlier written ones
+    end_any = end_w = None
+    for lo, hi, w, name in spans:
+        if w and end_any is not None and lo < end_any[0]:
+            return end_any[1], name
+        if not w and end_w is not None and lo < end_w[0]:
+            return end_w[1], name
+        if end_any is None or hi > end_any[0]:
+            end_any = (hi, name)
+        if w and (end_w is None or hi > end_w[0]):
+            end_w = (hi, name)
+    return None
+
+
+def caller_span(x, a):
+    """The bytes ``(lo, hi)`` of the caller's memory that array argument ``x`` (``a``: its
+    :func:`as_array`) covers, or None when it has no elements. In the discrete memory model a
+    host tensor's DeviceArray is a device copy: its span is the host memory's."""
+    if not _cfg.unified and type(x) is not DeviceArray:
+        h = _host_view(x)
+        if h is not None:
+            a = h
+    return _byte_range(a) if a.size else None
+
+
+def check_disjoint(api, written, read=()):
+    """:func:`overlapping` as the kernel functions' check: ``written`` / ``read`` are ``(name,
+    caller's object, its DeviceArray or None)`` triples. Raises ValueError naming the pair."""
+    sp = lambda ops: [(n, caller_span(x, a)) for n, x, a in ops if a is not None]  # noqa: E731
+    pair = overlapping(sp(written), sp(read))
+    if pair is not None:
+        raise ValueError(f"{api}: {pair[0]} and {pair[1]} share memory (an operand updated in place must not "
+                         "overlap another operand, nor be the same tensor as one); use separate arrays")
+
+
 class Out:
     """An output being produced: ``arr`` is the DeviceArray the kernel writes, ``obj`` what the
     call returns (the caller's ``out`` object, a framework tensor viewing ``arr``, or ``arr``), and
@@ -783,8 +837,8 @@ def launch(plan, s, addrs, outs, keep):
     if _capture.rec is not None:
         _capture.rec.append((plan, s, list(addrs)))
     sh = s._id
-    if _capture.memo is not None:
-        _capture.memo.append((plan, sh, tuple(addrs)))
+    if _capture.memo is not None:   # (with the memory the call writes: its outputs, the inputs updated in place)
+        _capture.memo.append((plan, sh, tuple(addrs), tuple(o.arr.ptr for o in outs)))
     size = plan.ws_size
     wbuf = None
     try:
@@ -1024,9 +1078,16 @@ def _memo_entry(vals, r, rec):
         slots.append(optr[p])
     sid = rec[0][1]
     launches, written, filled = [], set(), set()
-    for plan, sh, addrs in rec:
+    for plan, sh, addrs, wptrs in rec:
         if sh != sid or not plan.repeatable or plan.closed:
             return None
+        # the arguments the call writes: the plan's output operands, and the Python path's outputs
+        # (Out objects: an input a kernel updates in place is an operand before the outputs, e.g.
+        # BatchNorm's running_mean / running_var) — each is checked per replay against the others
+        for ad in wptrs:
+            i = ptrs.get(ad)
+            if i is not None:
+                written.add(i)
         nin = plan.nin
         m = bytearray()
         for q, ad in enumerate(addrs):

@@ -49,7 +49,8 @@ def _state(api, name, x, ref, refname):
 
 
 def _outs(api, named, inputs):
-    """The in-place operands as outputs (checked writable, not overlapping the inputs)."""
+    """The in-place operands as outputs (checked writable; that they share no memory with each
+    other nor with the inputs is :func:`kernels._core.check_disjoint`'s, before)."""
     outs = []
     for name, x, a in named:
         if a is None:
@@ -96,7 +97,8 @@ def apply_adamw(param, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, step, lr=1e-3,
     Raises:
         TypeError: a non-floating or mismatched dtype, a step of another dtype, a non-number
             hyperparameter. ValueError: mismatched shapes, a step with more than one element,
-            read-only or overlapping state, a non-finite hyperparameter.
+            read-only state, operands sharing memory (a written one with any other, even as the
+            same tensor: checked on every call), a non-finite hyperparameter.
     """
     api = "kernels.apply_adamw"
     amsgrad, maximize = bool(amsgrad), bool(maximize)
@@ -121,6 +123,8 @@ def apply_adamw(param, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, step, lr=1e-3,
     if g.ndim == 0:
         g = g.reshape((1,))
     s = C.device_and_stream(api, (p, m, v, mx, g, st), stream)
+    C.check_disjoint(api, (("param", param, p), ("exp_avg", exp_avg, m), ("exp_avg_sq", exp_avg_sq, v),
+                           ("max_exp_avg_sq", max_exp_avg_sq, mx)), (("grad", grad, g), ("step", step, st)))
     inputs = (("grad", g), ("step", st))
     outs = [_as_1d(o) for o in _outs(api, (("param", param, p), ("exp_avg", exp_avg, m),
                                            ("exp_avg_sq", exp_avg_sq, v), ("max_exp_avg_sq", max_exp_avg_sq, mx)),
@@ -165,6 +169,7 @@ def fused_sgd(param, grad, momentum_buffer=None, weight_decay=0.0, momentum=0.0,
     if g.ndim == 0:
         g = g.reshape((1,))
     s = C.device_and_stream(api, (p, g, b), stream)
+    C.check_disjoint(api, (("param", param, p), ("momentum_buffer", momentum_buffer, b)), (("grad", grad, g),))
     outs = [_as_1d(o) for o in _outs(api, (("param", param, p), ("momentum_buffer", momentum_buffer, b)),
                                      (("grad", g),))]
 

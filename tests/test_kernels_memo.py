@@ -262,24 +262,57 @@ def test_bad_input_still_raises_and_state_stays_usable(gen):
 
 def test_written_argument_overlap_is_left_to_the_python_path(gen):
     """apply_adamw writes param, exp_avg, exp_avg_sq: a call where one of them shares memory with
-    another argument takes the Python path (whatever it decides), even once the distinct-tensor
-    signature is memoized."""
+    another argument takes the Python path, which refuses it (a ValueError, on every call), even
+    once the distinct-tensor signature is memoized (a replay would compute it silently)."""
     def state():
         return [f32(gen, 4, 5), f32(gen, 4, 5), pos(gen, 4, 5), None, f32(gen, 4, 5), torch.tensor([2])]
     for _ in range(3):
         kernels.apply_adamw(*state())
     assert any(e is not None for e in _memo_entries(kernels.apply_adamw))
-    for alias, error in ((lambda s: s[0], None), (lambda s: s[0].view(-1).view(4, 5), None),
-                         (lambda s: s[4], "exp_avg overlaps input grad")):
-        s = state()
-        s[1] = alias(s)
-        hits = _python_path()
-        if error is None:
-            kernels.apply_adamw(*s)
-            assert _python_path() > hits
-        else:   # the Python path's check (a replay would not raise)
-            with pytest.raises(ValueError, match=error):
+    for _ in range(2):
+        for alias in (lambda s: s[0], lambda s: s[0].view(-1).view(4, 5), lambda s: s[2], lambda s: s[4]):
+            s = state()
+            s[1] = alias(s)
+            hits = _python_path()
+            with pytest.raises(ValueError, match="share memory"):
                 kernels.apply_adamw(*s)
+            assert _python_path() == hits   # refused before any plan
+    hits = _python_path()
+    kernels.apply_adamw(*state())
+    assert _python_path() == hits           # the distinct call: still replayed
+    assert_usable()
+
+
+def test_input_updated_in_place_is_a_written_argument(gen):
+    """native_batch_norm updates running_mean / running_var in place, as operands among the plan's
+    inputs: the memo counts them as written (the Python path's outputs), so a replay-eligible
+    signature with running_mean IS running_var (or the weight) takes the Python path, which refuses
+    it every time — and the distinct call is replayed, against PyTorch in float64."""
+    def call(rm=None, rv=None, w=None):
+        x = f32(gen, 4, 3, 5)
+        rm = pos(gen, 3) if rm is None else rm
+        rv = pos(gen, 3) if rv is None else rv
+        return x, rm, rv, w
+    for _ in range(3):
+        kernels.native_batch_norm(*call(), None, True, 0.25, 1e-5)
+    ents = [e for e in _memo_entries(kernels.native_batch_norm) if e is not None]
+    assert ents and all(set(e[2]) >= {1, 2} for e in ents), ents   # running_mean, running_var: written
+    x, rm, rv, _ = call()
+    ref = [t.double() for t in (x, rm, rv)]
+    hits = _python_path()
+    y = kernels.native_batch_norm(x, rm, rv, None, None, True, 0.25, 1e-5)[0]
+    assert _python_path() == hits                                 # replayed
+    ry = torch.nn.functional.batch_norm(ref[0], ref[1], ref[2], training=True, momentum=0.25, eps=1e-5)
+    torch.testing.assert_close(y.double(), ry, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rm.double(), ref[1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rv.double(), ref[2], rtol=1e-5, atol=1e-6)
+    for _ in range(3):
+        m = pos(gen, 3)
+        for args in (call(rm=m, rv=m), call(rm=m, w=m)):
+            before = m.clone()
+            with pytest.raises(ValueError, match="running_mean overlaps input"):
+                kernels.native_batch_norm(*args, None, True, 0.25, 1e-5)
+            assert torch.equal(m, before)
     assert_usable()
 
 

@@ -100,11 +100,184 @@ def test_optimizer_kernels_bad_input():
     with pytest.raises(TypeError, match="grad must be an array"):
         kernels.fused_sgd(p, None)
     m = torch.zeros(3)
-    with pytest.raises(ValueError):   # the state overlapping itself: the simulator refuses it
+    with pytest.raises(ValueError, match="exp_avg and exp_avg_sq share memory"):   # the state overlapping itself
         kernels.apply_adamw(p, m, m, None, torch.zeros(3), torch.ones(1))
     assert not p.any()                 # nothing was written
     kernels.apply_adamw(p, torch.zeros(3), torch.zeros(3), None, torch.ones(3), torch.ones(1))   # still usable
     assert (p < 0).all()
+
+
+def _memo_replayed(call):
+    """Run ``call()`` and tell whether it was the memo fast path's replay (no plan lookup: the
+    Python path always looks its plan up)."""
+    from kernels import _core
+    h = _core._stats["plan_hits"] + _core._stats["plans_built"]
+    call()
+    return _core._stats["plan_hits"] + _core._stats["plans_built"] == h
+
+
+def _f64(g, *shape):
+    return torch.randn(*shape, dtype=torch.float64, generator=g)
+
+
+#: kernel-level calls whose written operands share memory with another operand: (distinct call,
+#: aliased call) builders of (args, kwargs); the shapes, dtypes and strides are the same, so the
+#: aliased call has the distinct one's memo signature
+KERNEL_ALIASES = {
+    "sgd_param_is_momentum_buffer": (
+        "fused_sgd", lambda g: (lambda p: ((p, _f64(g, 8), _f64(g, 8)), {}))(_f64(g, 8)),
+        lambda g: (lambda p: ((p, _f64(g, 8), p), {}))(_f64(g, 8))),
+    "sgd_views_of_one_buffer": (
+        "fused_sgd", lambda g: ((_f64(g, 12)[0:8], _f64(g, 8), _f64(g, 12)[4:12]), {}),
+        lambda g: (lambda b: ((b[0:8], _f64(g, 8), b[4:12]), {}))(_f64(g, 12))),
+    "sgd_param_is_grad": (
+        "fused_sgd", lambda g: ((_f64(g, 8), _f64(g, 8), _f64(g, 8)), {}),
+        lambda g: (lambda p: ((p, p, _f64(g, 8)), {}))(_f64(g, 8))),
+    "adamw_exp_avg_is_exp_avg_sq": (
+        "apply_adamw", lambda g: ((_f64(g, 4, 5), _f64(g, 4, 5), _f64(g, 4, 5).abs(), None, _f64(g, 4, 5),
+                                   torch.tensor([3.0])), {}),
+        lambda g: (lambda m: ((_f64(g, 4, 5), m, m, None, _f64(g, 4, 5), torch.tensor([3.0])), {}))(
+            _f64(g, 4, 5).abs())),
+    "adamw_amsgrad_max_is_exp_avg_sq": (
+        "apply_adamw", lambda g: ((_f64(g, 6), _f64(g, 6), _f64(g, 6).abs(), _f64(g, 6).abs(), _f64(g, 6),
+                                   torch.tensor([2.0])), dict(amsgrad=True)),
+        lambda g: (lambda v: ((_f64(g, 6), _f64(g, 6), v, v, _f64(g, 6), torch.tensor([2.0])),
+                              dict(amsgrad=True)))(_f64(g, 6).abs())),
+    "adamw_param_overlaps_exp_avg": (   # one buffer: param [0:6], exp_avg [3:9]
+        "apply_adamw", lambda g: ((_f64(g, 9)[0:6], _f64(g, 9)[3:9], _f64(g, 6).abs(), None, _f64(g, 6),
+                                   torch.tensor([1.0])), {}),
+        lambda g: (lambda b: ((b[0:6], b[3:9], _f64(g, 6).abs(), None, _f64(g, 6), torch.tensor([1.0])), {}))(
+            _f64(g, 9))),
+}
+
+
+@pytest.mark.parametrize("case", list(KERNEL_ALIASES))
+def test_aliased_state_raises_on_every_call_also_once_memoized(case):
+    """A written operand sharing memory with another one: a ValueError on every call, nothing
+    written — also when the distinct-tensor call of the same signature is replayed by the memo
+    fast path (a cached plan skipped the simulator's plan-build overlap check: wrong values)."""
+    name, distinct, aliased = KERNEL_ALIASES[case]
+    fn = getattr(kernels, name)
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        args, kw = distinct(g)
+        fn(*args, **kw)
+    args, kw = distinct(g)
+    assert _memo_replayed(lambda: fn(*args, **kw)), "the distinct call is not replayed: the test tests nothing"
+    for _ in range(3):
+        args, kw = aliased(g)
+        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        with pytest.raises(ValueError, match="share memory"):
+            fn(*args, **kw)
+        for a, b in zip(args, before):
+            if isinstance(a, torch.Tensor):
+                assert torch.equal(a, b)      # nothing written
+    args, kw = distinct(g)
+    assert _memo_replayed(lambda: fn(*args, **kw))   # the signature is still replayed
+
+
+#: torch fused optimizer calls whose lists share memory: name -> (torch function, report row,
+#: builder(generator, alias) -> (lists and numbers, kwargs)); alias=False builds the same shapes
+#: from distinct tensors
+SGD_HP = dict(weight_decay=2 ** -7, momentum=0.875, lr=2 ** -4, dampening=0.0, nesterov=False, maximize=False,
+              is_first_step=False)
+ADAM_HP = dict(lr=2 ** -7, beta1=0.875, beta2=1 - 2 ** -10, weight_decay=2 ** -6, eps=2 ** -20, maximize=False)
+
+
+def _sgd(pick):
+    def build(g, alias):
+        t = [_f64(g, 8) for _ in range(6)]
+        ps, gs, bs = pick(t, alias)
+        return (ps, gs, bs), dict(SGD_HP)
+    return build
+
+
+def _adam(pick, amsgrad=False):
+    def build(g, alias):
+        t = [_f64(g, 2, 4) for _ in range(10)]
+        ps, gs, ms, vs, mx = pick(t, alias)
+        for v in vs + mx:
+            v.abs_()
+        steps = [torch.tensor(3.0) for _ in ps]
+        return (ps, gs, ms, vs, mx, steps), dict(ADAM_HP, amsgrad=amsgrad)
+    return build
+
+
+def _buf_views(g, alias, n=12, a=(0, 8), b=(4, 12)):
+    base = _f64(g, n)
+    return (base[a[0]:a[1]], base[b[0]:b[1]]) if alias else (_f64(g, n)[a[0]:a[1]], _f64(g, n)[b[0]:b[1]])
+
+
+FUSED_ALIASES = {
+    "sgd_param_is_its_momentum_buffer": ("_fused_sgd_", "fused_sgd", _sgd(
+        lambda t, al: ([t[0]], [t[1]], [t[0] if al else t[2]]))),
+    "sgd_param_is_another_params_buffer": ("_fused_sgd_", "fused_sgd", _sgd(
+        lambda t, al: ([t[0], t[1]], [t[2], t[3]], [t[4], t[0] if al else t[5]]))),
+    "sgd_same_param_twice": ("_fused_sgd_", "fused_sgd", _sgd(
+        lambda t, al: ([t[0], t[0] if al else t[1]], [t[2], t[3]], [t[4], t[5]]))),
+    "sgd_same_buffer_twice": ("_fused_sgd_", "fused_sgd", _sgd(
+        lambda t, al: ([t[0], t[1]], [t[2], t[3]], [t[4], t[4] if al else t[5]]))),
+    "sgd_param_is_grad": ("_fused_sgd_", "fused_sgd", _sgd(
+        lambda t, al: ([t[0]], [t[0] if al else t[1]], [t[2]]))),
+    "adamw_exp_avg_is_exp_avg_sq": ("_fused_adamw_", "apply_adamw", _adam(
+        lambda t, al: ([t[0]], [t[1]], [t[2]], [t[2] if al else t[3]], []))),
+    "adamw_exp_avg_twice": ("_fused_adamw_", "apply_adamw", _adam(
+        lambda t, al: ([t[0], t[1]], [t[2], t[3]], [t[4], t[4] if al else t[5]], [t[6], t[7]], []))),
+    "adamw_amsgrad_max_is_param": ("_fused_adamw_", "apply_adamw", _adam(
+        lambda t, al: ([t[0]], [t[1]], [t[2]], [t[3]], [t[0] if al else t[4]]), amsgrad=True)),
+    "adam_l2_exp_avg_sq_is_grad": ("_fused_adam_", "apply_adamw", _adam(
+        lambda t, al: ([t[0]], [t[1]], [t[2]], [t[1] if al else t[3]], []))),
+}
+
+
+def _views_case(fn_name, row):
+    """Partial overlap: a param and its momentum buffer / exp_avg, views of one buffer."""
+    if fn_name == "_fused_sgd_":
+        def build(g, alias):
+            p, b = _buf_views(g, alias)
+            return ([p], [_f64(g, 8)], [b]), dict(SGD_HP)
+    else:
+        def build(g, alias):
+            p, m = _buf_views(g, alias)
+            return ([p], [_f64(g, 8)], [m], [_f64(g, 8).abs()], [], [torch.tensor(2.0)]), dict(ADAM_HP, amsgrad=False)
+    return fn_name, row, build
+
+
+FUSED_ALIASES["sgd_param_and_buffer_views_of_one_buffer"] = _views_case("_fused_sgd_", "fused_sgd")
+FUSED_ALIASES["adamw_param_and_exp_avg_views_of_one_buffer"] = _views_case("_fused_adamw_", "apply_adamw")
+
+
+@pytest.mark.parametrize("level", ["function", "aten"])
+@pytest.mark.parametrize("case", list(FUSED_ALIASES))
+def test_aliased_fused_steps_match_pytorch_every_time(case, level):
+    """torch._fused_*_ calls whose lists share memory (the same tensor in two lists or twice in one,
+    across parameters, views of one buffer), after the same signature on distinct tensors ran on
+    canna (recorded, then replayed by the memo fast path): each aliased call is refused — PyTorch
+    runs it, so the values are PyTorch's in float64 — every time, with the reason."""
+    fn_name, row, build = FUSED_ALIASES[case]
+    fn = getattr(torch, fn_name)
+    ctx = (lambda: ct.offload()) if level == "function" else (lambda: ct.offload(level="aten"))
+    g = torch.Generator().manual_seed(7)
+    for _ in range(3):   # the distinct-tensor signature: on canna
+        args, kw = build(g, False)
+        with ctx() as rep:
+            fn(*args, **kw)
+        assert rep.ops[row].canna == 1 and rep.ops[row].fallback == 0, rep.ops[row]
+    for i in range(3):
+        state = g.get_state()
+        args, kw = build(g, True)
+        with ctx() as rep:
+            fn(*args, **kw)
+        assert rep.ops[row].canna == 0 and rep.ops[row].fallback == 1, rep.ops[row]
+        assert any("share memory" in r for r in rep.ops[row].reasons), rep.ops[row].reasons
+        g2 = torch.Generator()
+        g2.set_state(state)
+        ref, _ = build(g2, True)
+        fn(*ref, **kw)                   # plain PyTorch, on the same values
+        for got, exp in zip(args, ref):
+            if isinstance(got, list):
+                for a, b in zip(got, exp):
+                    torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------------------------------------

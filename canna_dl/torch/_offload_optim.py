@@ -33,6 +33,7 @@ import threading
 import torch
 
 import kernels
+from kernels import _core as _kcore
 
 from . import _generated
 from ._common import NoTorchFunction, Parameter, Tensor
@@ -66,6 +67,27 @@ def _plain_list(name, xs, like=None, *, dtypes=_FLOATS, state=True):
                 raise _Fallback(f"{name}[{i}] does not have its parameter's shape and dtype")
         if state:
             _inplace_target(x)
+
+
+def _span(t):
+    """The bytes ``(lo, hi)`` a plain CPU tensor's elements touch (torch strides are >= 0), or None."""
+    if not t.numel():
+        return None
+    lo = t.data_ptr()
+    return lo, lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def _disjoint(written, read=()):
+    """The kernels' rule for operands updated in place (:func:`kernels._core.overlapping`) over the
+    whole lists of the call: a tensor written shares no memory with any other tensor of the call
+    (the same tensor in two lists, twice in one list, views of one buffer). Else PyTorch runs the
+    call — canna's kernels would refuse it, or (across parameters) update one after the other
+    where PyTorch's semantics of such aliasing are its own."""
+    pair = _kcore.overlapping([((n, i), _span(x)) for n, xs in written for i, x in enumerate(xs)],
+                              [((n, i), _span(x)) for n, xs in read for i, x in enumerate(xs)])
+    if pair is not None:
+        (n1, i1), (n2, i2) = pair
+        raise _Fallback(f"{n1}[{i1}] and {n2}[{i2}] share memory")
 
 
 def _common(v, nparams, *, lr_at):
@@ -110,6 +132,8 @@ def _h_fused_adam(decoupled):
         _plain_list("state_steps", steps, params, dtypes=_STEPS, state=False)
         if any(s.numel() != 1 for s in steps):
             raise _Fallback("a state step with more than one element")
+        _disjoint((("params", params), ("exp_avgs", exp_avgs), ("exp_avg_sqs", exp_avg_sqs))
+                  + ((("max_exp_avg_sqs", max_sqs),) if amsgrad else ()), (("grads", grads), ("state_steps", steps)))
         l2 = (not decoupled) and wd != 0
         touched = list(params) + list(exp_avgs) + list(exp_avg_sqs) + (list(max_sqs) if amsgrad else [])
 
@@ -144,6 +168,7 @@ def _h_fused_sgd(v):
         raise _Fallback("momentum buffers with momentum=0")
     if min(wd, momentum, lr, dampening) < 0:
         raise _Fallback("a negative hyperparameter")
+    _disjoint((("params", params),) + ((("momentum_buffer_list", bufs),) if momentum != 0 else ()), (("grads", grads),))
     touched = list(params) + (list(bufs) if momentum != 0 else [])
 
     def step(i):
@@ -169,6 +194,7 @@ def _h_foreach_add_(v):
         ys = [other] * len(xs)
     else:
         raise _Fallback(f"a {type(other).__name__} operand")
+    _disjoint((("self", xs),), (("other", other),) if isinstance(other, (list, tuple)) else ())
 
     def step(i):
         _add_(xs[i], ys[i], alpha)
