@@ -521,6 +521,16 @@ HOSTILE = {
     "bool - bool": lambda: torch.tensor([True]) - torch.tensor([True]),
     "add_ into an expanded tensor": lambda: torch.randn(3, 1).expand(3, 4).add_(1),
     "an expanded input": lambda: torch.randn(3, 1).expand(3, 4) + 1,
+    # special values and edge shapes (tests/test_special_values.py checks them bit for bit)
+    "layer norm statistics over a size-0 dim": lambda: A.native_layer_norm(torch.randn(4, 0), [0], None, None, 1e-5),
+    "layer norm statistics over size-0 dims, affine": lambda: A.native_layer_norm(
+        torch.randn(2, 0, 3), [0, 3], torch.ones(0, 3), torch.zeros(0, 3), 1e-5),
+    "batch norm eps=0 of constant channels": lambda: A.native_batch_norm(
+        torch.cat([torch.randn(4, 1, 2, 2), torch.full((4, 2, 2, 2), 2.5)], 1), torch.ones(3), torch.zeros(3),
+        torch.zeros(3), torch.ones(3), True, 0.1, 0.0),
+    "(-0) ** -0.5, (-inf) ** -0.5": lambda: torch.tensor([-0.0, float("-inf"), 4.0]) ** -0.5,
+    "float16 (-inf) ** 0.5": lambda: torch.tensor([float("-inf"), -0.0, 4.0]).half() ** 0.5,
+    "1e20 ** -2 overflows to 0": lambda: torch.tensor([1e20, -1e20, 2.0]) ** -2,
 }
 
 

@@ -218,7 +218,9 @@ static aclError bn_block(uint32_t bi, uint32_t nb, void *arg)
                 ss += bn_sqdev(xb, len, mean);
             }
             double var = p->M ? ss / M : 0.0;
-            invstd = 1.0 / sqrt(var + p->eps);
+            /* PyTorch's InvStd (aten/src/ATen/native/Normalization.cpp): 0, not inf, for a constant
+             * channel with eps 0, so its output is the bias (0 without one), not NaN */
+            invstd = (var != 0 || p->eps != 0) ? 1.0 / sqrt(var + p->eps) : 0.0;
             if (p->vrm >= 0 && p->M) {
                 double m = p->momentum;
                 bn_put(ex, p->vrm, c, (1.0 - m) * bn_get(ex, p->vrm, c, 0) + m * mean);

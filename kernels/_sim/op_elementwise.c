@@ -219,11 +219,22 @@ FKU(k_sign, (T)((x > (T)0) - (x < (T)0)))   /* 0 for NaN and ±0, as torch.sign 
 FKU_VM(exp, exp(x))
 FKU(k_log, log(x))
 FKU(k_sqrt, sqrt(x))
-FKU(k_relu, (x > (T)0 || x != x) ? x : (T)0)
+FKU(k_relu, (x < (T)0) ? (T)0 : x)   /* -0 and NaN pass through, as torch.relu (clamp_min) */
 FKU_VM(sigmoid, (T)1 / ((T)1 + exp(-x)))
 FKU_VM(tanh, tanh(x))
 FKU_VM(silu, x / ((T)1 + exp(-x)))
 FKU_VM(gelu_erf, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)))
+/* PyTorch computes a contiguous float32 erf GELU with oneDNN, whose zero results are +0 (at -0 and
+ * below about -13); its float16, bfloat16 and float64 kernels keep the sign (x 0.5 (1 + erf)) */
+KSIG(k_gelu_erf_pt_f32, float)
+{
+    k_gelu_erf_f32(n, o_, a_, b_, p);
+    if (p->dt[1] == ACL_FLOAT) {
+        float *o = o_;
+        for (int64_t i = 0; i < n; i++)
+            o[i] += 0.0f;   /* -0 + +0 = +0; every other value unchanged */
+    }
+}
 FKU_VM(gelu_tanh, (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))
 
 /* x = grad, y = self / output */
@@ -241,21 +252,61 @@ FKBT_VM(gelu_tanh_bw,
                                    tanh((T)0.79788456080286535588 * (y + (T)0.044715 * y * y * y))) *
               (T)0.79788456080286535588 * ((T)1 + (T)3 * (T)0.044715 * y * y)))
 
-/* pow with a scalar exponent (common exponents exactly as x*x, sqrt, ...) */
-#define POWK(T, SUF)                                                                                \
-    KSIG(k_pow_##SUF, T)                                                                           \
-    {                                                                                              \
-        T *restrict o = o_; const T *restrict a = a_; (void)b_;                                    \
-        const T e = (T)p->param_f;                                                                 \
-        if (e == (T)2) { for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i]; }                     \
-        else if (e == (T)1) { for (int64_t i = 0; i < n; i++) o[i] = a[i]; }                       \
-        else if (e == (T)3) { for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i] * a[i]; }         \
-        else if (e == (T)0.5) { for (int64_t i = 0; i < n; i++) o[i] = sqrt(a[i]); }               \
-        else if (e == (T)-1) { for (int64_t i = 0; i < n; i++) o[i] = (T)1 / a[i]; }               \
-        else { for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], e); }                              \
+/* pow with a scalar exponent, as PyTorch's CPU kernel computes it (ATen/native/Pow.cpp and
+ * native/cpu/PowKernel.cpp), so NaN-ness and the signs of zeros and infinities agree bit for bit.
+ * The rule is the tensor's dtype's (the input's; float32 for an integer tensor):
+ * - exponent 0 gives 1 (NaN too), exponent 1 a copy (PyTorch decides these before any kernel);
+ * - float32, float64, bfloat16: 0.5 is sqrt, -0.5 is 1 / sqrt, -1 is 1 / x (so (-0)^-0.5 = -inf and
+ *   (-inf)^0.5 = (-inf)^-0.5 = NaN, where C's pow gives +inf, +inf and +0), 2 is x x, 3 is x x x,
+ *   -2 is 1 / (x x) (which overflows to 0 where pow would give a subnormal);
+ * - bfloat16 rounds the exponent to bfloat16 first (but for 0.5, -0.5, -1) and every product to
+ *   bfloat16, as its Vectorized<BFloat16> operators do;
+ * - float16 has no special exponents: pow(x, e) with e rounded to float16 ((-0)^0.5 = +0,
+ *   (-inf)^0.5 = +inf);
+ * - any other exponent: C's pow in double of x and the exponent as a float (PyTorch's vector loop,
+ *   SLEEF's powf, takes it as a float; its scalar loop for the last few elements of a float32 tensor
+ *   takes the double, and SLEEF may differ by an ulp), rounded once to the result's dtype. */
+static inline float pow_rb(float v) { return nn_b2f(nn_f2b(v)); }
+
+KSIG(k_pow_f32, float)
+{
+    float *restrict o = o_; const float *restrict a = a_; (void)b_;
+    const double e = p->param_f;
+    const aclDataType dt = nn_is_float(p->dt[1]) ? p->dt[1] : ACL_FLOAT;
+    if (e == 0) { for (int64_t i = 0; i < n; i++) o[i] = 1.0f; return; }
+    if (e == 1) { for (int64_t i = 0; i < n; i++) o[i] = a[i]; return; }
+    if (dt == ACL_FLOAT16) {
+        const double eh = (double)nn_h2f(nn_f2h((float)e));
+        for (int64_t i = 0; i < n; i++) o[i] = (float)pow((double)a[i], eh);
+        return;
     }
-POWK(float, f32)
-POWK(double, f64)
+    if (e == 0.5) { for (int64_t i = 0; i < n; i++) o[i] = sqrtf(a[i]); return; }
+    if (e == -0.5) { for (int64_t i = 0; i < n; i++) o[i] = 1.0f / sqrtf(a[i]); return; }
+    if (e == -1) { for (int64_t i = 0; i < n; i++) o[i] = 1.0f / a[i]; return; }
+    const bool bf = dt == ACL_BF16;
+    const double es = bf ? (double)pow_rb((float)e) : e;   /* the exponent the special cases see */
+    if (es == 2) { for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i]; }
+    else if (es == 3 && bf) { for (int64_t i = 0; i < n; i++) o[i] = pow_rb(a[i] * a[i]) * a[i]; }
+    else if (es == 3) { for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i] * a[i]; }
+    else if (es == -2 && bf) { for (int64_t i = 0; i < n; i++) o[i] = 1.0f / pow_rb(a[i] * a[i]); }
+    else if (es == -2) { for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (a[i] * a[i]); }
+    else { const double ef = (double)(float)es; for (int64_t i = 0; i < n; i++) o[i] = (float)pow((double)a[i], ef); }
+}
+
+KSIG(k_pow_f64, double)
+{
+    double *restrict o = o_; const double *restrict a = a_; (void)b_;
+    const double e = p->param_f;
+    if (e == 0) { for (int64_t i = 0; i < n; i++) o[i] = 1.0; }
+    else if (e == 1) { for (int64_t i = 0; i < n; i++) o[i] = a[i]; }
+    else if (e == 0.5) { for (int64_t i = 0; i < n; i++) o[i] = sqrt(a[i]); }
+    else if (e == -0.5) { for (int64_t i = 0; i < n; i++) o[i] = 1.0 / sqrt(a[i]); }
+    else if (e == -1) { for (int64_t i = 0; i < n; i++) o[i] = 1.0 / a[i]; }
+    else if (e == 2) { for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i]; }
+    else if (e == 3) { for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i] * a[i]; }
+    else if (e == -2) { for (int64_t i = 0; i < n; i++) o[i] = 1.0 / (a[i] * a[i]); }
+    else { for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], e); }
+}
 
 /* integer kernels: two's complement wrap-around (unsigned arithmetic, no UB) */
 #define IK(T, U, SUF)                                                                               \
@@ -344,7 +395,7 @@ static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
     [EW_POW] = {k_pow_f32, k_pow_f64, k_pow_i32, k_pow_i64},
     [EW_RELU] = {k_relu_f32, k_relu_f64, k_relu_i32, k_relu_i64},
     [EW_GELU_TANH] = {k_gelu_tanh_f32, k_gelu_tanh_f64, NULL, NULL},
-    [EW_GELU_ERF] = {k_gelu_erf_f32, k_gelu_erf_f64, NULL, NULL},
+    [EW_GELU_ERF] = {k_gelu_erf_pt_f32, k_gelu_erf_f64, NULL, NULL},
     [EW_SILU] = {k_silu_f32, k_silu_f64, NULL, NULL},
     [EW_SIGMOID] = {k_sigmoid_f32, k_sigmoid_f64, NULL, NULL},
     [EW_TANH] = {k_tanh_f32, k_tanh_f64, NULL, NULL},

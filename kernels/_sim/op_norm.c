@@ -568,7 +568,17 @@ static aclError ln_run(nn_exec_t *ex)
     if (!rc && p->vb >= 0 && !bw && !(j.b = small_pack(p->ct, &ex->v[p->vb])))
         rc = nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
     uint32_t nb = 1;
-    if (!rc && p->nlines) {
+    if (!rc && p->D == 0 && (p->kind == LN_LAYERNORM || p->kind == LN_RMSNORM)) {
+        /* no normalized elements (the rows themselves are empty): each row's mean is 0 and its rstd
+         * NaN (the variance is 0 / 0), as PyTorch's native_layer_norm gives them */
+        const double m0 = 0, r0 = NAN;
+        for (int k = 0; k < 2; k++) {
+            int32_t vi = k ? p->vrstd : p->vmean;
+            if (vi >= 0)
+                for (int64_t i = 0; i < ex->v[vi].numel; i++)
+                    nn_store(CT_F64, elem_ptr(&ex->v[vi], i), 1, ex->v[vi].dtype, k ? &r0 : &m0, 1);
+        }
+    } else if (!rc && p->nlines) {
         nb = nn_blocks(ex, p->nlines * (p->D ? p->D : 1), 64 * 1024);
         if ((int64_t)nb > p->nlines)
             nb = (uint32_t)p->nlines;
