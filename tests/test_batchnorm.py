@@ -101,6 +101,37 @@ def test_backward_kernel_matches_pytorch():
             torch.testing.assert_close(a, r, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "sliced"])
+@pytest.mark.parametrize("shape", [(3, 4, 5, 7), (2, 3, 200, 200)])
+def test_float32_rows_in_place_and_channels_past_the_buffer(dtype, layout, shape):
+    """The kernel's paths: float32 rows of unit stride read in place, other dtypes and strides through
+    double buffers, a channel converted once (up to 65536 values) or block by block (the second
+    shape: 80000 values per channel) — forward (training and eval) and backward against PyTorch's
+    float64 formulas."""
+    x, w, b, rm, rv = _data(shape)
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(3), dtype=D)
+    if layout == "channels_last":
+        x, g = (t.to(memory_format=torch.channels_last) for t in (x, g))
+    elif layout == "sliced":
+        x, g = (torch.cat([t, t], dim=3)[..., ::2] for t in (x, g))   # inner stride 2
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-10)
+    xc, gc, wc, bc = (t.to(dtype) for t in (x, g, w, b))
+    for training in (True, False):
+        rmc, rvc = rm.to(dtype).clone(), rv.to(dtype).clone()
+        out, sm, si = kernels.native_batch_norm(xc, rmc, rvc, wc, bc, training)
+        ref, rsm, rsi = torch.ops.aten.native_batch_norm(x, w, b, rm.clone(), rv.clone(), training, 0.1, 1e-5)
+        torch.testing.assert_close(out.double(), ref, **tol)
+        if training:
+            torch.testing.assert_close(sm.double(), rsm, **tol)
+            torch.testing.assert_close(si.double(), rsi, **tol)
+        gx, gw, gb = kernels.backward.batch_norm(gc, xc, sm, si, wc, training, 1e-5)
+        bsm, bsi = (rsm, rsi) if training else (None, None)
+        refs = torch.ops.aten.native_batch_norm_backward(g, x, w, rm, rv, bsm, bsi, training, 1e-5, [True] * 3)
+        for a, r in zip((gx, gw, gb), refs):
+            torch.testing.assert_close(a.double(), r, rtol=tol["rtol"], atol=tol["atol"] * max(1.0, r.abs().max().item()))
+
+
 def test_bad_input_is_refused_clearly():
     x, w, b, rm, rv = _data((4, 3, 5))
     with pytest.raises(ValueError, match="more than 1 value per channel"):

@@ -90,7 +90,7 @@ static inline float b2f(uint16_t v) { return nn_b2f(v); }
     default: memset(dst, 0, (size_t)n * sizeof(CT)); break;                                        \
     }
 
-void nn_load(int ct, void *dst, const void *src, int64_t stride, aclDataType dt, int64_t n)
+NN_CLONES void nn_load(int ct, void *dst, const void *src, int64_t stride, aclDataType dt, int64_t n)
 {
     switch (ct) {
     case CT_F32: LOAD_ALL(float); break;
@@ -150,7 +150,7 @@ void nn_load(int ct, void *dst, const void *src, int64_t stride, aclDataType dt,
     default: break;                                                                                \
     }
 
-void nn_store(int ct, void *dst, int64_t stride, aclDataType dt, const void *src, int64_t n)
+NN_CLONES void nn_store(int ct, void *dst, int64_t stride, aclDataType dt, const void *src, int64_t n)
 {
     switch (ct) {
     case CT_F32: STORE_FROM_FLOAT(float); break;

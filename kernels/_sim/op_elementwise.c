@@ -23,14 +23,7 @@
 #define EW_CHUNK 2048
 #define EW_GRAIN (1024 * 1024)
 
-/* the kernels are compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time (GCC
- * function multiversioning): streaming ops run at the core's vector width, as NumPy's and
- * PyTorch's dispatched loops do */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EW_CLONES
-#endif
+/* the kernels: NN_CLONES (opsim.h) */
 
 enum {
     /* binary */
@@ -69,7 +62,7 @@ static aclDataType ct_dtype(int ct)
 
 /* ------------------------------------------------------------------ kernels */
 
-#define KSIG(name, T) EW_CLONES static void name(int64_t n, void *o_, const void *a_, const void *b_, const ew_params_t *p)
+#define KSIG(name, T) NN_CLONES static void name(int64_t n, void *o_, const void *a_, const void *b_, const ew_params_t *p)
 #define KBODY(T, EXPR)                                                                              \
     T *restrict o = o_;                                                                            \
     const T *restrict a = a_;                                                                      \

@@ -68,7 +68,6 @@ static aclnnStatus pair(const char *api, const char *name, const nn_intarray_t *
 #define CV_SLOTS 8                         /* blocks of a tiled phase (each has its scratch) */
 #define CV_KMAX 64                          /* kernel columns whose valid output ranges are tabulated */
 #define CV_PAD_MAX 16384                    /* elements of a zero-padded input plane on the stack */
-#define CV_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 typedef struct cv_params {
     int32_t ct;
@@ -260,7 +259,7 @@ IM2COL(double)
     /* out[oh][ow] += sum over taps of w[kh][kw] * pad[oh*sh + kh*dh][ow*sw + kw*dw] (w flipped   \
      * when flip), CW outputs of a row in one vector register, four rows at a time: every tap is   \
      * unconditional vector multiply-adds (pad is zero-padded, CW * sw columns wider than read) */ \
-    static CV_CLONES void dw_corr_##T(const T *restrict pad, int64_t Wp, int64_t OHc, int64_t OWc, int64_t sh,    \
+    static NN_CLONES void dw_corr_##T(const T *restrict pad, int64_t Wp, int64_t OHc, int64_t OWc, int64_t sh,    \
                                       int64_t sw, int64_t dh, int64_t dw, int64_t KH, int64_t KW,  \
                                       const T *restrict wk, bool flip, T *restrict out)            \
     {                                                                                              \
@@ -304,7 +303,7 @@ IM2COL(double)
         dw_corr_##T(pad, Wp, p->H, p->W, 1, 1, p->dh, p->dw, p->KH, p->KW, wk, true, dxp);         \
         return true;                                                                               \
     }                                                                                              \
-    static CV_CLONES void dw_fwd_##T(const cv_params_t *p, const T *restrict xp, const T *restrict wk, T b,   \
+    static NN_CLONES void dw_fwd_##T(const cv_params_t *p, const T *restrict xp, const T *restrict wk, T b,   \
                                      T *restrict yp)                                               \
     {                                                                                              \
         if (dw_fwd_pad_##T(p, xp, wk, b, yp))                                                      \
@@ -334,7 +333,7 @@ IM2COL(double)
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    static CV_CLONES void dw_dgrad_##T(const cv_params_t *p, const T *restrict gp, const T *restrict wk,       \
+    static NN_CLONES void dw_dgrad_##T(const cv_params_t *p, const T *restrict gp, const T *restrict wk,       \
                                        T *restrict dxp)                                            \
     {                                                                                              \
         if (dw_dgrad_pad_##T(p, gp, wk, dxp))                                                      \
@@ -364,7 +363,7 @@ IM2COL(double)
         }                                                                                          \
     }                                                                                              \
     /* x: the input channel's planes, image stride xs; g: the output channel's, stride gs */       \
-    static CV_CLONES void dw_wgrad_##T(const cv_params_t *p, const T *restrict x, int64_t xs, const T *restrict g, \
+    static NN_CLONES void dw_wgrad_##T(const cv_params_t *p, const T *restrict x, int64_t xs, const T *restrict g, \
                                        int64_t gs, T *restrict gwk)                                \
     {                                                                                              \
         for (int64_t kh = 0; kh < p->KH; kh++)                                                     \
@@ -416,7 +415,7 @@ static void gemm(int ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
 /* sum of n values in double with 16 independent partial sums (one chain of dependent additions
  * would leave the adder waiting on its own latency) */
 #define CV_SUM(T)                                                                                   \
-    static __attribute__((target_clones("avx512f", "avx2", "default"))) double cv_sum_##T(const T *r, int64_t n) \
+    static NN_CLONES double cv_sum_##T(const T *r, int64_t n) \
     {                                                                                              \
         double a[16] = {0};                                                                        \
         int64_t i = 0;                                                                             \
@@ -1343,7 +1342,7 @@ static inline void mp_take1(double *m, int64_t *k, double v, int64_t kv)
     *k = (int64_t)(((uint64_t)*k & ~u) | ((uint64_t)kv & u));
 }
 
-static __attribute__((target_clones("avx512f", "avx2", "default"))) void
+static NN_CLONES void
 mp_row_2x2(const double *restrict r0, const double *restrict r1, int64_t OW, int64_t base, int64_t W,
            double *restrict vrow, int64_t *restrict irow)
 {
@@ -1385,7 +1384,7 @@ static inline void mp_take8(mp_v8f *m, mp_v8i *k, mp_v8f v, int32_t kv)
     *k = (*k & ~u) | ((mp_v8i){kv, kv, kv, kv, kv, kv, kv, kv} & u);
 }
 
-static __attribute__((target_clones("avx512f", "avx2", "default"))) void
+static NN_CLONES void
 mp_row_2x2_f32(const float *restrict r0, const float *restrict r1, int64_t OW, int64_t base, int64_t W,
                float *restrict yrow, int64_t *restrict irow)
 {

@@ -129,11 +129,6 @@ static char *elem_ptr(const nn_view_t *v, int64_t i)
  * register: with 16-float ones, two registers, GCC's AVX2 clone ran softmax ~5x slower), so each
  * clone below (AVX-512, AVX2, baseline x86-64; chosen at load time) runs it at its vector width;
  * x < -87.3 gives exactly 0 (masked softmax entries), NaN stays NaN, large x gives inf. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define LN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LN_CLONES
-#endif
 #pragma GCC diagnostic ignored "-Wpsabi"   /* always-inline 8-float vectors: no ABI crosses a call */
 #define VW 8
 /* vsel / vexp pass 64-byte vectors by value; they are always inlined into their callers (each
@@ -171,7 +166,7 @@ static inline __attribute__((always_inline)) vf vexp(vf x)
 
 /* sum of exp(x[k] - m) into o (when o != NULL); lanes accumulate in float over chunks of 256
  * elements (32 terms per lane), the chunks in double */
-LN_CLONES double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
+NN_CLONES double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
 {
     double total = 0;
     for (int64_t c = 0; c < n; c += 256) {
@@ -210,7 +205,7 @@ LN_CLONES double nn_exp_sum_f32(const float *restrict x, float *restrict o, int6
 }
 
 /* the maximum (NaN reported through *nan) */
-LN_CLONES static float max_f32(const float *restrict x, int64_t n, bool *nan)
+NN_CLONES static float max_f32(const float *restrict x, int64_t n, bool *nan)
 {
     vf mv = {0};
     mv = mv - INFINITY;
@@ -242,7 +237,7 @@ LN_CLONES static float max_f32(const float *restrict x, int64_t n, bool *nan)
 
 /* sum of (x[k] - c)^p for p = 1 or 2: float lanes over chunks of 256 elements (32 terms per
  * lane), the chunks in double (as nn_exp_sum_f32) */
-LN_CLONES static double pow_sum_f32(const float *restrict x, int64_t n, float c, int p)
+NN_CLONES static double pow_sum_f32(const float *restrict x, int64_t n, float c, int p)
 {
     double total = 0;
     for (int64_t s0 = 0; s0 < n; s0 += 256) {
@@ -270,7 +265,7 @@ LN_CLONES static double pow_sum_f32(const float *restrict x, int64_t n, float c,
 }
 
 /* o = (x - m) * r * w + b (w, b may be NULL) */
-LN_CLONES static void norm_row_f32(float *restrict o, const float *restrict x, int64_t n, float m, float r,
+NN_CLONES static void norm_row_f32(float *restrict o, const float *restrict x, int64_t n, float m, float r,
                                    const float *restrict w, const float *restrict b)
 {
     if (w && b)
@@ -287,13 +282,13 @@ LN_CLONES static void norm_row_f32(float *restrict o, const float *restrict x, i
             o[k] = (x[k] - m) * r;
 }
 
-LN_CLONES static void scale_f32(float *restrict o, int64_t n, float r)
+NN_CLONES static void scale_f32(float *restrict o, int64_t n, float r)
 {
     for (int64_t k = 0; k < n; k++)
         o[k] *= r;
 }
 
-LN_CLONES static void sub_f32(float *restrict o, const float *restrict x, int64_t n, float v)
+NN_CLONES static void sub_f32(float *restrict o, const float *restrict x, int64_t n, float v)
 {
     for (int64_t k = 0; k < n; k++)
         o[k] = x[k] - v;

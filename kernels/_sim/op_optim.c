@@ -117,12 +117,7 @@ typedef struct adamw_job {
  * equals sqrtf(x): both are correctly rounded (double has more than 2 * 24 + 2 bits). With
  * wd == 0, decay is exactly 1 and th * decay is th. No contraction into fused multiply-adds:
  * PyTorch rounds every step. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define ADAMW_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define ADAMW_CLONES
-#endif
-__attribute__((optimize("-O3", "-ffp-contract=off"))) ADAMW_CLONES static void
+__attribute__((optimize("-O3", "-ffp-contract=off"))) NN_CLONES_NOFMA static void
 adamw_f32_fast(int64_t n, float *restrict var, float *restrict m, float *restrict v, const float *restrict g,
                float w1, float b2, float w2, float decay, float nstep, float bc2s, float eps)
 {
@@ -334,7 +329,7 @@ typedef struct sgd_job {
  * arithmetic in the same order, with no aliasing, so that the compiler takes the loop-invariant
  * branches out and vectorizes it (no contraction into fused multiply-adds: PyTorch rounds every
  * step). */
-__attribute__((optimize("-O3", "-ffp-contract=off"))) ADAMW_CLONES static void
+__attribute__((optimize("-O3", "-ffp-contract=off"))) NN_CLONES_NOFMA static void
 sgd_f32_fast(int64_t n, float *restrict th, const float *restrict g, float *restrict buf, float wd, float mu,
              float nlr, float w, bool maximize, bool nesterov, bool first)
 {

@@ -58,6 +58,19 @@ typedef int32_t aclnnStatus;
 #define NN_LIKELY(x) __builtin_expect(!!(x), 1)
 #define NN_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* NN_CLONES: a hot loop compiled for AVX-512, AVX2 and baseline x86-64, the one chosen at load time
+ * (GCC function multiversioning, `target_clones`), so that streaming kernels run at the core's vector
+ * width as NumPy's and PyTorch's dispatched loops do. NN_CLONES_NOFMA leaves out AVX-512 (which
+ * implies FMA): for loops that must round every step as PyTorch does (they also take
+ * -ffp-contract=off). Not under clang or the sanitizers (no ifunc resolvers there). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define NN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define NN_CLONES_NOFMA __attribute__((target_clones("avx2", "default")))
+#else
+#define NN_CLONES
+#define NN_CLONES_NOFMA
+#endif
+
 #define NN_MAX_DIMS 8          /* aclnn ops accept at most 8 dimensions */
 #define NN_MAX_OPERANDS 16     /* tensors (inputs + outputs) one executor references (FlashAttentionScoreGrad: 16) */
 #define NN_MAX_ARRAY 64        /* longest aclIntArray an op parameter may hold */
