@@ -98,6 +98,7 @@ struct Direct {
     std::vector<std::pair<int, PyObject *>> fixed;   // (schema index, the value it must have)
     std::vector<int> nonone;       // schema indices that must not be None
     PyObject *codes = nullptr;     // fast: the str attribute's codes (its last argument), or null
+    PyObject *result = nullptr;    // the item's result adapter result(r, *arguments), or null
 };
 
 // What PyTorch's own rules say of one call signature (the entry's check, run once per signature
@@ -190,8 +191,9 @@ bool direct_ready(const Direct &d)
 
 // the direct call: a new reference to the result (Py_None for none), or nullptr — with a Python
 // exception set on an error, without one when the handler must decide (a miss, not applicable)
-PyObject *direct_call(const Direct &d, PyObject *tup)
+PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
 {
+    *ran = false;
     if (!direct_ready(d))
         return nullptr;
     for (const auto &f : d.fixed) {
@@ -244,7 +246,23 @@ PyObject *direct_call(const Direct &d, PyObject *tup)
     }
     if (r == Py_Ellipsis) {   // the memo's "done, the result is None"
         Py_DECREF(r);
-        Py_RETURN_NONE;
+        Py_INCREF(Py_None);
+        r = Py_None;
+    }
+    if (d.result) {   // the item's adapter: result(r, *arguments), as the handler applies it
+        Py_ssize_t n = PyTuple_GET_SIZE(tup);
+        if ((size_t)n + 1 > kMax) {
+            Py_DECREF(r);
+            return nullptr;
+        }
+        PyObject *rv[kMax];
+        rv[0] = r;
+        for (Py_ssize_t i = 0; i < n; i++)
+            rv[i + 1] = PyTuple_GET_ITEM(tup, i);
+        PyObject *a = PyObject_Vectorcall(d.result, rv, (size_t)n + 1, nullptr);
+        Py_DECREF(r);
+        *ran = true;   // (the op ran: an error here is raised, the call is not run again)
+        r = a;
     }
     return r;
 }
@@ -563,19 +581,21 @@ struct CannaKernel final : public c10::OperatorKernel {
         for (size_t i = 0; i < n; i++)
             sig_key((*stack)[base + i], &key);
         PyObject *r = nullptr;
-        bool hit = false;
+        bool hit = false, done = false;
         std::shared_ptr<const Verdict> vd;
         {
             KeyOff off;
             vd = verdict(ent, key, tup);
             if (vd && vd->what == 0) {
                 if (ent.d.kind) {
-                    r = direct_call(ent.d, tup);
+                    bool ran;
+                    r = direct_call(ent.d, tup, &ran);
                     hit = r != nullptr;
-                    if (!r)   // an error too: the handler runs the call again and decides (canna's argument
-                        PyErr_Clear();   // errors are refusals there: PyTorch raises its own error)
+                    if (!r && !ran)   // an error too: the handler runs the call again and decides (canna's
+                        PyErr_Clear();   // argument errors are refusals there: PyTorch raises its own error)
+                    done = ran;
                 }
-                if (!r)
+                if (!r && !done)
                     r = PyObject_Call(handler, tup, nullptr);
             } else if (vd && vd->what == 1 && !refused(ent, vd->reason)) {
                 vd = nullptr;   // (strict: the refusal raised)
@@ -723,10 +743,10 @@ int canna_aten_configure_direct(PyObject *memo, PyObject *fast, PyObject *stream
 
 // entry `id`'s direct call: kind 1 (memo) or 2 (fast), its op id, API name, the argument map
 // (src: schema index or -1, dflt: the constants for -1), the fixed values ((index, value), ...),
-// the schema indices that must not be None, the str attribute's codes (dict) or None, and the
-// report row. 0, or -1 with a Python exception set. GIL held.
+// the schema indices that must not be None, the str attribute's codes (dict) or None, the result
+// adapter or None, and the report row. 0, or -1 with a Python exception set. GIL held.
 int canna_aten_direct(int id, int kind, PyObject *op_id, PyObject *api, PyObject *src, PyObject *dflt,
-                      PyObject *fixed, PyObject *nonone, PyObject *codes, const char *row)
+                      PyObject *fixed, PyObject *nonone, PyObject *codes, PyObject *result, const char *row)
 {
     if (id < 0 || (size_t)id >= g_entries.size() || (kind != 1 && kind != 2) || !PyTuple_Check(src) ||
         !PyTuple_Check(dflt) || PyTuple_GET_SIZE(src) != PyTuple_GET_SIZE(dflt) || !PyTuple_Check(fixed) ||
@@ -764,6 +784,10 @@ int canna_aten_direct(int id, int kind, PyObject *op_id, PyObject *api, PyObject
     if (codes != Py_None) {
         Py_INCREF(codes);
         d.codes = codes;
+    }
+    if (result != Py_None) {
+        Py_INCREF(result);
+        d.result = result;
     }
     g_entries[(size_t)id]->row = row;
     g_entries[(size_t)id]->d = std::move(d);   // (a replaced descriptor's references are kept: rare, small)

@@ -90,7 +90,7 @@ def _load():
     dll.canna_aten_exit.argtypes = [ctypes.c_int64]
     dll.canna_aten_hits.argtypes = []
     dll.canna_aten_hits.restype = ctypes.py_object
-    dll.canna_aten_direct.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.py_object] * 7 + [ctypes.c_char_p]
+    dll.canna_aten_direct.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.py_object] * 8 + [ctypes.c_char_p]
     dll.canna_aten_configure_direct.argtypes = [ctypes.py_object] * 7
     from kernels import _native
     from kernels._registry import _CAP, _FS, _L, _S
@@ -335,12 +335,13 @@ def _set_row(eid, row):
 
 def _direct(op, spec):
     """The C++ direct call of an aten item: ``(kind, op id, API name, src, dflt, fixed, nonone,
-    codes)`` — the C function the op's kernel-level function tries first (kind 1: the memo path
-    ``memo(id, stream, *args)``, 2: the elementwise fast path ``fast(id, stream, x, y, p)``) with
-    each of its arguments' schema index (or -1 and a constant), the item's fixed values and
-    not-None attributes — or None where the Python handler must run every call (a conversion, an
-    output index, a result adapter, an in-place form without a fast path). (A guard is the signature's check's.)"""
-    if spec.convert or spec.output is not None or spec.result is not None:
+    codes, result)`` — the C function the op's kernel-level function tries first (kind 1: the memo
+    path ``memo(id, stream, *args)``, 2: the elementwise fast path ``fast(id, stream, x, y, p)``)
+    with each of its arguments' schema index (or -1 and a constant), the item's fixed values and
+    not-None attributes, and its result adapter (applied to a hit's result, as the handler does) —
+    or None where the Python handler must run every call (a conversion, an output index, an
+    in-place form without a fast path). (A guard is the signature's check's.)"""
+    if spec.convert or spec.output is not None:
         return None
     _names, _d, src, dflt, fixed, nonone = spec.bind(op)
     n = len(op.inputs)
@@ -364,7 +365,7 @@ def _direct(op, spec):
         srcs.append(-1 if i is None else i)
         dflts.append(d)
     return (kind, fid, op.api, tuple(srcs), tuple(dflts), tuple((i, want) for i, _n, want in fixed),
-            tuple(i for i, _n in nonone), codes)
+            tuple(i for i, _n in nonone), codes, spec.result)
 
 
 def _route(dll, name, row, run):
