@@ -140,62 +140,8 @@ static inline double bn_hsum(bn_v4 a, bn_v4 b)
     return (c[0] + c[1]) + (c[2] + c[3]);
 }
 
-NN_CLONES static double bn_sum(const double *restrict x, int64_t n)
-{
-    bn_v4 a = {0}, b = {0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        a += bn_ld(x + k);
-        b += bn_ld(x + k + 4);
-    }
-    double s = bn_hsum(a, b);
-    for (; k < n; k++)
-        s += x[k];
-    return s;
-}
-
-/* sum of (x - mean)^2 */
-NN_CLONES static double bn_sqdev(const double *restrict x, int64_t n, double mean)
-{
-    bn_v4 a = {0}, b = {0}, m = {mean, mean, mean, mean};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        bn_v4 d = bn_ld(x + k) - m, e = bn_ld(x + k + 4) - m;
-        a += d * d;
-        b += e * e;
-    }
-    double s = bn_hsum(a, b);
-    for (; k < n; k++) {
-        double d = x[k] - mean;
-        s += d * d;
-    }
-    return s;
-}
-
-/* sum of g and of g (x - mean) invstd, added to *sdy and *sdyx */
-NN_CLONES static void bn_gsums(const double *restrict g, const double *restrict x, int64_t n, double mean, double invstd,
-                               double *sdy, double *sdyx)
-{
-    bn_v4 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, m = {mean, mean, mean, mean};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        bn_v4 g0 = bn_ld(g + k), g1 = bn_ld(g + k + 4);
-        a0 += g0;
-        a1 += g1;
-        b0 += g0 * (bn_ld(x + k) - m);
-        b1 += g1 * (bn_ld(x + k + 4) - m);
-    }
-    double s = bn_hsum(a0, a1), t = bn_hsum(b0, b1);
-    for (; k < n; k++) {
-        s += g[k];
-        t += g[k] * (x[k] - mean);
-    }
-    *sdy += s;
-    *sdyx += t * invstd;
-}
-
-/* float32 rows read in place (unit stride; no double buffers): the same double arithmetic, each 4
- * floats widened in registers */
+/* float32 rows are read in place (unit stride; no double buffers): the same double arithmetic,
+ * each 4 floats widened in registers */
 typedef float bn_v4f __attribute__((vector_size(16)));
 static inline bn_v4 bn_ldf(const float *p)
 {
@@ -204,57 +150,61 @@ static inline bn_v4 bn_ldf(const float *p)
     return __builtin_convertvector(v, bn_v4);
 }
 
-NN_CLONES static double bn_sum_f32(const float *restrict x, int64_t n)
-{
-    bn_v4 a = {0}, b = {0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        a += bn_ldf(x + k);
-        b += bn_ldf(x + k + 4);
+/* bn_sum##SUF: sum of x; bn_sqdev##SUF: sum of (x - mean)^2; bn_gsums##SUF: sum of g and of
+ * g (x - mean) invstd, added to *sdy and *sdyx -- over rows of T (double buffers, or float32 in
+ * place), LD loading 4 of them as doubles */
+#define BN_REDUCTIONS(SUF, T, LD)                                                                     \
+    NN_CLONES static double bn_sum##SUF(const T *restrict x, int64_t n)                            \
+    {                                                                                              \
+        bn_v4 a = {0}, b = {0};                                                                    \
+        int64_t k = 0;                                                                             \
+        for (; k + 8 <= n; k += 8) {                                                               \
+            a += LD(x + k);                                                                        \
+            b += LD(x + k + 4);                                                                    \
+        }                                                                                          \
+        double s = bn_hsum(a, b);                                                                  \
+        for (; k < n; k++)                                                                         \
+            s += (double)x[k];                                                                     \
+        return s;                                                                                  \
+    }                                                                                              \
+    NN_CLONES static double bn_sqdev##SUF(const T *restrict x, int64_t n, double mean)             \
+    {                                                                                              \
+        bn_v4 a = {0}, b = {0}, m = {mean, mean, mean, mean};                                      \
+        int64_t k = 0;                                                                             \
+        for (; k + 8 <= n; k += 8) {                                                               \
+            bn_v4 d = LD(x + k) - m, e = LD(x + k + 4) - m;                                        \
+            a += d * d;                                                                            \
+            b += e * e;                                                                            \
+        }                                                                                          \
+        double s = bn_hsum(a, b);                                                                  \
+        for (; k < n; k++) {                                                                       \
+            double d = (double)x[k] - mean;                                                        \
+            s += d * d;                                                                            \
+        }                                                                                          \
+        return s;                                                                                  \
+    }                                                                                              \
+    NN_CLONES static void bn_gsums##SUF(const T *restrict g, const T *restrict x, int64_t n, double mean, \
+                                        double invstd, double *sdy, double *sdyx)                  \
+    {                                                                                              \
+        bn_v4 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, m = {mean, mean, mean, mean};                \
+        int64_t k = 0;                                                                             \
+        for (; k + 8 <= n; k += 8) {                                                               \
+            bn_v4 g0 = LD(g + k), g1 = LD(g + k + 4);                                              \
+            a0 += g0;                                                                              \
+            a1 += g1;                                                                              \
+            b0 += g0 * (LD(x + k) - m);                                                            \
+            b1 += g1 * (LD(x + k + 4) - m);                                                        \
+        }                                                                                          \
+        double s = bn_hsum(a0, a1), t = bn_hsum(b0, b1);                                           \
+        for (; k < n; k++) {                                                                       \
+            s += (double)g[k];                                                                     \
+            t += (double)g[k] * ((double)x[k] - mean);                                             \
+        }                                                                                          \
+        *sdy += s;                                                                                 \
+        *sdyx += t * invstd;                                                                       \
     }
-    double s = bn_hsum(a, b);
-    for (; k < n; k++)
-        s += x[k];
-    return s;
-}
-
-NN_CLONES static double bn_sqdev_f32(const float *restrict x, int64_t n, double mean)
-{
-    bn_v4 a = {0}, b = {0}, m = {mean, mean, mean, mean};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        bn_v4 d = bn_ldf(x + k) - m, e = bn_ldf(x + k + 4) - m;
-        a += d * d;
-        b += e * e;
-    }
-    double s = bn_hsum(a, b);
-    for (; k < n; k++) {
-        double d = (double)x[k] - mean;
-        s += d * d;
-    }
-    return s;
-}
-
-NN_CLONES static void bn_gsums_f32(const float *restrict g, const float *restrict x, int64_t n, double mean,
-                                   double invstd, double *sdy, double *sdyx)
-{
-    bn_v4 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, m = {mean, mean, mean, mean};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        bn_v4 g0 = bn_ldf(g + k), g1 = bn_ldf(g + k + 4);
-        a0 += g0;
-        a1 += g1;
-        b0 += g0 * (bn_ldf(x + k) - m);
-        b1 += g1 * (bn_ldf(x + k + 4) - m);
-    }
-    double s = bn_hsum(a0, a1), t = bn_hsum(b0, b1);
-    for (; k < n; k++) {
-        s += g[k];
-        t += (double)g[k] * ((double)x[k] - mean);
-    }
-    *sdy += s;
-    *sdyx += t * invstd;
-}
+BN_REDUCTIONS(, double, bn_ld)
+BN_REDUCTIONS(_f32, float, bn_ldf)
 
 /* o = (float)(x scale + shift) */
 NN_CLONES static void bn_affine_f32(float *o, const float *x, int64_t n, double scale, double shift)
