@@ -401,6 +401,20 @@ def torch_dtype_name(t) -> str:
     return str(t.dtype).rpartition(".")[2]
 
 
+def mixed_param_dtypes(aten_name, x, *params):
+    """aten's CPU rule for a normalization's parameters (``aten/src/ATen/native/Normalization.cpp``,
+    ``layer_norm.cpp``): they share the input ``x``'s dtype, or are float32 for a float16 / bfloat16
+    input (canna's kernels take one dtype: a refusal, the call runs on PyTorch); any other mix is
+    PyTorch's rejection (:class:`Rejected`). None when the dtypes agree. Torch tensors, or None."""
+    dts = {torch_dtype_name(t) for t in params if t is not None}
+    xd = torch_dtype_name(x)
+    if not dts - {xd}:
+        return None
+    if xd in ("float16", "bfloat16") and dts == {"float32"}:
+        return "float32 parameters of a reduced-precision input"
+    return Rejected(f"parameters of dtypes {sorted(dts)} for {xd} input ({aten_name} rejects it)")
+
+
 class TorchFn:
     """One torch function ``offload()`` maps to an op (an item of an entry's ``torch=``).
 

@@ -20,8 +20,7 @@ from __future__ import annotations
 import math
 
 from .. import _core as C
-from .._registry import Aclnn, Attr, Rejected, Spec, Tensor, TorchFn, define
-from .._registry import torch_dtype_name as _dt
+from .._registry import Aclnn, Attr, Spec, Tensor, TorchFn, define, mixed_param_dtypes
 
 F = C.FLOATS
 
@@ -55,14 +54,7 @@ def native_batch_norm_shape(input, running_mean=None, running_var=None, weight=N
 
 
 def _bn_aten(input, running_mean, running_var, weight, bias, *a):
-    """aten::native_batch_norm's dtype rule on the CPU (``aten/src/ATen/native/Normalization.cpp``):
-    the parameters share the input's dtype, or are float32 for a float16 / bfloat16 input (canna's
-    kernel takes one dtype: refused); any other mix is rejected."""
-    dts = {_dt(t) for t in (running_mean, running_var, weight, bias) if t is not None}
-    if dts - {_dt(input)}:
-        if _dt(input) in ("float16", "bfloat16") and dts == {"float32"}:
-            return "float32 parameters of a reduced-precision input"
-        return Rejected(f"parameters of dtypes {sorted(dts)} for {_dt(input)} input (aten::native_batch_norm rejects it)")
+    return mixed_param_dtypes("aten::native_batch_norm", input, running_mean, running_var, weight, bias)
 
 
 def _bn_result(r, input, running_mean, running_var, weight, bias, training, *a):

@@ -13,7 +13,8 @@ from .. import _core as C
 from .. import _composite as CO
 from .. import _nn as N
 from .. import _reduce as RD
-from .._registry import DTYPE, Attr, Impl, Rejected, Spec, Tensor, TorchFn, define, torch_dtype_name as _dt
+from .._registry import DTYPE, Attr, Impl, Rejected, Spec, Tensor, TorchFn, define, mixed_param_dtypes
+from .._registry import torch_dtype_name as _dt
 
 F, ARITH = C.FLOATS, C.ARITH
 
@@ -140,19 +141,13 @@ def _nll_aten(input, target, weight, *a):   # aten/src/ATen/native/LossNLL.cpp's
         return Rejected(f"a {weight.dtype} weight for {input.dtype} input (aten::nll_loss_forward rejects it)")
 
 
-def _ln_aten(x, weight, bias, *a):   # aten/src/ATen/native/layer_norm.cpp (mixed dtypes)
-    dts = {_dt(t) for t in (weight, bias) if t is not None}
-    if dts - {_dt(x)}:
-        if _dt(x) in ("float16", "bfloat16") and dts == {"float32"}:   # PyTorch's statistics are float32 then
-            return "float32 parameters of a reduced-precision input"
-        return Rejected(f"parameters of dtypes {sorted(dts)} for {_dt(x)} input (aten::native_layer_norm rejects it)")
+def _ln_aten(x, weight, bias, *a):
+    return mixed_param_dtypes("aten::native_layer_norm", x, weight, bias)
 
 
 def _pool_bw_aten(g, x, indices, *a):
     if _dt(indices) != "int64":
         return Rejected(f"{indices.dtype} indices (aten::max_pool2d_with_indices_backward takes Long)")
-
-
 
 
 def _bw_dtype(g, y, dim, *, input_dtype):   # aten::_softmax_backward_data's result dtype is input_dtype
