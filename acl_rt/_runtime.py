@@ -22,6 +22,7 @@ import time
 import warnings
 
 from ._constants import ErrorCode as E
+from ._native import current_changed
 from ._errors import ForkedProcessError, InvalidArgumentError, NotInitializedError, error_class
 from ._lib import backend, ffi
 
@@ -68,6 +69,7 @@ def _after_fork_in_child():
     if _state.ready or _state.pid is not None:
         _state.forked = True
         _state.ready = False
+    current_changed()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -127,6 +129,7 @@ def init() -> None:
         _state.devices = {}
         _state.finalized = False
         _state.ready = True
+        current_changed()
         if not _state.atexit:
             atexit.register(_finalize_at_exit)
             _state.atexit = True
@@ -232,6 +235,7 @@ def _device_context(device_id: int) -> _DeviceContext:
         st = _DeviceContext(ctx, stream)
         _state.devices[device_id] = st
         _tls.ctx = st
+        current_changed()
         return st
 
 
@@ -245,6 +249,7 @@ def activate(device_id: int, api: str = "acl_rt") -> _DeviceContext:
     if _tls.__dict__.get("ctx") is not st:   # contexts are per init generation: identity suffices
         check(backend().lib.aclrtSetCurrentContext(st.ctx), "aclrtSetCurrentContext")
         _tls.ctx = st
+        current_changed()
     return st
 
 
@@ -269,6 +274,7 @@ def finalize() -> None:
             return
         devices = list(_state.devices.items())
         _tls.finalizing = True
+        current_changed()   # (the contexts change below; every stream dies)
     # no lock held from here: queued host functions may still call into the runtime while the
     # devices drain (holding the lock here deadlocked them)
     try:
@@ -288,6 +294,7 @@ def finalize() -> None:
             if rc in (0, E.ACL_ERROR_REPEAT_FINALIZE):  # already done
                 _state.ready = False
                 _state.finalized = True
+            current_changed()
         if rc not in (0, E.ACL_ERROR_REPEAT_FINALIZE):
             raise_error(rc, "aclFinalize")
     finally:
@@ -326,6 +333,9 @@ def _drain_at_exit(timeout: float) -> str | None:
     deadline = start + timeout
     told = False
     what = "work still queued"
+    # the thread's context changes below, behind activate()'s per-thread record: forget it
+    _tls.__dict__.pop("ctx", None)
+    current_changed()
     try:
         for device_id, st in list(_state.devices.items()):
             if lib.aclrtSetCurrentContext(st.ctx) != 0:
@@ -430,6 +440,7 @@ def current_device_id() -> int:
 
 def set_current_device_id(device_id: int) -> None:
     _tls.device_id = device_id
+    current_changed()
 
 
 def thread_state():

@@ -272,6 +272,7 @@ class Stream:
         self._device.set_current()
         enter_block(self, prev)
         _stack(self._device._id).append(self)
+        rt.current_changed()
         return self
 
     def __exit__(self, *exc):
@@ -284,6 +285,7 @@ class Stream:
             if stack[i] is self:
                 del stack[i]
                 break
+        rt.current_changed()
         prev = exit_block(self)
         if prev is not None:
             rt.set_current_device_id(prev)
@@ -300,6 +302,7 @@ class Stream:
         if self._gen != rt._state.generation or not rt._state.ready:
             return
         rt.activate(self._device._id, "Stream.close")
+        rt.current_changed()   # (it may be some thread's current stream)
         _run_close_hooks(self)
         _fold_closed((self._gen, self._id))
         rt.check(backend().lib.aclrtDestroyStream(h), "aclrtDestroyStream")
@@ -309,6 +312,7 @@ class Stream:
     def __del__(self):
         try:
             if self._h is not None and self._owned and self._gen == rt.generation() and rt.is_initialized():
+                rt.current_changed()
                 _run_close_hooks(self)
                 _fold_closed((self._gen, self._id))
                 h, self._h = self._h, None

@@ -24,7 +24,11 @@ Contents:
   :func:`raise_error`;
 - streams: :class:`Stream`, :func:`current_stream`, :func:`accept_stream` (the one acceptor of
   ``stream=`` arguments: None, an acl_rt.Stream, an object with ``__npu_stream__`` or torch_npu's
-  ``npu_stream``, and raw handles where DLPack passes them);
+  ``npu_stream``, and raw handles where DLPack passes them); :data:`current_epoch_capsule` (a
+  ``const uint64_t *`` in a capsule named ``acl_rt._native.current_epoch``: a counter that moves
+  whenever anything :func:`current_stream` answers from changes -- a ``with stream:`` block, the
+  current device or context, a stream destroyed, init / finalize / fork --, so a C caller may
+  remember a thread's resolved current stream while it stays put; ``acl_rt/_native/current.c``);
 - lifetimes: :func:`hold` (keep an object alive until the work queued so far on a stream has run:
   a kernel's operands, the host side of an asynchronous copy), :func:`pending_holds`;
 - named constants, generated from the ``acl_rt/_cdef`` headers (:mod:`acl_rt._constants`):
@@ -40,9 +44,11 @@ from ._runtime import (_state as state, activate, check, current_device_id, ensu
 from ._constants import (AclnnStatus, DataType, ErrorCode, EventFlag, EventRecordedStatus, Format, LaunchKernelAttrId,
                          MemcpyKind, StreamFlag, StreamStatus)
 from ._keepalive import hold, pending as pending_holds
+from ._native import current_epoch_capsule
 from ._stream import Stream, accept_stream, current_stream
 
 __all__ = ["backend", "ffi", "op_library", "state", "ensure", "is_initialized", "generation", "activate",
-           "on_finalize", "current_device_id", "thread_state", "check", "raise_error", "Stream", "current_stream", "accept_stream", "hold", "pending_holds",
+           "on_finalize", "current_device_id", "thread_state", "check", "raise_error", "Stream", "current_stream", "accept_stream",
+           "current_epoch_capsule", "hold", "pending_holds",
            "ErrorCode", "AclnnStatus", "MemcpyKind", "StreamFlag", "EventFlag", "StreamStatus", "EventRecordedStatus",
            "LaunchKernelAttrId", "DataType", "Format"]

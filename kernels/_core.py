@@ -398,7 +398,7 @@ def nn():
     cast = lambda f: int(ffi.cast("uintptr_t", f))  # noqa: E731
     _native.configure(cast(ol.aclSetInputTensorAddr), cast(ol.aclSetOutputTensorAddr),
                       cast(ol.aclDestroyAclOpExecutor), cast(backend().lib.aclrtSynchronizeStreamWithTimeout),
-                      _raise_error)
+                      cast(backend().lib.aclrtStreamQuery), _raise_error)
     _lib.repeatable = os.environ.get("CANNA_KERNELS_CACHE", "1").strip() not in ("0", "false", "no", "off")
     _lib.nn = ol
     return ol
@@ -962,10 +962,16 @@ def _pool_torch(shape, dtype):
 
 
 def fast_stream(api):
-    """The current stream's handle (int), its context made current."""
+    """The current stream's handle (int), its context made current. The C fast paths call it
+    with the API name as their stream argument and remember the answer per thread while
+    ``acl_rt.lowlevel.current_epoch_capsule``'s counter stands still (kernels/_native/fast.c
+    ``fast_stream_of``)."""
     s = current_stream()
     s._handle(api)
     return s._id
+
+
+_native.stream_configure(fast_stream, rt.current_epoch_capsule)
 
 
 # ---------------------------------------------------------------------------------------------

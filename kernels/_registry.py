@@ -1003,7 +1003,7 @@ def _memo_source(op, vals, call, guard):
     _memo_ids[0] += 1
     op.memo = (_memo_ids[0], tuple(vals))   # (what offload(level="aten") calls the memo with directly)
     return (f"    if {guard} and (_FS['on'] or _memo_setup()) and _CAP.memo is None and _CAP.rec is None and _L.gen == _S.generation:\n"
-            f"        k = _memo({_memo_ids[0]}, _fast_stream(_OP.api), {', '.join(vals)})\n"
+            f"        k = _memo({_memo_ids[0]}, _OP.api, {', '.join(vals)})\n"
             f"        if k is not None:\n"
             f"            if type(k) is not bytes:\n"
             f"                return None if k is ... else k\n"
@@ -1026,7 +1026,7 @@ def _make_kernel(op: OpDef):
         params.append(f"{a.name}=_D_{a.name}" if not a.required else a.name)
     ins = ", ".join(t.name for t in op.inputs)
     attrs = ", ".join(f"{a.name!r}: {a.name}" for a in op.attrs)
-    g = {"_call": _call, "_OP": op, "_fast": _fast, "_FS": _FS, "_L": _L, "_S": _S, "_fast_stream": C.fast_stream,
+    g = {"_call": _call, "_OP": op, "_fast": _fast, "_FS": _FS, "_L": _L, "_S": _S,
          "_memo": _memo, "_memo_call": C.memo_call, "_memo_setup": C.memo_setup, "_CAP": _CAP}
     for a in op.attrs:
         g[f"_D_{a.name}"] = a.default
@@ -1051,7 +1051,7 @@ def _make_kernel(op: OpDef):
             cond, fid = "out is None", "_ID"
         fast = (f"    k = None\n"
                 f"    if {cond} and stream is None and _FS['on'] and _CAP.memo is None and _L.gen == _S.generation:\n"
-                f"        k = _fast({fid}, _fast_stream({op.api!r}), {tensors[0]}, {y}, {fp})\n"
+                f"        k = _fast({fid}, {op.api!r}, {tensors[0]}, {y}, {fp})\n"
                 f"        if k is not None and type(k) is not bytes:\n"
                 f"            return k\n")
         tail = "k"
@@ -1087,7 +1087,7 @@ def _wrap_impl(op: OpDef):
         return fn
     params, call = [], []
     g = {"_fn": fn, "_none": _none_error, "_OP": op, "_memo": _memo, "_memo_call": C.memo_call, "_memo_setup": C.memo_setup, "_CAP": _CAP,
-         "_FS": _FS, "_L": _L, "_S": _S, "_fast_stream": C.fast_stream}
+         "_FS": _FS, "_L": _L, "_S": _S}
     star = False
     for p in ps.values():
         if p.kind is p.KEYWORD_ONLY and not star:

@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "current.h"
+
 typedef int aclError;
 
 #define K_MIN_BLOCK 512u                    /* all sizes are rounded up to this */
@@ -1567,7 +1569,7 @@ static PyMethodDef mod_methods[] = {
 };
 
 static struct PyModuleDef moddef = {
-    PyModuleDef_HEAD_INIT, "acl_rt._native", "core of canna's caching device-memory allocator", -1, mod_methods,
+    PyModuleDef_HEAD_INIT, "acl_rt._native", "core of canna's caching device-memory allocator; the current-stream epoch", -1, mod_methods,
     NULL, NULL, NULL, NULL,
 };
 
@@ -1587,6 +1589,10 @@ PyMODINIT_FUNC PyInit__native(void)
     Py_INCREF(&PoolType);
     if (PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0) {
         Py_DECREF(&PoolType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (current_add_to_module(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -33,14 +33,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include <ATen/DLConvertor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
+
+#include "fast_api.h"   // (kernels/_native: after ATen's dlpack.h, whose DLTensor it uses)
 
 namespace {
 
@@ -64,7 +68,7 @@ struct KeyOff {
 // PyTorch's calls: per operator schema (stable addresses inside the dispatcher), its count
 // (per thread: a block's backward pass on CPU tensors runs on the thread that started it)
 thread_local std::unordered_map<const c10::FunctionSchema *, uint64_t> t_other;
-std::atomic<uint64_t> g_canna{0}, g_refused{0}, g_direct{0};
+std::atomic<uint64_t> g_canna{0}, g_refused{0}, g_direct{0}, g_direct_c{0};
 
 void count_other(const c10::OperatorHandle &op)
 {
@@ -92,7 +96,7 @@ PyObject *g_sentinel;   // the handlers' "run it on PyTorch" answer
 struct Direct {
     int kind = 0;                  // 0: none, 1: memo(id, stream, *args), 2: fast(id, stream, x, y, p)
     PyObject *id = nullptr;        // the memo / fast op id
-    PyObject *api = nullptr;       // fast_stream's argument (the op's API name)
+    PyObject *api = nullptr;       // the op's API name: memo / fast's stream argument (the thread's current stream)
     std::vector<int> src;          // per argument after (id, stream): the schema argument's index, or -1
     std::vector<PyObject *> dflt;  // ... and the constant taken for -1
     std::vector<std::pair<int, PyObject *>> fixed;   // (schema index, the value it must have)
@@ -142,9 +146,10 @@ thread_local int64_t t_tokens = 0;
 thread_local bool t_base = false;   // whether the key was included before the thread's outermost block
 thread_local std::vector<uint64_t> t_hits;   // direct hits per entry id since the last fold
 
-// the direct path's Python objects (canna_aten_configure_direct): the two C functions, the
-// stream function, and the state the generated functions test before calling them
-PyObject *g_memo_fn, *g_fast_fn, *g_stream_fn, *g_fs, *g_cap, *g_lib, *g_state;
+// the direct path's Python objects (canna_aten_configure_direct): the two C functions and the
+// state the generated functions test before calling them
+PyObject *g_memo_fn, *g_fast_fn, *g_fs, *g_cap, *g_lib, *g_state;
+const CannaFastApi *g_fast_api;   // kernels._native.fast_api: fast() from C, on the dispatcher's tensors
 PyObject *s_on, *s_memo, *s_rec, *s_gen, *s_generation;
 
 bool enabled(int id)
@@ -228,15 +233,9 @@ PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
             return nullptr;
         argv[na - 1] = code;
     }
-    PyObject *stream = PyObject_CallOneArg(g_stream_fn, d.api);
-    if (!stream) {
-        Py_XDECREF(code);
-        return nullptr;
-    }
     argv[0] = d.id;
-    argv[1] = stream;
+    argv[1] = d.api;   // (the thread's current stream, resolved and remembered on the C side)
     PyObject *r = PyObject_Vectorcall(d.kind == 1 ? g_memo_fn : g_fast_fn, argv, na, nullptr);
-    Py_DECREF(stream);
     Py_XDECREF(code);
     if (!r)
         return nullptr;
@@ -390,6 +389,8 @@ void sig_key(const c10::IValue &v, std::string *k)
         }
         k->push_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? 'W' : 'T');
         k->push_back(static_cast<char>(t.scalar_type()));
+        k->push_back(static_cast<char>(t.device().type()));   // (a meta tensor is not a CPU one:
+        k->push_back(static_cast<char>(t.layout()));          // canna's handlers take only CPU strided ones)
         put64(t.dim());
         for (int64_t s : t.sizes())
             put64(s);
@@ -533,6 +534,121 @@ bool refused(Entry &ent, PyObject *reason)
     return x != nullptr;
 }
 
+// A tensor argument as a DLTensor for the C route (views of t's metadata: t must outlive it);
+// false when the fast path cannot read it as it stands (not a CPU strided tensor, a lazy negative
+// or conjugate view, a wrapped number)
+bool to_dl(const at::Tensor &t, DLTensor *d)
+{
+    if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || t.is_neg() || t.is_conj() ||
+        t.unsafeGetTensorImpl()->is_wrapped_number() || !t.has_storage())
+        return false;
+    d->data = t.data_ptr();
+    d->device = DLDevice{kDLCPU, 0};
+    d->ndim = (int32_t)t.dim();
+    d->dtype = at::getDLDataType(t);
+    d->shape = const_cast<int64_t *>(t.sizes().data());
+    d->strides = const_cast<int64_t *>(t.strides().data());
+    d->byte_offset = 0;
+    return true;
+}
+
+// a non-tensor fast-path operand (a number, None) as a Python object (new reference), or nullptr
+// (no exception) when it is something else; a wrapped number is the number (PyTorch's weak scalar)
+PyObject *scalar_py(const c10::IValue &v)
+{
+    if (v.isTensor() && !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number())
+        return nullptr;
+    return v.isTensor() || v.isNone() || v.isDouble() || v.isInt() || v.isBool() ? to_py(v, kPlain) : nullptr;
+}
+
+struct AllocCtx {
+    const Expect *e;
+    at::Tensor out;
+};
+
+int alloc_expected(void *ctx, DLTensor *out)
+{
+    auto *c = static_cast<AllocCtx *>(ctx);
+    try {
+        KeyOff off;
+        c->out = at::empty(c->e->sizes, at::TensorOptions().dtype(c->e->dtype));
+    } catch (const std::exception &e) {
+        PyErr_SetString(PyExc_MemoryError, e.what());
+        return -1;
+    }
+    return to_dl(c->out, out) ? 0 : (PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a fresh output is not a "
+                                                     "CPU tensor"), -1);
+}
+
+// The direct call in C (an elementwise fast path, kind 2), on the dispatcher's own arguments: no
+// Python object for a tensor, the output allocated here as PyTorch's rules expect it (the
+// verdict's expectation). 1: done, *result set (undefined for an in-place form: the written
+// argument is the result); 0: not this route (the Python objects' route decides); -1: an error
+// (a Python exception set: that route runs the call again and decides, as for direct_call).
+int direct_c(const Direct &d, const Verdict &vd, const torch::jit::Stack &stack, size_t base, c10::IValue *result)
+{
+    if (!g_fast_api || d.kind != 2 || d.result || !d.fixed.empty() || d.src.size() != 3 || d.src[0] < 0)
+        return 0;
+    for (int i : d.nonone)
+        if (stack[base + i].isNone())
+            return 0;
+    long op = PyLong_AsLong(d.id);
+    if (op == -1 && PyErr_Occurred())
+        return -1;
+    bool inplace = (op & CANNA_FAST_INPLACE) != 0;
+    if (!inplace && (vd.outs.size() != 1 || vd.outs[0].what != 2))
+        return 0;   // (no expectation to allocate the output from)
+    const c10::IValue &xv = stack[base + d.src[0]];
+    DLTensor x, y;
+    if (!xv.isTensor() || !to_dl(xv.toTensor(), &x))
+        return 0;
+    bool ny = false;
+    PyObject *ys = nullptr, *p = nullptr;
+    if (d.src[1] >= 0) {
+        const c10::IValue &yv = stack[base + d.src[1]];
+        if (yv.isTensor() && !yv.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+            if (!to_dl(yv.toTensor(), &y))
+                return 0;
+            ny = true;
+        } else if (!(ys = scalar_py(yv))) {
+            return PyErr_Occurred() ? -1 : 0;
+        }
+    } else {
+        ys = (Py_INCREF(d.dflt[1]), d.dflt[1]);
+    }
+    if (d.src[2] >= 0) {
+        const c10::IValue &pv = stack[base + d.src[2]];
+        if (d.codes && pv.isString()) {   // the generated call's _CODES.get(a, -1)
+            const std::string &str = pv.toStringRef();
+            PyObject *u = PyUnicode_FromStringAndSize(str.data(), (Py_ssize_t)str.size());
+            PyObject *c = u ? PyDict_GetItemWithError(d.codes, u) : nullptr;
+            Py_XDECREF(u);
+            p = c ? (Py_INCREF(c), c) : (PyErr_Occurred() ? nullptr : PyLong_FromLong(-1));
+        } else if (d.codes) {
+            p = PyLong_FromLong(-1);
+        } else {
+            p = scalar_py(pv);
+        }
+    } else {
+        PyObject *v = d.dflt[2];
+        p = d.codes ? (v && PyUnicode_CheckExact(v) ? PyDict_GetItemWithError(d.codes, v) : nullptr) : v;
+        p = p ? (Py_INCREF(p), p) : (PyErr_Occurred() ? nullptr : PyLong_FromLong(-1));
+    }
+    int rc = 0;
+    if (p) {
+        AllocCtx ctx{inplace ? nullptr : &vd.outs[0], at::Tensor()};
+        PyObject *dtype = inplace ? Py_None : (PyObject *)torch::getTHPDtype(vd.outs[0].dtype);
+        rc = g_fast_api->call(op, d.api, &x, ny ? &y : nullptr, ny ? nullptr : ys, p, dtype, alloc_expected, &ctx);
+        if (rc == 1)
+            *result = c10::IValue(std::move(ctx.out));
+    } else if (PyErr_Occurred()) {
+        rc = -1;
+    }
+    Py_XDECREF(ys);
+    Py_XDECREF(p);
+    return rc;
+}
+
 struct CannaKernel final : public c10::OperatorKernel {
     int id;
     explicit CannaKernel(int i) : id(i) {}
@@ -559,9 +675,31 @@ struct CannaKernel final : public c10::OperatorKernel {
         }
         const std::vector<int8_t> &kinds = ent.kinds;
         PyObject *handler = ent.handler;
-        PyObject *tup = handler ? PyTuple_New((Py_ssize_t)n) : nullptr;
-        bool ok = tup != nullptr;
-        for (size_t i = 0; ok && i < n; i++) {
+        std::string key;
+        for (size_t i = 0; i < n; i++)
+            sig_key((*stack)[base + i], &key);
+        PyObject *r = nullptr;
+        bool hit = false, done = false, c_done = false;
+        c10::IValue c_result;   // (the C route's result)
+        std::shared_ptr<const Verdict> vd;
+        if (ent.d.kind == 2) {   // a known signature canna runs: the C route first (no Python object)
+            auto it = ent.verdicts.find(key);
+            if (it != ent.verdicts.end() && it->second->what == 0) {
+                KeyOff off;
+                if (direct_ready(ent.d)) {
+                    int rc = direct_c(ent.d, *it->second, *stack, base, &c_result);
+                    if (rc == 1) {
+                        vd = it->second;
+                        c_done = hit = true;
+                    } else if (rc < 0) {
+                        PyErr_Clear();   // (the handler runs the call again and decides)
+                    }
+                }
+            }
+        }
+        PyObject *tup = !c_done && handler ? PyTuple_New((Py_ssize_t)n) : nullptr;
+        bool ok = c_done || tup != nullptr;
+        for (size_t i = 0; !c_done && ok && i < n; i++) {
             PyObject *o = to_py((*stack)[base + i], kinds[i]);
             if (!o)
                 ok = false;
@@ -577,13 +715,7 @@ struct CannaKernel final : public c10::OperatorKernel {
             fallback(op, ks, stack);
             return;
         }
-        std::string key;
-        for (size_t i = 0; i < n; i++)
-            sig_key((*stack)[base + i], &key);
-        PyObject *r = nullptr;
-        bool hit = false, done = false;
-        std::shared_ptr<const Verdict> vd;
-        {
+        if (!c_done) {
             KeyOff off;
             vd = verdict(ent, key, tup);
             if (vd && vd->what == 0) {
@@ -601,8 +733,8 @@ struct CannaKernel final : public c10::OperatorKernel {
                 vd = nullptr;   // (strict: the refusal raised)
             }
         }
-        Py_DECREF(tup);
-        if (!vd || (vd->what == 0 && !r))
+        Py_XDECREF(tup);
+        if (!vd || (vd->what == 0 && !r && !c_done))
             raise_python(g);
         if (vd->what != 0) {   // refused, or PyTorch rejects it (and raises its own error)
             PyGILState_Release(g);
@@ -612,6 +744,7 @@ struct CannaKernel final : public c10::OperatorKernel {
         }
         if (hit) {
             g_direct++;
+            g_direct_c += c_done;
             if (t_hits.size() <= (size_t)id)
                 t_hits.resize(g_entries.size());
             t_hits[(size_t)id]++;
@@ -639,12 +772,17 @@ struct CannaKernel final : public c10::OperatorKernel {
                 }
                 continue;
             }
+            if (c_done) {   // (one result)
+                outs[k] = c_result;
+                good = rets.size() == 1 && c_result.isTensor() && c_result.toTensor().defined();
+                continue;
+            }
             PyObject *o = rets.size() == 1 ? r : (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == (Py_ssize_t)rets.size()
                                                        ? PyTuple_GET_ITEM(r, (Py_ssize_t)k)
                                                        : nullptr);
             good = o && from_py(o, &outs[k]);
         }
-        Py_DECREF(r);
+        Py_XDECREF(r);
         if (!good) {
             PyErr_Format(PyExc_RuntimeError, "canna_dl.torch.offload(level='aten'): %s: canna's handler returned "
                          "results that do not match the schema's returns", schema.operator_name().name.c_str());
@@ -720,14 +858,23 @@ void canna_aten_exit(int64_t token)
         c10::impl::tls_set_dispatch_key_included(kKey, t_base);
 }
 
-// the direct path's objects: memo, fast, fast_stream, the fast-state dict, the capture
-// thread-local, the library and the runtime state (whose gen / generation must agree); GIL held
-int canna_aten_configure_direct(PyObject *memo, PyObject *fast, PyObject *stream, PyObject *fs, PyObject *cap,
-                                PyObject *lib, PyObject *state)
+// the direct path's objects: memo, fast, the fast-state dict, the capture thread-local, the
+// library and the runtime state (whose gen / generation must agree), and the capsule of fast()'s C
+// form (kernels._native.fast_api); 0, or -1 with a Python exception set. GIL held
+int canna_aten_configure_direct(PyObject *memo, PyObject *fast, PyObject *fs, PyObject *cap, PyObject *lib,
+                                PyObject *state, PyObject *fast_api)
 {
-    PyObject *objs[] = {memo, fast, stream, fs, cap, lib, state};
-    PyObject **slots[] = {&g_memo_fn, &g_fast_fn, &g_stream_fn, &g_fs, &g_cap, &g_lib, &g_state};
-    for (int i = 0; i < 7; i++) {
+    auto *api = static_cast<const CannaFastApi *>(PyCapsule_GetPointer(fast_api, CANNA_FAST_API_CAPSULE));
+    if (!api)
+        return -1;
+    if (api->version != CANNA_FAST_API_VERSION) {
+        PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: kernels._native.fast_api is another version");
+        return -1;
+    }
+    g_fast_api = api;
+    PyObject *objs[] = {memo, fast, fs, cap, lib, state};
+    PyObject **slots[] = {&g_memo_fn, &g_fast_fn, &g_fs, &g_cap, &g_lib, &g_state};
+    for (int i = 0; i < 6; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*slots[i], objs[i]);
     }
@@ -738,7 +885,11 @@ int canna_aten_configure_direct(PyObject *memo, PyObject *fast, PyObject *stream
         s_gen = PyUnicode_InternFromString("gen");
         s_generation = PyUnicode_InternFromString("generation");
     }
-    return PyDict_Check(fs) ? 0 : -1;
+    if (!PyDict_Check(fs)) {
+        PyErr_SetString(PyExc_TypeError, "canna_aten_configure_direct: the fast-state is not a dict");
+        return -1;
+    }
+    return 0;
 }
 
 // entry `id`'s direct call: kind 1 (memo) or 2 (fast), its op id, API name, the argument map
@@ -873,12 +1024,13 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
 }
 
 // counters: out[0] calls canna ran, out[1] calls its handlers refused (run on PyTorch), out[2]
-// calls the direct path served (part of out[0])
+// calls the direct path served (part of out[0]), out[3] those of them its C route served (direct_c)
 void canna_aten_counts(uint64_t *out)
 {
     out[0] = g_canna.load();
     out[1] = g_refused.load();
     out[2] = g_direct.load();
+    out[3] = g_direct_c.load();
 }
 
 // this thread's PyTorch calls since the last reset: a dict {"aten::name.overload": count}; GIL held

@@ -42,6 +42,8 @@ from kernels import _registry as R
 __all__ = ["available", "ATEN_OPS", "AtenOffload", "stats"]
 
 _SRC = Path(__file__).with_name("_aten.cc")
+#: the C form of the kernels' elementwise fast path (kernels._native.fast_api), which _aten.cc includes
+_FAST_API_H = Path(KC.__file__).with_name("_native") / "fast_api.h"
 _lock = threading.Lock()
 _state = {"dll": None, "tried": False, "why": None}
 _tls = threading.local()   # .block: the innermost aten-level block of this thread; .blocks: all of them
@@ -64,7 +66,8 @@ def _flags():
     if not (inc / "torch" / "library.h").is_file():
         raise OSError(f"PyTorch's C++ headers are not installed ({inc})")
     flags = ("-w", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-             "-I" + sysconfig.get_paths()["include"], f"-I{inc}", f"-I{inc / 'torch' / 'csrc' / 'api' / 'include'}")
+             "-I" + sysconfig.get_paths()["include"], f"-I{inc}", f"-I{inc / 'torch' / 'csrc' / 'api' / 'include'}",
+             f"-I{_FAST_API_H.parent}")
     link = (f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}")
     return flags, link
 
@@ -76,7 +79,7 @@ def _load():
     try:
         flags, link = _flags()
         path = _compiler.build_host_library("canna_torch_aten", _SRC, flags=flags, link_flags=link,
-                                            key_parts=(torch.__version__, sys.version))
+                                            key_parts=(torch.__version__, sys.version, _FAST_API_H.read_text()))
         dll = ctypes.PyDLL(str(path))
     except Exception as e:   # no compiler, no headers, a failing build
         return None, f"{type(e).__name__}: {e}"
@@ -94,8 +97,10 @@ def _load():
     dll.canna_aten_configure_direct.argtypes = [ctypes.py_object] * 7
     from kernels import _native
     from kernels._registry import _CAP, _FS, _L, _S
-    if dll.canna_aten_configure_direct(_native.memo, _native.fast, KC.fast_stream, _FS, _CAP, _L, _S) != 0:
-        return None, "canna_aten_configure_direct refused the fast-path state"
+    try:
+        dll.canna_aten_configure_direct(_native.memo, _native.fast, _FS, _CAP, _L, _S, _native.fast_api)
+    except Exception as e:
+        return None, f"canna_aten_configure_direct refused the fast-path state: {e}"
     dll.canna_aten_configure(FALLBACK)
     for op in R.registered_ops():
         _register(dll, op)
@@ -126,14 +131,16 @@ def why_unavailable():
 
 
 def stats() -> dict:
-    """``{"canna": n, "refused": n, "direct": n}``: aten calls canna ran, refused, and served by the
-    C++ direct path without Python (part of ``canna``); this process, all threads."""
+    """``{"canna": n, "refused": n, "direct": n, "direct_c": n}``: aten calls canna ran, refused,
+    served by the C++ direct path without Python (part of ``canna``), and of those the calls its C
+    route served (an elementwise fast path on the dispatcher's own tensors: no Python object made);
+    this process, all threads."""
     dll = _dll()
     if dll is None:
-        return {"canna": 0, "refused": 0, "direct": 0}
-    a = (ctypes.c_uint64 * 3)()
+        return {"canna": 0, "refused": 0, "direct": 0, "direct_c": 0}
+    a = (ctypes.c_uint64 * 4)()
     dll.canna_aten_counts(a)
-    return {"canna": a[0], "refused": a[1], "direct": a[2]}
+    return {"canna": a[0], "refused": a[1], "direct": a[2], "direct_c": a[3]}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -793,7 +793,6 @@ def offload_fast_entry(op, spec, tag, report):
     guard, an identity case, an output index, an in-place form or list inputs. Built from the same
     binding as :func:`_offload_entry` (``spec.bind``), so the C side binds the call as the Python
     handler does; ``tag`` tells the torch functions apart in the fast path's key."""
-    from kernels import _core as KC
     from ._offload import _REQ
     ins = op.inputs
     if (not op.fast or spec.inplace or spec.guard or spec.identity or spec.convert or spec.output is not None or op.lists
@@ -815,7 +814,7 @@ def offload_fast_entry(op, spec, tag, report):
         ip, pdf = None, None
     return (int(op.fast_id), tuple(names), tuple(defaults.get(nm, _REQ) for nm in names),
             (src[0], -1 if iy is None else iy, -1 if ip is None else ip), ydf, pdf,
-            tuple((i, v) for i, _name, v in fixed), bool(spec.reflected), codes, report, tag, KC.fast_stream, op.api,
+            tuple((i, v) for i, _name, v in fixed), bool(spec.reflected), codes, report, tag, op.api,
             _REQ)
 
 

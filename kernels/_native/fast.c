@@ -19,10 +19,11 @@
 #include <string.h>
 
 #include "../../canna_dl/_native/dlpack_abi.h"
+#include "fast_api.h"
 
 #define KEY_MAX 1024
 #define FAST_MAX_NDIM 8
-#define FAST_INPLACE 0x10000   /* op flag: the output is x itself (x op= y); the cache entry's mode is None */
+#define FAST_INPLACE CANNA_FAST_INPLACE   /* op flag: the output is x itself (x op= y); the cache entry's mode is None */
 
 static PyTypeObject *g_tensor_type;   /* torch.Tensor (exact type only) */
 static DLPackExchangeAPI *g_api;
@@ -44,6 +45,68 @@ static int put(key_t_ *k, const void *p, size_t n)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * the stream of a fast-path call: a handle (int), or the call's API name (str) for the calling
+ * thread's current stream — kernels._core.fast_stream(api): the handle, with its device's context
+ * made current, or the runtime's error. The answer is remembered per thread together with acl_rt's
+ * current-stream epoch (acl_rt.lowlevel.current_epoch_capsule), which moves whenever anything the
+ * answer depends on changes (a `with stream:` block, the current device or context, a stream
+ * destroyed, init / finalize / fork): while it stands still, no Python runs. */
+static PyObject *g_stream_fn;             /* kernels._core.fast_stream */
+static const uint64_t *g_epoch;           /* acl_rt's current-stream epoch (starts at 1) */
+static PyObject *g_epoch_capsule;
+static _Thread_local uint64_t t_epoch;    /* 0: nothing remembered */
+static _Thread_local void *t_stream;
+
+int fast_stream_of(PyObject *arg, void **stream)
+{
+    if (!PyUnicode_Check(arg)) {
+        *stream = PyLong_AsVoidPtr(arg);
+        return *stream || !PyErr_Occurred() ? 0 : -1;
+    }
+    if (!g_stream_fn) {
+        PyErr_SetString(PyExc_RuntimeError, "kernels._native: stream_configure() was not called");
+        return -1;
+    }
+    uint64_t e = __atomic_load_n(g_epoch, __ATOMIC_ACQUIRE);   /* (read before resolving: a change
+                                                                 * meanwhile resolves again next time) */
+    if (e == t_epoch) {
+        *stream = t_stream;
+        return 0;
+    }
+    PyObject *h = PyObject_CallOneArg(g_stream_fn, arg);
+    if (!h)
+        return -1;
+    void *s = PyLong_AsVoidPtr(h);
+    Py_DECREF(h);
+    if (!s && PyErr_Occurred())
+        return -1;
+    t_stream = s;
+    t_epoch = e;
+    *stream = s;
+    return 0;
+}
+
+/* stream_configure(fast_stream, epoch_capsule) */
+PyObject *py_stream_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyCallable_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "stream_configure(fast_stream, epoch_capsule)");
+        return NULL;
+    }
+    const uint64_t *e = PyCapsule_GetPointer(args[1], "acl_rt._native.current_epoch");
+    if (!e)
+        return NULL;
+    Py_INCREF(args[0]);
+    Py_XSETREF(g_stream_fn, args[0]);
+    Py_INCREF(args[1]);
+    Py_XSETREF(g_epoch_capsule, args[1]);
+    g_epoch = e;
+    t_epoch = 0;
+    Py_RETURN_NONE;
+}
+
 /* 1: a usable torch tensor, read into *t; 0: not applicable (no exception); -1: error */
 /* the cache's entry for the key k (*entry, borrowed; NULL on a miss): returns the key as bytes
  * (a new reference), or NULL with an exception set */
@@ -61,6 +124,13 @@ static PyObject *cache_find(PyObject *cache, const key_t_ *k, PyObject **entry)
     return key;
 }
 
+/* 1 when the fast path can take the DLTensor (a CPU array of its rank and layout) */
+static int dl_usable(const DLTensor *t)
+{
+    return t->device.device_type == kDLCPU && t->ndim <= FAST_MAX_NDIM && t->dtype.lanes == 1 &&
+           (!t->ndim || t->strides);
+}
+
 static int read_tensor(PyObject *o, DLTensor *t)
 {
     if (Py_TYPE(o) != g_tensor_type)
@@ -69,8 +139,7 @@ static int read_tensor(PyObject *o, DLTensor *t)
         PyErr_Clear();
         return 0;
     }
-    if (t->device.device_type != kDLCPU || t->ndim > FAST_MAX_NDIM || t->dtype.lanes != 1 ||
-        (t->ndim && !t->strides))
+    if (!dl_usable(t))
         return 0;
     PyObject *rg = PyObject_GetAttr(o, s_requires_grad);
     if (!rg) {
@@ -319,8 +388,8 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long op = PyLong_AsLong(args[0]);
     if (op == -1 && PyErr_Occurred())
         return NULL;
-    void *stream = PyLong_AsVoidPtr(args[1]);
-    if (!stream && PyErr_Occurred())
+    void *stream;
+    if (fast_stream_of(args[1], &stream))
         return NULL;
     key_t_ k;
     k.n = 0;
@@ -360,6 +429,86 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* fast() for a C caller (fast_api.h): the operands read by the caller, the output allocated by
+ * its callback; the same key, cache and plans */
+static int fast_c_call(long op, PyObject *sarg, const DLTensor *x, const DLTensor *y, PyObject *y_scalar,
+                       PyObject *p, PyObject *dtype, canna_fast_alloc_fn alloc, void *ctx)
+{
+    if (!g_api || !dl_usable(x) || (y ? !dl_usable(y) : !y_scalar) || !p)
+        return 0;
+    key_t_ k;
+    k.n = 0;
+    int32_t op32 = (int32_t)op;
+    put(&k, &op32, sizeof op32);
+    if (key_tensor(&k, x))
+        return 0;
+    int ny = y != NULL;
+    if (ny ? key_tensor(&k, y) != 0 : !key_scalar(&k, y_scalar))
+        return 0;
+    if (!key_scalar(&k, p))
+        return 0;
+    int inplace = (op & FAST_INPLACE) != 0;
+    if (inplace && ny && !inplace_ok(x, y))
+        return 0;
+    PyObject *entry, *key = cache_find(g_cache, &k, &entry);
+    if (!key)
+        return -1;
+    if (!entry || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4 ||
+        Py_TYPE(PyTuple_GET_ITEM(entry, 0)) != &Plan_Type) {   /* (a malformed entry: fast() reports it) */
+        Py_DECREF(key);
+        return 0;
+    }
+    PlanObject *plan = (PlanObject *)PyTuple_GET_ITEM(entry, 0);
+    PyObject *mode = PyTuple_GET_ITEM(entry, 1), *shape = PyTuple_GET_ITEM(entry, 3);
+    int n = 2 + ny, rc = 0;
+    Py_INCREF(entry);   /* the dict may change while we wait for the stream */
+    Py_DECREF(key);
+    DLTensor to;
+    void *stream;
+    if (!plan_fast_ok(plan, n))   /* closed meanwhile: the Python route computes it again */
+        goto done;
+    if (!inplace && (!(mode == Py_False || mode == Py_True) || PyTuple_GET_ITEM(entry, 2) != dtype ||
+                     !PyTuple_Check(shape)))
+        goto done;   /* an allocator of canna's (a large output), or not the caller's dtype */
+    if (fast_stream_of(sarg, &stream)) {
+        rc = -1;
+        goto done;
+    }
+    if (inplace) {
+        to = *x;
+    } else {
+        if (alloc(ctx, &to)) {
+            rc = -1;
+            goto done;
+        }
+        if (to.ndim != (int)PyTuple_GET_SIZE(shape))
+            goto done;
+        for (int d = 0; d < to.ndim; d++) {
+            long long e = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+            if (e != to.shape[d]) {
+                PyErr_Clear();
+                goto done;
+            }
+        }
+    }
+    void *addrs[3];
+    addrs[0] = data_of(x);
+    if (ny)
+        addrs[1] = data_of(y);
+    addrs[n - 1] = data_of(&to);
+    rc = plan_launch_addrs(plan, stream, NULL, addrs, n, 1) ? -1 : 1;
+done:
+    Py_DECREF(entry);
+    return rc;
+}
+
+static const CannaFastApi g_fast_api = {CANNA_FAST_API_VERSION, fast_c_call};
+
+PyObject *fast_api_capsule(void)
+{
+    return PyCapsule_New((void *)&g_fast_api, CANNA_FAST_API_CAPSULE, NULL);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * offload()'s per-call fast path (canna_dl/torch/_offload.py): one torch function call of a
  * registry entry's TorchFn, bound, checked, looked up and launched here.
@@ -370,7 +519,7 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *
  * entry (built from the registry by canna_dl.torch._generated.offload_fast_entry):
  *   (op id, names, defaults, (ix, iy, ip), y default, p default, fixed, reflected, codes, report name,
- *    tag, stream function, api, required sentinel)
+ *    tag, api (the stream: fast_stream_of), required sentinel)
  * ix/iy/ip: the parameter index each of the kernel's (x, y, p) comes from (-1: the default);
  * fixed: ((index, value), ...) a value the parameter must be (by identity, else the handler decides);
  * codes: an str attribute's choices -> code (None: a number attribute or none).
@@ -440,7 +589,7 @@ static int off_number(PyObject *o)
 PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 14 || !PyTuple_Check(args[1]) ||
+    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 13 || !PyTuple_Check(args[1]) ||
         !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "offload_fast(entry, args, kwargs, ops, ocache)");
         return NULL;
@@ -449,7 +598,7 @@ PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_RETURN_NONE;
     PyObject *e = args[0], *targs = args[1], *kw = args[2], *ops = args[3], *ocache = args[4];
     PyObject *names = PyTuple_GET_ITEM(e, 1), *defaults = PyTuple_GET_ITEM(e, 2), *src = PyTuple_GET_ITEM(e, 3);
-    PyObject *req = PyTuple_GET_ITEM(e, 13);
+    PyObject *req = PyTuple_GET_ITEM(e, 12);
     Py_ssize_t nn = PyTuple_GET_SIZE(names), na = PyTuple_GET_SIZE(targs);
     if (nn > OFF_MAXARGS || na > nn)
         Py_RETURN_NONE;
@@ -556,14 +705,8 @@ PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t narg
     PyObject *entry, *key = cache_find(ocache, &k, &entry);
     if (!key || !entry)
         return key;   /* an error (NULL), or a miss: the key */
-    PyObject *sobj = PyObject_CallOneArg(PyTuple_GET_ITEM(e, 11), PyTuple_GET_ITEM(e, 12));
-    if (!sobj) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    void *stream = PyLong_AsVoidPtr(sobj);
-    Py_DECREF(sobj);
-    if (!stream && PyErr_Occurred()) {
+    void *stream;
+    if (fast_stream_of(PyTuple_GET_ITEM(e, 11), &stream)) {
         Py_DECREF(key);
         return NULL;
     }
@@ -840,8 +983,8 @@ PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if (m[q] >= 128 ? m[q] - 128 >= no : (m[q] >= na || !is_t[m[q]]))
                 goto stale;
     }
-    void *stream = PyLong_AsVoidPtr(args[1]);
-    if (!stream && PyErr_Occurred())
+    void *stream;
+    if (fast_stream_of(args[1], &stream))
         goto done;
     if (ws_size) {
         if (!g_memo_ws)

@@ -22,6 +22,11 @@ int plan_memo_ok(PlanObject *plan, int n, uint64_t ws_cap);
 int plan_sync(void *stream);
 
 /* fast.c */
+/* a fast path's stream argument: a handle (int) or the call's API name (str: the thread's current
+ * stream, remembered while acl_rt's current-stream epoch stands still); 0, or -1 with an exception */
+int fast_stream_of(PyObject *arg, void **stream);
+PyObject *py_stream_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *fast_api_capsule(void);   /* kernels._native.fast_api: fast() for a C caller (fast_api.h) */
 PyObject *py_fast_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern unsigned long long g_offload_hits;   /* offload()'s calls served by offload_fast */

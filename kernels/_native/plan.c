@@ -25,10 +25,13 @@ typedef int32_t (*set_addr_fn)(void *executor, size_t index, void *tensor, void 
 typedef int32_t (*run_fn)(void *workspace, uint64_t workspace_size, void *executor, void *stream);
 typedef int32_t (*destroy_fn)(void *executor);
 typedef int32_t (*sync_fn)(void *stream, int32_t timeout_ms);
+typedef int32_t (*query_fn)(void *stream, int32_t *status);   /* aclrtStreamQuery (aclrtStreamStatus) */
+#define ACL_STREAM_STATUS_COMPLETE 0
 
 static set_addr_fn g_set_in, g_set_out;
 static destroy_fn g_destroy;
 static sync_fn g_sync;
+static query_fn g_query;
 static PyObject *g_raise;   /* raise_error(code, api): raises the acl_rt exception */
 static uint64_t g_launches; /* statistics (tests, benchmarks) */
 static uint64_t g_swaps;
@@ -159,6 +162,18 @@ static void plan_dealloc(PlanObject *self)
 /* wait for the stream in slices with the GIL released (Ctrl-C is delivered between slices) */
 static int do_sync(void *stream)
 {
+    int32_t status;
+    if (g_query && g_query(stream, &status) == 0 && status == ACL_STREAM_STATUS_COMPLETE) {
+        /* the work has run (a small task runs on the calling thread): the synchronize only
+         * reports the stream's errors, and returns at once, so the GIL is kept */
+        int32_t rc = g_sync(stream, SYNC_SLICE_MS);
+        if (rc == 0)
+            return 0;
+        if (rc != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) {
+            raise_code(rc, "aclrtSynchronizeStreamWithTimeout");
+            return -1;
+        }
+    }
     for (;;) {
         int32_t rc;
         Py_BEGIN_ALLOW_THREADS
@@ -384,19 +399,20 @@ PyTypeObject Plan_Type = {
     .tp_new = plan_new,
 };
 
-/* configure(set_input_addr, set_output_addr, destroy_executor, sync_stream_with_timeout, raise_error) */
+/* configure(set_input_addr, set_output_addr, destroy_executor, sync_stream_with_timeout, stream_query,
+ *           raise_error) */
 static PyObject *py_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "configure(set_in, set_out, destroy, sync, raise_error)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "configure(set_in, set_out, destroy, sync, query, raise_error)");
         return NULL;
     }
-    void *p[4];
-    for (int i = 0; i < 4; i++)
+    void *p[5];
+    for (int i = 0; i < 5; i++)
         if (as_ptr(args[i], &p[i], "function address"))
             return NULL;
-    if (!PyCallable_Check(args[4])) {
+    if (!PyCallable_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError, "configure: raise_error must be callable");
         return NULL;
     }
@@ -404,8 +420,9 @@ static PyObject *py_configure(PyObject *self, PyObject *const *args, Py_ssize_t 
     g_set_out = (set_addr_fn)p[1];
     g_destroy = (destroy_fn)p[2];
     g_sync = (sync_fn)p[3];
-    Py_INCREF(args[4]);
-    Py_XSETREF(g_raise, args[4]);
+    g_query = (query_fn)p[4];
+    Py_INCREF(args[5]);
+    Py_XSETREF(g_raise, args[5]);
     Py_RETURN_NONE;
 }
 
@@ -434,9 +451,11 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
 
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_FASTCALL,
-     "configure(set_in, set_out, destroy, sync, raise_error): function addresses from the loaded libraries"},
+     "configure(set_in, set_out, destroy, sync, query, raise_error): function addresses from the loaded libraries"},
     {"sync", py_sync, METH_O, "sync(stream): wait for the stream (GIL released, interruptible)"},
     {"stats", py_stats, METH_NOARGS, "launch statistics"},
+    {"stream_configure", (PyCFunction)(void (*)(void))py_stream_configure, METH_FASTCALL,
+     "stream_configure(fast_stream, epoch_capsule): how the fast paths resolve a call's current stream"},
     {"fast_configure", (PyCFunction)(void (*)(void))py_fast_configure, METH_FASTCALL,
      "fast_configure(tensor_type, exchange_api, empty_like, empty, dtypes, cache): the PyTorch fast path"},
     {"fast", (PyCFunction)(void (*)(void))py_fast, METH_FASTCALL,
@@ -471,5 +490,11 @@ PyMODINIT_FUNC PyInit__native(void)
         return NULL;
     }
     PyModule_AddIntConstant(m, "MAX_TENSORS", PLAN_MAX_TENSORS);
+    PyObject *cap = fast_api_capsule();
+    if (!cap || PyModule_AddObject(m, "fast_api", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -217,17 +217,10 @@ FKU_VM(sigmoid, (T)1 / ((T)1 + exp(-x)))
 FKU_VM(tanh, tanh(x))
 FKU_VM(silu, x / ((T)1 + exp(-x)))
 FKU_VM(gelu_erf, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)))
-/* PyTorch computes a contiguous float32 erf GELU with oneDNN, whose zero results are +0 (at -0 and
- * below about -13); its float16, bfloat16 and float64 kernels keep the sign (x 0.5 (1 + erf)) */
-KSIG(k_gelu_erf_pt_f32, float)
-{
-    k_gelu_erf_f32(n, o_, a_, b_, p);
-    if (p->dt[1] == ACL_FLOAT) {
-        float *o = o_;
-        for (int64_t i = 0; i < n; i++)
-            o[i] += 0.0f;   /* -0 + +0 = +0; every other value unchanged */
-    }
-}
+/* GELU keeps the sign of a zero result (x 0.5 (1 + erf): -0 at -0 and far below 0) and is inf at
+ * inf, as PyTorch's float64, float16 and bfloat16 kernels. (PyTorch's float32 CPU kernel differs by
+ * the CPU's vector ISA: through oneDNN on AVX2 its zeros are +0; on AVX-512 it keeps -0 and gives
+ * NaN at +inf. canna follows the definition, not one ISA.) */
 FKU_VM(gelu_tanh, (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))))
 
 /* x = grad, y = self / output */
@@ -388,7 +381,7 @@ static const ew_kern g_kern[EW_NOPS][CT_COUNT] = {
     [EW_POW] = {k_pow_f32, k_pow_f64, k_pow_i32, k_pow_i64},
     [EW_RELU] = {k_relu_f32, k_relu_f64, k_relu_i32, k_relu_i64},
     [EW_GELU_TANH] = {k_gelu_tanh_f32, k_gelu_tanh_f64, NULL, NULL},
-    [EW_GELU_ERF] = {k_gelu_erf_pt_f32, k_gelu_erf_f64, NULL, NULL},
+    [EW_GELU_ERF] = {k_gelu_erf_f32, k_gelu_erf_f64, NULL, NULL},
     [EW_SILU] = {k_silu_f32, k_silu_f64, NULL, NULL},
     [EW_SIGMOID] = {k_sigmoid_f32, k_sigmoid_f64, NULL, NULL},
     [EW_TANH] = {k_tanh_f32, k_tanh_f64, NULL, NULL},
