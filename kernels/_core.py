@@ -398,7 +398,8 @@ def nn():
     cast = lambda f: int(ffi.cast("uintptr_t", f))  # noqa: E731
     _native.configure(cast(ol.aclSetInputTensorAddr), cast(ol.aclSetOutputTensorAddr),
                       cast(ol.aclDestroyAclOpExecutor), cast(backend().lib.aclrtSynchronizeStreamWithTimeout),
-                      cast(backend().lib.aclrtStreamQuery), _raise_error)
+                      cast(backend().lib.aclrtStreamQuery),
+                      cast(backend().lib.aclsimSetLaunchWaited) if backend().is_sim else 0, _raise_error)
     _lib.repeatable = os.environ.get("CANNA_KERNELS_CACHE", "1").strip() not in ("0", "false", "no", "off")
     _lib.nn = ol
     return ol

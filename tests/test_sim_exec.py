@@ -147,6 +147,47 @@ def test_short_task_runs_at_launch_long_task_stays_asynchronous(acl, rt, stream)
     assert len(where) == 2 and stream.query() is True
 
 
+def test_a_launch_marked_waited_runs_at_launch_whatever_its_cost(acl, rt, stream):
+    # aclsimSetLaunchWaited(1): the caller waits right after (canna's per-call fast paths), so a task
+    # on an idle stream runs on the calling thread at once instead of waking the stream's worker
+    lib, ffi = rt
+    if lib.aclsimGetCheckMode():
+        pytest.skip("memcheck never runs work at launch")
+    keep, where = [], []
+    main = threading.get_ident()
+    prev = ffi.new("int32_t *", 7)
+    stream.synchronize()
+    assert lib.aclsimSetLaunchWaited(1, prev) == 0 and prev[0] == 0
+    try:
+        assert _launch(lib, ffi, stream, lambda: where.append(("long", threading.get_ident())) or 0, LONG_NS,
+                       keep) == 0
+        assert where == [("long", main)] and stream.query() is True     # ran before the launch returned
+        # not waited: a long task goes to the worker; a waited one behind it keeps the stream's order
+        assert lib.aclsimSetLaunchWaited(0, prev) == 0 and prev[0] == 1
+        go = threading.Event()
+        assert _launch(lib, ffi, stream, lambda: (go.wait(60), where.append(("behind", 0)))[0] and 0, LONG_NS,
+                       keep) == 0
+        assert lib.aclsimSetLaunchWaited(1, ffi.NULL) == 0
+        assert _launch(lib, ffi, stream, lambda: where.append(("after", 0)) or 0, 1000, keep) == 0
+        assert len(where) == 1 and stream.query() is False
+        go.set()
+        stream.synchronize()
+        assert [w[0] for w in where] == ["long", "behind", "after"]
+    finally:
+        assert lib.aclsimSetLaunchWaited(0, ffi.NULL) == 0
+    # per thread: another thread's setting is its own
+    seen = []
+    other = ffi.new("int32_t *", 7)
+    t = threading.Thread(target=lambda: (lib.aclsimSetLaunchWaited(0, other), seen.append(other[0])))
+    lib.aclsimSetLaunchWaited(1, ffi.NULL)
+    try:
+        t.start()
+        t.join(30)
+    finally:
+        lib.aclsimSetLaunchWaited(0, ffi.NULL)
+    assert seen == [0]
+
+
 def test_a_synchronizing_thread_runs_queued_work(acl, rt, stream):
     lib, ffi = rt
     if lib.aclsimGetCheckMode():

@@ -49,6 +49,13 @@ aclError aclsimLaunchDelay(aclrtStream stream, uint64_t microseconds, int32_t en
 /* enqueue a task that fails with `code` (an asynchronous error, reported at the next synchronize) */
 aclError aclsimLaunchFault(aclrtStream stream, aclError code, const char *message);
 
+/* waited != 0: the calling thread will wait for the work it launches from now on (until it sets 0
+ * again), so a task it launches on an idle stream runs on it at once, whatever the task's cost,
+ * instead of being handed to the stream's worker thread (legal: an asynchronous launch may finish
+ * before it returns; what would only add a thread handoff before the caller's wait). Per thread;
+ * *previous (may be NULL) gets the setting it replaces. canna's per-call fast paths set it around a
+ * launch they synchronize at once. */
+aclError aclsimSetLaunchWaited(int32_t waited, int32_t *previous);
 /* for the simulator's op and kernel libraries: enqueue fn(arg) on `stream`, in order. release(arg),
  * if not NULL, is called exactly once after fn ran or was skipped. costNs is an estimate of the run
  * time; small tasks may run inline on the calling thread when the stream is idle. */

@@ -398,6 +398,9 @@ struct sim_task {
 extern __thread sim_stream_t *tls_running_stream;
 /* cost estimate (ns) of the task the calling thread runs; UINT64_MAX: unknown, or not in a task */
 extern __thread uint64_t tls_task_cost_ns;
+/* aclsimSetLaunchWaited: the calling thread waits for what it launches, so a task it submits to
+ * an idle stream runs on it at once whatever its cost (no handoff to the stream's worker) */
+extern __thread int32_t tls_launch_waited;
 
 /* resolve a stream handle (NULL = current context's default stream); returns a reference */
 aclError sim_stream_resolve(aclrtStream h, const char *api, sim_stream_t **out);

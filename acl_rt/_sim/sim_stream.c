@@ -5,6 +5,7 @@
 
 __thread sim_stream_t *tls_running_stream;
 __thread uint64_t tls_task_cost_ns = UINT64_MAX;
+__thread int32_t tls_launch_waited = 0;
 
 static pthread_mutex_t g_wk_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_wk_cv = PTHREAD_COND_INITIALIZER;
@@ -364,7 +365,7 @@ aclError sim_stream_submit(sim_stream_t *s, sim_task_t *t, bool small, const cha
         rc = sim_err(ACL_ERROR_RT_INVALID_HANDLE, "%s: stream %p was destroyed", api, SIM_H(s));
         goto fail;
     }
-    if (small && !g_cfg.check && !s->head && !s->running) {
+    if ((small || tls_launch_waited) && !g_cfg.check && !s->head && !s->running) {
         if (t->on_enqueue)
             t->on_enqueue(t);
         uint64_t seq = atomic_load_explicit(&s->enq_seq, memory_order_relaxed) + 1;
@@ -703,6 +704,14 @@ static aclError new_engine_task(const char *api, aclrtStream stream, int32_t eng
         sim_obj_unref(&(*sp)->obj);
         return sim_err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "%s: out of host memory", api);
     }
+    return ACL_SUCCESS;
+}
+
+SIM_API aclError aclsimSetLaunchWaited(int32_t waited, int32_t *previous)
+{
+    if (previous)
+        *previous = tls_launch_waited;
+    tls_launch_waited = waited != 0;
     return ACL_SUCCESS;
 }
 

@@ -1016,6 +1016,7 @@ PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         optr[j] = data_of(&to);
     }
+    int waited = plan_launch_waited(1);   /* (every launch of the replay is waited for: the last one is) */
     for (Py_ssize_t l = 0; l < nl; l++) {
         PyObject *pm = PyTuple_GET_ITEM(launches, l);
         PlanObject *plan = (PlanObject *)PyTuple_GET_ITEM(pm, 0);
@@ -1026,6 +1027,7 @@ PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         for (int q = 0; q < n; q++)
             addrs[q] = m[q] >= 128 ? optr[m[q] - 128] : data_of(&t[m[q]]);
         if (plan_launch_addrs(plan, stream, ws, addrs, n, l == nl - 1)) {
+            plan_launch_waited(waited);
             if (l < nl - 1) {   /* the launches before it are queued: wait for them, keep the error */
                 PyObject *et, *ev, *tb;
                 PyErr_Fetch(&et, &ev, &tb);
@@ -1036,6 +1038,7 @@ PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
+    plan_launch_waited(waited);
     {
         const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(result);
         Py_ssize_t nr = PyBytes_GET_SIZE(result);

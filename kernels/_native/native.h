@@ -18,6 +18,9 @@ int plan_launch_addrs(PlanObject *plan, void *stream, void *ws, void *const *add
 int plan_fast_ok(PlanObject *plan, int n);
 /* 1 when the plan takes n addresses and needs at most ws_cap workspace bytes (the memo path) */
 int plan_memo_ok(PlanObject *plan, int n, uint64_t ws_cap);
+/* mark this thread's launches waited for (the simulator runs them on it when the stream is idle);
+ * returns the setting it replaces */
+int plan_launch_waited(int on);
 /* wait for the stream (GIL released, interruptible); 0 or -1 with an exception set */
 int plan_sync(void *stream);
 

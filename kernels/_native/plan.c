@@ -26,12 +26,14 @@ typedef int32_t (*run_fn)(void *workspace, uint64_t workspace_size, void *execut
 typedef int32_t (*destroy_fn)(void *executor);
 typedef int32_t (*sync_fn)(void *stream, int32_t timeout_ms);
 typedef int32_t (*query_fn)(void *stream, int32_t *status);   /* aclrtStreamQuery (aclrtStreamStatus) */
+typedef int32_t (*waited_fn)(int32_t waited, int32_t *previous);   /* aclsimSetLaunchWaited */
 #define ACL_STREAM_STATUS_COMPLETE 0
 
 static set_addr_fn g_set_in, g_set_out;
 static destroy_fn g_destroy;
 static sync_fn g_sync;
 static query_fn g_query;
+static waited_fn g_waited;   /* the simulator's aclsimSetLaunchWaited; NULL on a real install */
 static PyObject *g_raise;   /* raise_error(code, api): raises the acl_rt exception */
 static uint64_t g_launches; /* statistics (tests, benchmarks) */
 static uint64_t g_swaps;
@@ -205,7 +207,16 @@ int plan_fast_ok(PlanObject *self, int n)
     return self->executor && self->repeatable && self->ws_size == 0 && self->nin + self->nout == n;
 }
 
-/* swap addresses and run phase 2 (then wait, with sync); 0 or -1 with an exception set */
+int plan_launch_waited(int on)
+{
+    int32_t prev = 0;
+    if (g_waited)
+        g_waited(on, &prev);
+    return prev;
+}
+
+/* swap addresses and run phase 2 (then wait, with sync: the launch is marked waited for, so the
+ * simulator runs it on this thread when the stream is idle); 0 or -1 with an exception set */
 int plan_launch_addrs(PlanObject *self, void *stream, void *ws, void *const *addr, int n, int sync)
 {
     if (n != self->nin + self->nout) {
@@ -235,7 +246,10 @@ int plan_launch_addrs(PlanObject *self, void *stream, void *ws, void *const *add
     void *ex = self->executor;
     if (!self->repeatable)
         self->executor = NULL;   /* phase 2 consumes a single-use executor, even when it fails */
+    int waited = sync ? plan_launch_waited(1) : 0;
     int32_t rc = self->run(ws, self->ws_size, ex, stream);
+    if (sync && !waited)
+        plan_launch_waited(0);
     if (rc) {
         const char *api = PyUnicode_AsUTF8(self->name);
         raise_code(rc, api ? api : "aclnn");
@@ -400,19 +414,19 @@ PyTypeObject Plan_Type = {
 };
 
 /* configure(set_input_addr, set_output_addr, destroy_executor, sync_stream_with_timeout, stream_query,
- *           raise_error) */
+ *           set_launch_waited (0: none), raise_error) */
 static PyObject *py_configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "configure(set_in, set_out, destroy, sync, query, raise_error)");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "configure(set_in, set_out, destroy, sync, query, waited, raise_error)");
         return NULL;
     }
-    void *p[5];
-    for (int i = 0; i < 5; i++)
+    void *p[6];
+    for (int i = 0; i < 6; i++)
         if (as_ptr(args[i], &p[i], "function address"))
             return NULL;
-    if (!PyCallable_Check(args[5])) {
+    if (!PyCallable_Check(args[6])) {
         PyErr_SetString(PyExc_TypeError, "configure: raise_error must be callable");
         return NULL;
     }
@@ -421,8 +435,9 @@ static PyObject *py_configure(PyObject *self, PyObject *const *args, Py_ssize_t 
     g_destroy = (destroy_fn)p[2];
     g_sync = (sync_fn)p[3];
     g_query = (query_fn)p[4];
-    Py_INCREF(args[5]);
-    Py_XSETREF(g_raise, args[5]);
+    g_waited = (waited_fn)p[5];
+    Py_INCREF(args[6]);
+    Py_XSETREF(g_raise, args[6]);
     Py_RETURN_NONE;
 }
 
@@ -451,7 +466,7 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
 
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_FASTCALL,
-     "configure(set_in, set_out, destroy, sync, query, raise_error): function addresses from the loaded libraries"},
+     "configure(set_in, set_out, destroy, sync, query, waited, raise_error): function addresses from the loaded libraries"},
     {"sync", py_sync, METH_O, "sync(stream): wait for the stream (GIL released, interruptible)"},
     {"stats", py_stats, METH_NOARGS, "launch statistics"},
     {"stream_configure", (PyCFunction)(void (*)(void))py_stream_configure, METH_FASTCALL,
