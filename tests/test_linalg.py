@@ -133,3 +133,33 @@ def test_offload_runs_gpt2_conv1d_on_canna():
     with ct.offload() as rep:
         torch.addmm(m.bias.detach(), x.view(-1, 8), m.weight.detach(), out=torch.empty(6, 12, dtype=torch.float64))
     assert rep.ops["addmm"].fallback == 1   # out=: PyTorch's
+
+
+def test_products_split_over_the_host_threads_by_columns(py):
+    # a product with fewer row tiles and batch items than the simulator's host threads is split by
+    # B's columns (kernels/_sim/op_matmul.c mm_col_tiles): three threads, uneven tiles, addmm's
+    # broadcast self / beta / alpha, a transposed B, fp16 and a batch; values against float64
+    out = py(r'''
+import torch, kernels, acl_rt
+from acl_rt.lowlevel import backend, ffi
+torch.manual_seed(0)
+worst = 0.0
+for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12), (torch.float16, 2e-2)):
+    for M, K, N in ((128, 128, 200), (96, 256, 1000), (1, 4096, 700)):
+        a = torch.randn(M, K, dtype=dtype); b = torch.randn(K, N, dtype=dtype); s = torch.randn(N, dtype=dtype)
+        for bb in (b, b.t().contiguous().t()):
+            for beta, alpha in ((1.0, 1.0), (0.5, -2.0), (0.0, 1.0)):
+                want = torch.addmm(s.double(), a.double(), bb.double(), beta=beta, alpha=alpha)
+                got = kernels.addmm(s, a, bb, beta=beta, alpha=alpha).double()
+                err = ((got - want).abs().max() / want.abs().max()).item()
+                assert err < tol, (dtype, M, K, N, beta, alpha, err)
+                worst = max(worst, err / tol)
+        ab = torch.randn(2, M, K, dtype=dtype)
+        got = kernels.matmul(ab, b).double()
+        want = ab.double() @ b.double()
+        assert ((got - want).abs().max() / want.abs().max()).item() < tol
+st = ffi.new("aclsimDeviceStats *")
+assert backend().lib.aclsimGetDeviceStats(0, st) == 0
+print("threads", st.hostThreads, "worst", worst)
+''', env={"CANNA_SIM_THREADS": "3"})
+    assert "threads 3 " in out.stdout, out.stdout

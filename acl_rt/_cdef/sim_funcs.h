@@ -32,6 +32,8 @@ typedef struct aclsimDeviceStats {
     uint32_t aiCoreNum;         /* cores of the SoC profile */
     uint32_t vectorCoreNum;
     uint64_t tasksAtSync;       /* of which ran on a thread synchronizing their stream (not at launch) */
+    uint32_t hostThreads;       /* host threads running one launch's blocks, the launching one included
+                                 * (CANNA_SIM_THREADS): how many blocks really run at once */
 } aclsimDeviceStats;
 
 /* the simulator's own version, e.g. "0.1.0" (aclsysGetVersionStr reports the CANN version it emulates) */

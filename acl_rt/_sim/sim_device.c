@@ -561,6 +561,7 @@ SIM_API aclError aclsimGetDeviceStats(int32_t deviceId, aclsimDeviceStats *stats
     pthread_mutex_unlock(&d->util_lock);
     stats->aiCoreNum = g_cfg.profile->ai_cores;
     stats->vectorCoreNum = g_cfg.profile->vector_cores;
+    stats->hostThreads = sim_sched_threads();
     return ACL_SUCCESS;
 }
 

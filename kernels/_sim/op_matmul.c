@@ -5,7 +5,9 @@
  * used in place; others (float16/bfloat16, arbitrary strides) are first packed into contiguous
  * compute-type copies in the workspace, and an output that cannot be written in place is computed
  * in the workspace and converted back. The work is cut into blocks (batch items and row tiles of
- * the left operand) spread over the AI-core threads, one single-threaded GEMM per block. */
+ * the left operand; column tiles of the right one when those are fewer than the host threads that
+ * run a launch's blocks, aclsimDeviceStats.hostThreads) spread over the AI-core threads, one
+ * single-threaded GEMM per block. */
 #include "opsim.h"
 
 typedef struct mm_side {       /* one operand as [batch..., rows, cols] */
@@ -90,17 +92,37 @@ typedef struct mm_job {
     char *A, *B, *C;           /* effective bases (view data or packed copies) */
     const nn_view_t *self;
     int64_t per;               /* work items (tiles) per block */
+    int64_t tiles_n;           /* column tiles per row tile (chosen at run time: mm_col_tiles) */
+    int64_t cols_per_tile;
 } mm_job_t;
 
-static void fill_self_rows(const mm_job_t *j, int64_t bi_off_c, int64_t m0, int64_t m1, int64_t ldc)
+/* a column tile handed to one block: each BLAS call packs all of its A rows again, so column
+ * tiles pay only where the blocks really run at once */
+#define MM_MIN_TILE_COLS 64
+
+/* Column tiles for a product whose row tiles and batch items are fewer than the host threads
+ * that run a launch's blocks at once (a transformer's 128-row linear layers): each thread takes
+ * a slice of B's columns. One thread gets one tile (a tile costs an extra pass packing A). */
+static int64_t mm_col_tiles(const nn_exec_t *ex, const mm_params_t *p)
+{
+    int64_t items = p->nbatch * p->tiles_m, threads = ex->threads_hint ? ex->threads_hint : 1;
+    double flops = 2.0 * (double)p->nbatch * (double)p->M * (double)p->N * (double)p->K;
+    if (threads <= items || p->N < 2 * MM_MIN_TILE_COLS || flops < (double)(1 << 22))
+        return 1;
+    int64_t t = (threads + items - 1) / items, most = p->N / MM_MIN_TILE_COLS;
+    return t < most ? t : most;
+}
+
+static void fill_self_rows(const mm_job_t *j, int64_t bi_off_c, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                           int64_t ldc)
 {
     const mm_params_t *p = j->p;
     size_t csz = nn_ct_size(p->ct);
     const nn_view_t *s = j->self;
-    int64_t n = p->N;
+    int64_t n = n1 - n0;
     for (int64_t m = m0; m < m1; m++) {
-        char *crow = j->C + (bi_off_c + m * ldc) * (int64_t)csz;
-        const char *srow = s->data + (m * p->s_sm) * (int64_t)nn_dtype_size(s->dtype);
+        char *crow = j->C + (bi_off_c + m * ldc + n0) * (int64_t)csz;
+        const char *srow = s->data + (m * p->s_sm + n0 * p->s_sn) * (int64_t)nn_dtype_size(s->dtype);
         if (p->beta == 0) {   /* self is ignored (its NaN / inf too), as PyTorch's addmm does */
             memset(crow, 0, (size_t)n * csz);
             continue;
@@ -127,16 +149,20 @@ static aclError mm_block(uint32_t bi, uint32_t nb, void *arg)
     const mm_params_t *p = j->p;
     const mm_side_t *A = &p->a, *B = &p->b, *C = &p->c;
     size_t csz = nn_ct_size(p->ct);
-    int64_t total = p->nbatch * p->tiles_m;
+    int64_t total = p->nbatch * p->tiles_m * j->tiles_n;
     int64_t t0 = (int64_t)bi * j->per, t1 = t0 + j->per;
     if (t1 > total)
         t1 = total;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t bidx = t / p->tiles_m, tile = t % p->tiles_m;
+        int64_t tn = t % j->tiles_n, tm = t / j->tiles_n;
+        int64_t bidx = tm / p->tiles_m, tile = tm % p->tiles_m;
         int64_t m0 = tile * p->rows_per_tile, m1 = m0 + p->rows_per_tile;
+        int64_t n0 = tn * j->cols_per_tile, n1 = n0 + j->cols_per_tile;
         if (m1 > p->M)
             m1 = p->M;
-        if (m0 >= m1)
+        if (n1 > p->N)
+            n1 = p->N;
+        if (m0 >= m1 || n0 >= n1)
             continue;
         int64_t oa = 0, ob = 0, oc = 0, r = bidx;
         for (int32_t d = p->nbd - 1; d >= 0; d--) {
@@ -152,23 +178,23 @@ static aclError mm_block(uint32_t bi, uint32_t nb, void *arg)
         int64_t c_sr = C->ld;
         double beta = 0;
         if (p->vs >= 0 && p->beta != 0) {
-            fill_self_rows(j, oc, m0, m1, c_sr);
+            fill_self_rows(j, oc, m0, m1, n0, n1, c_sr);
             beta = 1;
         }
         char *ap = j->A + (oa + m0 * a_sr) * (int64_t)csz;
-        char *bp = j->B + ob * (int64_t)csz;
-        char *cp = j->C + (oc + m0 * c_sr) * (int64_t)csz;
+        char *bp = j->B + (ob + n0 * (B->trans ? B->ld : 1)) * (int64_t)csz;   /* column n0 of B */
+        char *cp = j->C + (oc + m0 * c_sr + n0) * (int64_t)csz;
         if (p->K == 0) {
             if (beta == 0)
                 for (int64_t m = m0; m < m1; m++)
-                    memset(j->C + (oc + m * c_sr) * (int64_t)csz, 0, (size_t)p->N * csz);
+                    memset(j->C + (oc + m * c_sr + n0) * (int64_t)csz, 0, (size_t)(n1 - n0) * csz);
             continue;
         }
         if (p->ct == CT_F32)
-            nn_sgemm(A->trans, B->trans, m1 - m0, p->N, p->K, (float)p->alpha, (const float *)ap, A->ld,
+            nn_sgemm(A->trans, B->trans, m1 - m0, n1 - n0, p->K, (float)p->alpha, (const float *)ap, A->ld,
                      (const float *)bp, B->ld, (float)beta, (float *)cp, C->ld);
         else
-            nn_dgemm(A->trans, B->trans, m1 - m0, p->N, p->K, p->alpha, (const double *)ap, A->ld,
+            nn_dgemm(A->trans, B->trans, m1 - m0, n1 - n0, p->K, p->alpha, (const double *)ap, A->ld,
                      (const double *)bp, B->ld, beta, (double *)cp, C->ld);
     }
     return ACL_SUCCESS;
@@ -202,7 +228,11 @@ static aclError mm_run(nn_exec_t *ex)
     }
     if (p->c.pack)
         j.C = ex->ws + p->c.ws_off;
-    int64_t total = p->nbatch * p->tiles_m;
+    j.tiles_n = mm_col_tiles(ex, p);
+    j.cols_per_tile = (p->N + j.tiles_n - 1) / j.tiles_n;
+    if (j.tiles_n > 1)   /* (whole vectors of the BLAS kernel per tile) */
+        j.cols_per_tile = (j.cols_per_tile + 15) / 16 * 16;
+    int64_t total = p->nbatch * p->tiles_m * j.tiles_n;
     uint32_t nb = nn_blocks(ex, total, 1);
     j.per = (total + nb - 1) / nb;
     nb = (uint32_t)((total + j.per - 1) / j.per);

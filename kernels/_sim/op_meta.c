@@ -982,26 +982,29 @@ NN_API aclnnStatus aclSetTensorAddr(aclOpExecutor *executor, const size_t index,
 /* ------------------------------------------------------------------ phase 2: launching */
 
 typedef struct dev_info {
-    uint32_t ai_cores, vector_cores;
+    uint32_t ai_cores, vector_cores, host_threads;
 } dev_info_t;
 static dev_info_t g_dev_info[64];
 
+/* the device's cores of the engine (engine -1: the host threads running a launch's blocks) */
 static uint32_t device_cores(int32_t dev, int32_t engine)
 {
     if (dev < 0 || dev >= 64)
         return 1;
     dev_info_t *d = &g_dev_info[dev];
-    uint32_t c = __atomic_load_n(engine == ACLSIM_ENGINE_CUBE ? &d->ai_cores : &d->vector_cores, __ATOMIC_RELAXED);
+    uint32_t *slot = engine < 0 ? &d->host_threads : engine == ACLSIM_ENGINE_CUBE ? &d->ai_cores : &d->vector_cores;
+    uint32_t c = __atomic_load_n(slot, __ATOMIC_RELAXED);
     if (!c) {
         aclsimDeviceStats st;
         memset(&st, 0, sizeof st);
         if (aclsimGetDeviceStats(dev, &st) == ACL_SUCCESS) {
             __atomic_store_n(&d->ai_cores, st.aiCoreNum ? st.aiCoreNum : 1, __ATOMIC_RELAXED);
             __atomic_store_n(&d->vector_cores, st.vectorCoreNum ? st.vectorCoreNum : 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&d->host_threads, st.hostThreads ? st.hostThreads : 1, __ATOMIC_RELAXED);
         } else {
             (void)aclGetRecentErrMsg();
         }
-        c = __atomic_load_n(engine == ACLSIM_ENGINE_CUBE ? &d->ai_cores : &d->vector_cores, __ATOMIC_RELAXED);
+        c = __atomic_load_n(slot, __ATOMIC_RELAXED);
         if (!c)
             c = 1;
     }
@@ -1127,6 +1130,7 @@ aclnnStatus nn_launch(const char *api, void *workspace, uint64_t workspaceSize, 
     }
     run->ws = workspace;
     run->nblocks_hint = device_cores(run->device, run->engine);
+    run->threads_hint = device_cores(run->device, -1);
     if (run->cores > run->nblocks_hint)
         run->cores = run->nblocks_hint;
     if (!run->cores)

@@ -308,6 +308,7 @@ typedef struct nn_exec {        /* aclOpExecutor */
     char *ws;
     int32_t device;
     uint32_t nblocks_hint;      /* AI-core threads' worth of blocks on the device */
+    uint32_t threads_hint;      /* host threads that run those blocks at once (the launching one included) */
     size_t size;                /* bytes of this struct including the params */
     _Alignas(16) unsigned char params[];
 } nn_exec_t;
