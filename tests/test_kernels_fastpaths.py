@@ -2,8 +2,9 @@
 in float64 on random data, with the boundaries of each path:
 
 - max_pool2d: the vectorized 2x2 / stride-2 window (4 windows at a time, a scalar tail; rows
-  where the window leaves the input -- padding, ceil_mode, odd sizes -- take the generic loop),
-  with NaN, ties and -inf in the windows;
+  where the window leaves the input -- padding, ceil_mode, odd sizes -- take the generic loop) and
+  any other float32 window in place (8 outputs at a time where every tap is inside the row, padded
+  borders one by one), with NaN, ties and -inf in the windows;
 - conv2d: im2col by output rows (padding / stride / dilation cut each row into a zero run, a copy
   and a zero run), column tiles of 4096 positions that start in the middle of an output row, the
   forward GEMM straight into a dense output or through a buffer into a strided one, operands used
@@ -66,6 +67,11 @@ POOL_CASES = [
     (8, 10, dict(kernel_size=2, stride=2, padding=1)), (8, 10, dict(kernel_size=2, stride=(2, 2), padding=(1, 0))),
     (8, 10, dict(kernel_size=2, stride=(2, 2), padding=(0, 1))), (9, 11, dict(kernel_size=2, stride=3)),
     (9, 11, dict(kernel_size=(2, 3), stride=2)), (9, 11, dict(kernel_size=2, stride=2, dilation=2)),
+    # any other window straight in float32 memory (mp_row_f32): eight outputs at a time where every tap
+    # is inside the row, the last group overlapping, padded borders one by one (ResNet's 3x3/2 pad 1)
+    (11, 40, dict(kernel_size=3, stride=2, padding=1)), (7, 50, dict(kernel_size=3, stride=1, padding=1)),
+    (9, 45, dict(kernel_size=(2, 3), stride=2, dilation=2, ceil_mode=True)), (10, 37, dict(kernel_size=3, stride=3)),
+    (12, 33, dict(kernel_size=(3, 2), stride=(1, 3), padding=(1, 1))),
 ]
 
 

@@ -1414,18 +1414,106 @@ mp_row_2x2_f32(const float *restrict r0, const float *restrict r1, int64_t OW, i
     }
 }
 
+/* one output of a window at (ih0, iw0) of a float32 plane, taps in PyTorch's order (row by row),
+ * padding skipped: the first maximum, a NaN wins and the first NaN stays (as the general path) */
+static inline void mp_one_f32(const float *restrict xp, const mp_params_t *p, int64_t ih0, int64_t iw0,
+                              float *restrict y, int64_t *restrict idx)
+{
+    float m = -INFINITY;
+    int64_t mi = -1;
+    for (int64_t a = 0; a < p->kh; a++) {
+        int64_t ih = ih0 + a * p->dh;
+        if (ih < 0 || ih >= p->H)
+            continue;
+        for (int64_t b = 0; b < p->kw; b++) {
+            int64_t iw = iw0 + b * p->dw;
+            if (iw < 0 || iw >= p->W)
+                continue;
+            float v = xp[ih * p->W + iw];
+            if (mi < 0 || (!(v <= m) && m == m)) {
+                m = v;
+                mi = ih * p->W + iw;
+            }
+        }
+    }
+    *y = m;
+    *idx = mi;
+}
+
+/* one output row of any window (kh x kw, strides, padding, dilation) on a float32 plane: the
+ * outputs whose taps all lie inside the row's columns eight at a time (a vector per tap, the same
+ * comparisons as mp_one_f32), the others one by one */
+static NN_CLONES void mp_row_f32(const float *restrict xp, const mp_params_t *p, int64_t oh, float *restrict yrow,
+                                 int64_t *restrict irow)
+{
+    const int64_t W = p->W, OW = p->OW, sw = p->sw, pw = p->pw, span = (p->kw - 1) * p->dw;
+    int64_t ih0 = oh * p->sh - p->ph;
+    int64_t lo = (pw + sw - 1) / sw;   /* the first output whose first tap is column >= 0 */
+    int64_t hi = W - 1 - span + pw >= 0 ? (W - 1 - span + pw) / sw + 1 : 0;   /* past the last inside */
+    if (hi > OW)
+        hi = OW;
+    if (lo > hi)
+        lo = hi;
+    int64_t ow = 0;
+    for (; ow < lo; ow++)
+        mp_one_f32(xp, p, ih0, ow * sw - pw, yrow + ow, irow + ow);
+    /* groups of eight; the last one may overlap the one before (recomputing identical windows) */
+    for (; hi - lo >= 8 && ow < hi; ow += 8) {
+        if (ow + 8 > hi)
+            ow = hi - 8;
+        mp_v8f m = {0};
+        mp_v8i k = {0};
+        bool first = true;
+        for (int64_t a = 0; a < p->kh; a++) {
+            int64_t ih = ih0 + a * p->dh;
+            if (ih < 0 || ih >= p->H)
+                continue;
+            const float *row = xp + ih * W;
+            for (int64_t b = 0; b < p->kw; b++) {
+                int64_t c0 = ow * sw - pw + b * p->dw;
+                mp_v8f v;
+                for (int q = 0; q < 8; q++)
+                    v[q] = row[c0 + q * sw];
+                int32_t kv = (int32_t)(ih * W + c0);
+                if (first) {
+                    m = v;
+                    k = (mp_v8i){kv, kv, kv, kv, kv, kv, kv, kv};
+                    first = false;
+                } else {
+                    mp_take8(&m, &k, v, kv);
+                }
+            }
+        }
+        if (first) {   /* (no row of the window inside the input: none, as mp_one_f32 gives) */
+            for (int q = 0; q < 8; q++)
+                mp_one_f32(xp, p, ih0, (ow + q) * sw - pw, yrow + ow + q, irow + ow + q);
+            continue;
+        }
+        mp_v8l kl = __builtin_convertvector(k, mp_v8l);
+        int64_t st = sw;
+        kl += (mp_v8l){0, st, 2 * st, 3 * st, 4 * st, 5 * st, 6 * st, 7 * st};
+        memcpy(yrow + ow, &m, sizeof m);
+        memcpy(irow + ow, &kl, sizeof kl);
+    }
+    for (; ow < OW; ow++)
+        mp_one_f32(xp, p, ih0, ow * sw - pw, yrow + ow, irow + ow);
+}
+
 /* forward straight in the tensors' memory: float32 input and output and int64 indices, all
- * contiguous, and every window a 2x2 / stride-2 one inside the input (no padding, no dilation) */
+ * contiguous (2x2 / stride-2 windows inside the input: mp_row_2x2_f32; any other window:
+ * mp_row_f32) */
 static bool mp_fwd_direct(const nn_exec_t *ex, const mp_params_t *p)
 {
     const nn_view_t *x = &ex->v[p->vx], *y = &ex->v[p->vy], *ix = &ex->v[p->vi];
-    if (x->dtype != ACL_FLOAT || y->dtype != ACL_FLOAT || ix->dtype != ACL_INT64)
-        return false;
-    if (p->kh != 2 || p->kw != 2 || p->sw != 2 || p->dh != 1 || p->dw != 1 || p->ph != 0 || p->pw != 0)
-        return false;
-    if (2 * p->OW > p->W || (p->OH - 1) * p->sh + 1 >= p->H || p->H * p->W > INT32_MAX)
+    if (x->dtype != ACL_FLOAT || y->dtype != ACL_FLOAT || ix->dtype != ACL_INT64 || p->H * p->W > INT32_MAX)
         return false;
     return nn_view_contiguous(x) && nn_view_contiguous(y) && nn_view_contiguous(ix);
+}
+
+static bool mp_fwd_2x2(const mp_params_t *p)
+{
+    return p->kh == 2 && p->kw == 2 && p->sw == 2 && p->dh == 1 && p->dw == 1 && p->ph == 0 && p->pw == 0 &&
+           2 * p->OW <= p->W && (p->OH - 1) * p->sh + 1 < p->H;
 }
 
 /* Each block takes whole planes. Forward: the plane is loaded once into a double buffer (exact for
@@ -1457,10 +1545,14 @@ static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
             const float *xp = (const float *)x->data + q * HW;
             float *yp = (float *)ex->v[p->vy].data + q * p->OH * OW;
             int64_t *ip = (int64_t *)ix->data + q * p->OH * OW;
+            bool two = mp_fwd_2x2(p);
             for (int64_t oh = 0; oh < p->OH; oh++) {
                 int64_t ih0 = oh * p->sh;
-                mp_row_2x2_f32(xp + ih0 * p->W, xp + (ih0 + 1) * p->W, OW, ih0 * p->W, p->W, yp + oh * OW,
-                               ip + oh * OW);
+                if (two)
+                    mp_row_2x2_f32(xp + ih0 * p->W, xp + (ih0 + 1) * p->W, OW, ih0 * p->W, p->W, yp + oh * OW,
+                                   ip + oh * OW);
+                else
+                    mp_row_f32(xp, p, oh, yp + oh * OW, ip + oh * OW);
             }
         } else if (!j->backward) {
             for (int64_t h = 0; h < p->H; h++)
