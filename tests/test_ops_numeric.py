@@ -331,6 +331,27 @@ def test_softmax_inf_rows():
                                equal_nan=True)
 
 
+@pytest.mark.parametrize("n", [31, 32, 33, 100, 257, 1000, 1024])
+def test_softmax_long_rows_float32(n, rng):
+    # the vectorized row loops (two max accumulators of 8 or 16 floats, exp sums in chunks of 256,
+    # partial last vectors): float32 rows of many lengths against float64, a NaN far into a row,
+    # a row of -inf but one entry, a row with +inf
+    import kernels
+    x = rnd((6, n), np.float32, rng, -30, 30)
+    x[1, n - 2] = np.nan
+    x[2, :] = -np.inf
+    x[2, n // 2] = 3.0
+    x[3, n - 1] = np.inf
+    x[4, :] = 88.0   # every exp at the top of the range
+    x[5, :] = rnd((n,), np.float32, rng, -30, -10)
+    x[5, [12, 20]] = 80.0   # the maximum in either accumulator's lanes (a wrong one overflows exp)
+    t = torch.from_numpy(x)
+    for fn, kfn in ((torch.softmax, kernels.softmax), (torch.log_softmax, kernels.log_softmax)):
+        want = fn(t.double(), -1).numpy()
+        got = kfn(t, -1).numpy().astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, equal_nan=True)
+
+
 # ------------------------------------------------------------------ normalizations
 
 @pytest.mark.parametrize("dtype", FLOATS)

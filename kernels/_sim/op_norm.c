@@ -125,114 +125,176 @@ static char *elem_ptr(const nn_view_t *v, int64_t i)
 
 /* ------------------------------------------------------------------ a vectorizable expf
  * exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (Cody-Waite split), exp(r) by Cephes'
- * degree-6 polynomial: within 2 ulp of expf. Branch-free on 8-float generic vectors (one AVX2
- * register: with 16-float ones, two registers, GCC's AVX2 clone ran softmax ~5x slower), so each
- * clone below (AVX-512, AVX2, baseline x86-64; chosen at load time) runs it at its vector width;
- * x < -87.3 gives exactly 0 (masked softmax entries), NaN stays NaN, large x gives inf. */
-#pragma GCC diagnostic ignored "-Wpsabi"   /* always-inline 8-float vectors: no ABI crosses a call */
+ * degree-6 polynomial: within 2 ulp of expf. Branch-free on generic vectors of VW floats, written
+ * once (MK_VEXP and the loops below) for two widths: 8 floats (one AVX2 register: with 16-float ones,
+ * two registers, GCC's AVX2 clone ran softmax ~5x slower), compiled for AVX-512, AVX2 and baseline
+ * x86-64 (NN_CLONES, chosen at load time), and 16 floats (one AVX-512 register) in functions built
+ * for AVX-512 only, which the entry points take when the CPU has it (the same element values: only
+ * the lanes a sum is spread over differ); x < -87.3 gives exactly 0 (masked softmax entries), NaN
+ * stays NaN, large x gives inf. */
+#pragma GCC diagnostic ignored "-Wpsabi"   /* always-inline vectors: no ABI crosses a call */
 #define VW 8
-/* vsel / vexp pass 64-byte vectors by value; they are always inlined into their callers (each
- * clone compiled for its own target), so no call ever crosses an ABI boundary */
-#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float vf __attribute__((vector_size(4 * VW)));
 typedef int32_t vi __attribute__((vector_size(4 * VW)));
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
 
-static inline __attribute__((always_inline)) vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }
+#define MK_VEXP(NAME, VF, VI, ATTR)                                                                \
+    static inline __attribute__((always_inline)) ATTR VF NAME##_sel(VI m, VF a, VF b)            \
+    {                                                                                              \
+        return (VF)(((VI)a & m) | ((VI)b & ~m));                                                   \
+    }                                                                                              \
+    static inline __attribute__((always_inline)) ATTR VF NAME(VF x)                                \
+    {                                                                                              \
+        const VF zero = {0};                                                                       \
+        VI hi = x > 88.7f, lo = x < -87.3f, nan = x != x;                                          \
+        VF xc = NAME##_sel(hi, zero + 88.7f, x);                                                   \
+        xc = NAME##_sel(lo, zero - 87.3f, xc);                                                     \
+        xc = NAME##_sel(nan, zero, xc);                                                            \
+        VF k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;                            \
+        VF r = xc - k * 0.693359375f;                                                              \
+        r = r + k * 2.12194440e-4f;                                                                \
+        VF p = zero + 1.9875691500e-4f;                                                            \
+        p = p * r + 1.3981999507e-3f;                                                              \
+        p = p * r + 8.3334519073e-3f;                                                              \
+        p = p * r + 4.1665795894e-2f;                                                              \
+        p = p * r + 1.6666665459e-1f;                                                              \
+        p = p * r + 5.0000001201e-1f;                                                              \
+        p = p * r * r + r + 1.0f;                                                                  \
+        VI ki = __builtin_convertvector(k, VI);                                                    \
+        VF sc = (VF)((ki + 127) << 23);                                                            \
+        VF res = p * sc;                                                                           \
+        res = NAME##_sel(lo, zero, res);                                                           \
+        res = NAME##_sel(hi, zero + INFINITY, res);                                                \
+        return NAME##_sel(nan, x, res);                                                            \
+    }
 
-static inline __attribute__((always_inline)) vf vexp(vf x)
-{
-    const vf zero = {0};
-    vi hi = x > 88.7f, lo = x < -87.3f, nan = x != x;
-    vf xc = vsel(hi, zero + 88.7f, x);
-    xc = vsel(lo, zero - 87.3f, xc);
-    xc = vsel(nan, zero, xc);
-    vf k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    vf r = xc - k * 0.693359375f;
-    r = r + k * 2.12194440e-4f;
-    vf p = zero + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    vi ki = __builtin_convertvector(k, vi);
-    vf sc = (vf)((ki + 127) << 23);
-    vf res = p * sc;
-    res = vsel(lo, zero, res);
-    res = vsel(hi, zero + INFINITY, res);
-    return vsel(nan, x, res);
-}
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define WIDE16 1   /* the 16-float forms exist (x86-64: built for AVX-512, taken when the CPU has it) */
+#define AVX512 __attribute__((target("avx512f")))
+#else
+#define WIDE16 0
+#endif
+MK_VEXP(vexp, vf, vi, )
+#if WIDE16
+MK_VEXP(vexp16, vf16, vi16, AVX512)
+#endif
+#define vsel vexp_sel
 
 /* sum of exp(x[k] - m) into o (when o != NULL); lanes accumulate in float over chunks of 256
- * elements (32 terms per lane), the chunks in double */
-NN_CLONES double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
-{
-    double total = 0;
-    for (int64_t c = 0; c < n; c += 256) {
-        int64_t len = n - c < 256 ? n - c : 256;
-        vf acc = {0};
-        int64_t k = 0;
-        for (; k + VW <= len; k += VW) {
-            vf v;
-            memcpy(&v, x + c + k, sizeof v);
-            v = vexp(v - m);
-            if (o)
-                memcpy(o + c + k, &v, sizeof v);
-            acc += v;
-        }
-        if (k < len) {   /* the tail, padded with -inf (exp = 0) */
-            float t[VW];
-            for (int j = 0; j < VW; j++)
-                t[j] = k + j < len ? x[c + k + j] - m : -INFINITY;
-            vf v;
-            memcpy(&v, t, sizeof v);
-            v = vexp(v);
-            memcpy(t, &v, sizeof v);
-            if (o)
-                for (int64_t j = 0; k + j < len; j++)
-                    o[c + k + j] = t[j];
-            acc += v;
-        }
-        float lanes[VW];
-        memcpy(lanes, &acc, sizeof acc);
-        double s = 0;
-        for (int j = 0; j < VW; j++)
-            s += lanes[j];
-        total += s;
+ * elements (256 / W terms per lane), the chunks in double */
+#define MK_EXP_SUM(NAME, VF, W, EXP, ATTR)                                                         \
+    ATTR static double NAME(const float *restrict x, float *restrict o, int64_t n, float m)        \
+    {                                                                                              \
+        double total = 0;                                                                          \
+        for (int64_t c = 0; c < n; c += 256) {                                                     \
+            int64_t len = n - c < 256 ? n - c : 256;                                               \
+            VF acc = {0};                                                                          \
+            int64_t k = 0;                                                                         \
+            for (; k + W <= len; k += W) {                                                         \
+                VF v;                                                                              \
+                memcpy(&v, x + c + k, sizeof v);                                                   \
+                v = EXP(v - m);                                                                    \
+                if (o)                                                                             \
+                    memcpy(o + c + k, &v, sizeof v);                                               \
+                acc += v;                                                                          \
+            }                                                                                      \
+            if (k < len) { /* the tail, padded with -inf (exp = 0) */                              \
+                float t[W];                                                                        \
+                for (int j = 0; j < W; j++)                                                        \
+                    t[j] = k + j < len ? x[c + k + j] - m : -INFINITY;                             \
+                VF v;                                                                              \
+                memcpy(&v, t, sizeof v);                                                           \
+                v = EXP(v);                                                                        \
+                memcpy(t, &v, sizeof v);                                                           \
+                if (o)                                                                             \
+                    for (int64_t j = 0; k + j < len; j++)                                          \
+                        o[c + k + j] = t[j];                                                       \
+                acc += v;                                                                          \
+            }                                                                                      \
+            float lanes[W];                                                                        \
+            memcpy(lanes, &acc, sizeof acc);                                                       \
+            double s = 0;                                                                          \
+            for (int j = 0; j < W; j++)                                                            \
+                s += lanes[j];                                                                     \
+            total += s;                                                                            \
+        }                                                                                          \
+        return total;                                                                              \
     }
-    return total;
+
+/* the maximum (NaN reported through *nan); two accumulators, so the compares of one do not wait
+ * for the other's */
+#define MK_MAX(NAME, VF, VI, W, SEL, ATTR)                                                         \
+    ATTR static float NAME(const float *restrict x, int64_t n, bool *nan)                          \
+    {                                                                                              \
+        VF m0 = {0}, m1;                                                                           \
+        m0 = m0 - INFINITY;                                                                        \
+        m1 = m0;                                                                                   \
+        VI n0 = {0}, n1 = {0};                                                                     \
+        int64_t k = 0;                                                                             \
+        for (; k + 2 * W <= n; k += 2 * W) {                                                       \
+            VF a, b;                                                                               \
+            memcpy(&a, x + k, sizeof a);                                                           \
+            memcpy(&b, x + k + W, sizeof b);                                                       \
+            m0 = SEL(a > m0, a, m0);                                                               \
+            m1 = SEL(b > m1, b, m1);                                                               \
+            n0 |= a != a;                                                                          \
+            n1 |= b != b;                                                                          \
+        }                                                                                          \
+        m0 = SEL(m1 > m0, m1, m0);                                                                 \
+        n0 |= n1;                                                                                  \
+        float lanes[W];                                                                            \
+        int32_t nl[W];                                                                             \
+        memcpy(lanes, &m0, sizeof m0);                                                             \
+        memcpy(nl, &n0, sizeof n0);                                                                \
+        float m = -INFINITY;                                                                       \
+        int isnan = 0;                                                                             \
+        for (int j = 0; j < W; j++) {                                                              \
+            m = lanes[j] > m ? lanes[j] : m;                                                       \
+            isnan |= nl[j];                                                                        \
+        }                                                                                          \
+        for (; k < n; k++) {                                                                       \
+            m = x[k] > m ? x[k] : m;                                                               \
+            isnan |= x[k] != x[k];                                                                 \
+        }                                                                                          \
+        *nan = isnan != 0;                                                                         \
+        return m;                                                                                  \
+    }
+
+MK_EXP_SUM(exp_sum_w8, vf, 8, vexp, NN_CLONES)
+MK_MAX(max_w8, vf, vi, 8, vexp_sel, NN_CLONES)
+#if WIDE16
+MK_EXP_SUM(exp_sum_w16, vf16, 16, vexp16, AVX512)
+MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
+#else
+#define exp_sum_w16 exp_sum_w8
+#define max_w16 max_w8
+#endif
+
+/* whether the 16-float forms run here (the CPU has AVX-512) */
+static bool wide16(void)
+{
+    static int on = -1;
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+#if WIDE16
+        v = __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+        v = 0;
+#endif
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v != 0;
 }
 
-/* the maximum (NaN reported through *nan) */
-NN_CLONES static float max_f32(const float *restrict x, int64_t n, bool *nan)
+double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
 {
-    vf mv = {0};
-    mv = mv - INFINITY;
-    vi nv = {0};
-    int64_t k = 0;
-    for (; k + VW <= n; k += VW) {
-        vf v;
-        memcpy(&v, x + k, sizeof v);
-        mv = vsel(v > mv, v, mv);
-        nv |= v != v;
-    }
-    float lanes[VW];
-    int32_t nl[VW];
-    memcpy(lanes, &mv, sizeof mv);
-    memcpy(nl, &nv, sizeof nv);
-    float m = -INFINITY;
-    int isnan = 0;
-    for (int j = 0; j < VW; j++) {
-        m = lanes[j] > m ? lanes[j] : m;
-        isnan |= nl[j];
-    }
-    for (; k < n; k++) {
-        m = x[k] > m ? x[k] : m;
-        isnan |= x[k] != x[k];
-    }
-    *nan = isnan != 0;
-    return m;
+    return wide16() ? exp_sum_w16(x, o, n, m) : exp_sum_w8(x, o, n, m);
+}
+
+static float max_f32(const float *restrict x, int64_t n, bool *nan)
+{
+    return wide16() ? max_w16(x, n, nan) : max_w8(x, n, nan);
 }
 
 /* sum of (x[k] - c)^p for p = 1 or 2: float lanes over chunks of 256 elements (32 terms per
