@@ -1,7 +1,8 @@
 """The simulator's float32 transcendental kernels (exp, sigmoid, silu, tanh, gelu and the
-gradients of silu and gelu) run through glibc's vector math library (libmvec) when it is there and
-through scalar libm otherwise (``CANNA_SIM_LIBMVEC=0``; kernels/_sim/op_elementwise.c). Both
-paths, each in a fresh process, against float64 PyTorch on random data of a length that leaves a
+gradients of silu and gelu) run through glibc's vector math library (libmvec) when it is there —
+its sixteen-float AVX-512 functions on a CPU with AVX-512, its eight-float AVX2 ones otherwise or
+with ``CANNA_SIM_LIBMVEC=avx2`` — and through scalar libm otherwise (``CANNA_SIM_LIBMVEC=0``;
+kernels/_sim/op_elementwise.c). Every path, each in a fresh process, against float64 PyTorch on random data of a length that leaves a
 partial last vector, and on the special values (±inf, NaN, ±0, huge, tiny)."""
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def _run(libmvec):
     env = dict(os.environ, PYTHONPATH=ROOT)
     if libmvec is False:
         env["CANNA_SIM_LIBMVEC"] = "0"
+    elif libmvec == "avx2":
+        env["CANNA_SIM_LIBMVEC"] = "avx2"
     else:
         env.pop("CANNA_SIM_LIBMVEC", None)
     r = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -72,7 +75,7 @@ def _run(libmvec):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("libmvec", [True, False], ids=["libmvec", "scalar"])
+@pytest.mark.parametrize("libmvec", [True, "avx2", False], ids=["libmvec", "libmvec-avx2", "scalar"])
 def test_float32_transcendentals_match_float64_torch(libmvec):
     res = _run(libmvec)
     for name, r in res.items():

@@ -131,16 +131,21 @@ static aclDataType ct_dtype(int ct)
  * _ZGVdN8v_expf is expf on the eight floats of an AVX2 register; glibc 2.22+, tanhf and erff
  * 2.35+; maximum error 4 ulp, documented in glibc's manual "Errors in Math Functions"), the way
  * PyTorch's CPU kernels use SLEEF's vector functions; a scalar libm call per element is several
- * times slower. It is looked up at the first use (dlopen, like the BLAS): without it (another C
- * library, a CPU without AVX2 + FMA, or CANNA_SIM_LIBMVEC=0) the scalar loops below run. */
+ * times slower. On a CPU with AVX-512 the sixteen-float forms run (_ZGVeN16v_expf: one AVX-512
+ * register), as PyTorch's own AVX-512 kernels do; CANNA_SIM_LIBMVEC=avx2 keeps the eight-float ones.
+ * It is looked up at the first use (dlopen, like the BLAS): without it (another C library, a CPU
+ * without AVX2 + FMA, or CANNA_SIM_LIBMVEC=0) the scalar loops below run. */
 typedef float vm8f __attribute__((vector_size(32)));
 typedef vm8f (*vm8f_fn)(vm8f);
+typedef float vm16f __attribute__((vector_size(64)));
+typedef vm16f (*vm16f_fn)(vm16f);
 
 static struct {
     pthread_once_t once;
-    bool ok;
+    bool ok, ok16;
     vm8f_fn vexp, vtanh, verf;
-} g_vm = {PTHREAD_ONCE_INIT, false, NULL, NULL, NULL};
+    vm16f_fn vexp16, vtanh16, verf16;
+} g_vm = {PTHREAD_ONCE_INIT, false, false, NULL, NULL, NULL, NULL, NULL, NULL};
 
 static void vm_init(void)
 {
@@ -158,6 +163,12 @@ static void vm_init(void)
     g_vm.vtanh = (vm8f_fn)dlsym(h, "_ZGVdN8v_tanhf");
     g_vm.verf = (vm8f_fn)dlsym(h, "_ZGVdN8v_erff");
     g_vm.ok = g_vm.vexp && g_vm.vtanh && g_vm.verf;
+    if (g_vm.ok && !(env && strcmp(env, "avx2") == 0) && __builtin_cpu_supports("avx512f")) {
+        g_vm.vexp16 = (vm16f_fn)dlsym(h, "_ZGVeN16v_expf");
+        g_vm.vtanh16 = (vm16f_fn)dlsym(h, "_ZGVeN16v_tanhf");
+        g_vm.verf16 = (vm16f_fn)dlsym(h, "_ZGVeN16v_erff");
+        g_vm.ok16 = g_vm.vexp16 && g_vm.vtanh16 && g_vm.verf16;
+    }
 #endif
 }
 
@@ -167,17 +178,28 @@ static bool vm_ready(void)
     return g_vm.ok;
 }
 
+static bool vm16_ready(void)
+{
+    pthread_once(&g_vm.once, vm_init);
+    return g_vm.ok16;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define VM_TARGET __attribute__((target("avx2,fma")))
+#define VM16_TARGET __attribute__((target("avx512f")))
 #else
 #define VM_TARGET
+#define VM16_TARGET
 #endif
 
 /* o[i] = VEXPR of x = a[i] (and y = b[i] when b): whole registers, the tail through a padded one */
-#define VMK(NAME, VEXPR)                                                                                VM_TARGET static void NAME##_v8(int64_t n, float *o, const float *a, const float *b)              {                                                                                                      int64_t i = 0;                                                                                     for (; i + 8 <= n; i += 8) {                                                                           vm8f x, y = {0}, r;                                                                                memcpy(&x, a + i, sizeof x);                                                                       if (b)                                                                                                 memcpy(&y, b + i, sizeof y);                                                                   (void)y;                                                                                           r = (VEXPR);                                                                                       memcpy(o + i, &r, sizeof r);                                                                   }                                                                                                  if (i < n) {                                                                                           vm8f x = {0}, y = {0}, r;                                                                          memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));                                                if (b)                                                                                                 memcpy(&y, b + i, (size_t)(n - i) * sizeof(float));                                            (void)y;                                                                                           r = (VEXPR);                                                                                       memcpy(o + i, &r, (size_t)(n - i) * sizeof(float));                                            }                                                                                              }
-#define VEXP(v) g_vm.vexp(v)
-#define VTANH(v) g_vm.vtanh(v)
-#define VERF(v) g_vm.verf(v)
+#define VMK_W(NAME, SUF, VT, W, TARGET, VEXPR)                                                                                TARGET static void NAME##SUF(int64_t n, float *o, const float *a, const float *b)              {                                                                                                      int64_t i = 0;                                                                                     for (; i + W <= n; i += W) {                                                                           VT x, y = {0}, r;                                                                                memcpy(&x, a + i, sizeof x);                                                                       if (b)                                                                                                 memcpy(&y, b + i, sizeof y);                                                                   (void)y;                                                                                           r = (VEXPR);                                                                                       memcpy(o + i, &r, sizeof r);                                                                   }                                                                                                  if (i < n) {                                                                                           VT x = {0}, y = {0}, r;                                                                          memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));                                                if (b)                                                                                                 memcpy(&y, b + i, (size_t)(n - i) * sizeof(float));                                            (void)y;                                                                                           r = (VEXPR);                                                                                       memcpy(o + i, &r, (size_t)(n - i) * sizeof(float));                                            }                                                                                              }
+/* o[i] = VEXPR ...: the eight-float form (NAME_v8) and the sixteen-float one (NAME_v16) */
+#define VMK(NAME, VEXPR) VMK_W(NAME, _v8, vm8f, 8, VM_TARGET, VEXPR) VMK_W(NAME, _v16, vm16f, 16, VM16_TARGET, VEXPR)
+/* the libmvec function of the vector's width */
+#define VEXP(v) _Generic((v), vm16f: g_vm.vexp16, default: g_vm.vexp)(v)
+#define VTANH(v) _Generic((v), vm16f: g_vm.vtanh16, default: g_vm.vtanh)(v)
+#define VERF(v) _Generic((v), vm16f: g_vm.verf16, default: g_vm.verf)(v)
 #define VGELU_K 0.79788456080286535588f
 #define VGELU_C 0.044715f
 VMK(vm_exp, VEXP(x))
@@ -190,16 +212,19 @@ VMK(vm_gelu_tanh, 0.5f * x * (1.0f + VTANH(VGELU_K * (x + VGELU_C * x * x * x)))
 VMK(vm_silu_bw, x * (1.0f / (1.0f + VEXP(-y))) * (1.0f + y * (1.0f - 1.0f / (1.0f + VEXP(-y)))))
 VMK(vm_gelu_erf_bw, x * (0.5f * (1.0f + VERF(y * 0.70710678118654752440f)) +
                          y * 0.39894228040143267794f * VEXP(-0.5f * y * y)))
-VM_TARGET static inline vm8f vm_gelu_tanh_grad(vm8f y)
-{
-    vm8f t = VTANH(VGELU_K * (y + VGELU_C * y * y * y));
-    return 0.5f * (1.0f + t) + 0.5f * y * (1.0f - t * t) * VGELU_K * (1.0f + 3.0f * VGELU_C * y * y);
-}
-VMK(vm_gelu_tanh_bw, x * vm_gelu_tanh_grad(y))
+#define VM_GELU_TANH_GRAD(SUF, VT, TARGET)                                                          \
+    TARGET static inline VT vm_gelu_tanh_grad##SUF(VT y)                                          \
+    {                                                                                              \
+        VT t = VTANH(VGELU_K * (y + VGELU_C * y * y * y));                                         \
+        return 0.5f * (1.0f + t) + 0.5f * y * (1.0f - t * t) * VGELU_K * (1.0f + 3.0f * VGELU_C * y * y); \
+    }
+VM_GELU_TANH_GRAD(_v8, vm8f, VM_TARGET)
+VM_GELU_TANH_GRAD(_v16, vm16f, VM16_TARGET)
+VMK(vm_gelu_tanh_bw, x * _Generic((y), vm16f: vm_gelu_tanh_grad_v16, default: vm_gelu_tanh_grad_v8)(y))
 
 /* a float32 kernel through libmvec when it is there, else the scalar loop of FKU / FKBT */
-#define FKU_VM(NAME, EXPR)                                                                              KSIG(k_##NAME##_f32, float)                                                                            {                                                                                                      float *restrict o = o_; const float *restrict a = a_; (void)b_; (void)p;                           if (vm_ready()) {                                                                                      vm_##NAME##_v8(n, o, a, NULL);                                                                     return;                                                                                        }                                                                                                  typedef float T; (void)sizeof(T);                                                                  for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }                             }                                                                                                  KSIG(k_##NAME##_f64, double)                                                                           {                                                                                                      double *restrict o = o_; const double *restrict a = a_; (void)b_; (void)p;                         typedef double T; (void)sizeof(T);                                                                 for (int64_t i = 0; i < n; i++) { double x = a[i]; o[i] = (EXPR); }                            }
-#define FKBT_VM(NAME, EXPR)                                                                             KSIG(k_##NAME##_f32, float)                                                                            {                                                                                                      float *restrict o = o_; const float *restrict a = a_; const float *restrict b = b_;                if (vm_ready()) {                                                                                      vm_##NAME##_v8(n, o, a, b);                                                                        return;                                                                                        }                                                                                                  typedef float T; const float thr = (float)p->param_f; (void)thr; (void)sizeof(T);                  for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); }                   }                                                                                                  KSIG(k_##NAME##_f64, double)                                                                           {                                                                                                      double *restrict o = o_; const double *restrict a = a_; const double *restrict b = b_;             typedef double T; const double thr = p->param_f; (void)thr; (void)sizeof(T);                      for (int64_t i = 0; i < n; i++) { double x = a[i], y = b[i]; o[i] = (EXPR); }                  }
+#define FKU_VM(NAME, EXPR)                                                                              KSIG(k_##NAME##_f32, float)                                                                            {                                                                                                      float *restrict o = o_; const float *restrict a = a_; (void)b_; (void)p;                           if (vm16_ready()) { vm_##NAME##_v16(n, o, a, NULL); return; }                                        if (vm_ready()) {                                                                                      vm_##NAME##_v8(n, o, a, NULL);                                                                     return;                                                                                        }                                                                                                  typedef float T; (void)sizeof(T);                                                                  for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }                             }                                                                                                  KSIG(k_##NAME##_f64, double)                                                                           {                                                                                                      double *restrict o = o_; const double *restrict a = a_; (void)b_; (void)p;                         typedef double T; (void)sizeof(T);                                                                 for (int64_t i = 0; i < n; i++) { double x = a[i]; o[i] = (EXPR); }                            }
+#define FKBT_VM(NAME, EXPR)                                                                             KSIG(k_##NAME##_f32, float)                                                                            {                                                                                                      float *restrict o = o_; const float *restrict a = a_; const float *restrict b = b_;                if (vm16_ready()) { vm_##NAME##_v16(n, o, a, b); return; }                                           if (vm_ready()) {                                                                                      vm_##NAME##_v8(n, o, a, b);                                                                        return;                                                                                        }                                                                                                  typedef float T; const float thr = (float)p->param_f; (void)thr; (void)sizeof(T);                  for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); }                   }                                                                                                  KSIG(k_##NAME##_f64, double)                                                                           {                                                                                                      double *restrict o = o_; const double *restrict a = a_; const double *restrict b = b_;             typedef double T; const double thr = p->param_f; (void)thr; (void)sizeof(T);                      for (int64_t i = 0; i < n; i++) { double x = a[i], y = b[i]; o[i] = (EXPR); }                  }
 
 FKB(k_add, x + alpha * y)
 FKB(k_sub, x - alpha * y)
