@@ -1414,31 +1414,36 @@ mp_row_2x2_f32(const float *restrict r0, const float *restrict r1, int64_t OW, i
     }
 }
 
-/* one output of a window at (ih0, iw0) of a float32 plane, taps in PyTorch's order (row by row),
- * padding skipped: the first maximum, a NaN wins and the first NaN stays (as the general path) */
-static inline void mp_one_f32(const float *restrict xp, const mp_params_t *p, int64_t ih0, int64_t iw0,
-                              float *restrict y, int64_t *restrict idx)
-{
-    float m = -INFINITY;
-    int64_t mi = -1;
-    for (int64_t a = 0; a < p->kh; a++) {
-        int64_t ih = ih0 + a * p->dh;
-        if (ih < 0 || ih >= p->H)
-            continue;
-        for (int64_t b = 0; b < p->kw; b++) {
-            int64_t iw = iw0 + b * p->dw;
-            if (iw < 0 || iw >= p->W)
-                continue;
-            float v = xp[ih * p->W + iw];
-            if (mi < 0 || (!(v <= m) && m == m)) {
-                m = v;
-                mi = ih * p->W + iw;
-            }
-        }
+/* one output of a window at (ih0, iw0) of a plane, taps in PyTorch's order (row by row), padding
+ * skipped: the first maximum, a NaN wins and the first NaN stays (the one rule of every path; the
+ * vectors of mp_take8 compare the same way) */
+#define MP_ONE(T)                                                                                  \
+    static inline void mp_one_##T(const T *restrict xp, const mp_params_t *p, int64_t ih0, int64_t iw0, \
+                                  T *restrict y, int64_t *restrict idx)                            \
+    {                                                                                              \
+        T m = -INFINITY;                                                                           \
+        int64_t mi = -1;                                                                           \
+        for (int64_t a = 0; a < p->kh; a++) {                                                      \
+            int64_t ih = ih0 + a * p->dh;                                                          \
+            if (ih < 0 || ih >= p->H)                                                              \
+                continue;                                                                          \
+            for (int64_t b = 0; b < p->kw; b++) {                                                  \
+                int64_t iw = iw0 + b * p->dw;                                                      \
+                if (iw < 0 || iw >= p->W)                                                          \
+                    continue;                                                                      \
+                T v = xp[ih * p->W + iw];                                                          \
+                if (mi < 0 || (!(v <= m) && m == m)) {                                             \
+                    m = v;                                                                         \
+                    mi = ih * p->W + iw;                                                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        *y = m;                                                                                    \
+        *idx = mi;                                                                                 \
     }
-    *y = m;
-    *idx = mi;
-}
+MP_ONE(float)
+MP_ONE(double)
+#define mp_one_f32 mp_one_float
 
 /* one output row of any window (kh x kw, strides, padding, dilation) on a float32 plane: the
  * outputs whose taps all lie inside the row's columns eight at a time (a vector per tap, the same
@@ -1566,29 +1571,8 @@ static aclError mp_block(uint32_t bi, uint32_t nb, void *arg)
                     /* the common 2x2 / stride-2 window fully inside: same comparisons, unrolled */
                     mp_row_2x2(plane + ih0 * p->W, plane + (ih0 + 1) * p->W, OW, ih0 * p->W, p->W, vrow, irow);
                 } else {
-                    for (int64_t ow = 0; ow < OW; ow++) {
-                        double m = -INFINITY;
-                        int64_t mi = -1;
-                        for (int64_t a = 0; a < p->kh; a++) {
-                            int64_t ih = ih0 + a * p->dh;
-                            if (ih < 0 || ih >= p->H)
-                                continue;
-                            for (int64_t b = 0; b < p->kw; b++) {
-                                int64_t iw = ow * p->sw - p->pw + b * p->dw;
-                                if (iw < 0 || iw >= p->W)
-                                    continue;
-                                double v = plane[ih * p->W + iw];
-                                if (mi < 0 || v > m || v != v) {
-                                    if (!(m != m)) {   /* keep the first NaN */
-                                        m = v;
-                                        mi = ih * p->W + iw;
-                                    }
-                                }
-                            }
-                        }
-                        vrow[ow] = m;
-                        irow[ow] = mi;
-                    }
+                    for (int64_t ow = 0; ow < OW; ow++)
+                        mp_one_double(plane, p, ih0, ow * p->sw - p->pw, vrow + ow, irow + ow);
                 }
                 nn_store(CT_F64, plane_at(y, p->batched, p->C, q, oh, 0), y->stride[y->ndim - 1], y->dtype, vrow, OW);
                 nn_store(CT_I64, plane_at(ix, p->batched, p->C, q, oh, 0), ixs, ix->dtype, irow, OW);
