@@ -96,6 +96,7 @@ PyObject *g_sentinel;   // the handlers' "run it on PyTorch" answer
 struct Direct {
     int kind = 0;                  // 0: none, 1: memo(id, stream, *args), 2: fast(id, stream, x, y, p)
     PyObject *id = nullptr;        // the memo / fast op id
+    long op = 0;                   // ... as a C long (the C route's)
     PyObject *api = nullptr;       // the op's API name: memo / fast's stream argument (the thread's current stream)
     std::vector<int> src;          // per argument after (id, stream): the schema argument's index, or -1
     std::vector<PyObject *> dflt;  // ... and the constant taken for -1
@@ -194,6 +195,16 @@ bool direct_ready(const Direct &d)
     return eq == 1;
 }
 
+// an str attribute's code, as the generated call computes it (_CODES.get(a, -1) if type(a) is
+// str else -1): a new reference, or nullptr with an exception set
+PyObject *attr_code(const Direct &d, PyObject *a)
+{
+    PyObject *c = PyUnicode_CheckExact(a) ? PyDict_GetItemWithError(d.codes, a) : nullptr;
+    if (PyErr_Occurred())
+        return nullptr;
+    return c ? (Py_INCREF(c), c) : PyLong_FromLong(-1);
+}
+
 // the direct call: a new reference to the result (Py_None for none), or nullptr — with a Python
 // exception set on an error, without one when the handler must decide (a miss, not applicable)
 PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
@@ -224,12 +235,8 @@ PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
     PyObject *code = nullptr;
     for (size_t j = 0; j < d.src.size(); j++)
         argv[2 + j] = d.src[j] >= 0 ? PyTuple_GET_ITEM(tup, d.src[j]) : d.dflt[j];
-    if (d.codes) {   // the generated call's (_CODES.get(a, -1) if type(a) is str else -1)
-        PyObject *a = argv[na - 1], *c = PyUnicode_CheckExact(a) ? PyDict_GetItemWithError(d.codes, a) : nullptr;
-        if (PyErr_Occurred())
-            return nullptr;
-        code = c ? (Py_INCREF(c), c) : PyLong_FromLong(-1);
-        if (!code)
+    if (d.codes) {
+        if (!(code = attr_code(d, argv[na - 1])))
             return nullptr;
         argv[na - 1] = code;
     }
@@ -592,9 +599,7 @@ int direct_c(const Direct &d, const Verdict &vd, const torch::jit::Stack &stack,
     for (int i : d.nonone)
         if (stack[base + i].isNone())
             return 0;
-    long op = PyLong_AsLong(d.id);
-    if (op == -1 && PyErr_Occurred())
-        return -1;
+    const long op = d.op;
     bool inplace = (op & CANNA_FAST_INPLACE) != 0;
     if (!inplace && (vd.outs.size() != 1 || vd.outs[0].what != 2))
         return 0;   // (no expectation to allocate the output from)
@@ -616,23 +621,14 @@ int direct_c(const Direct &d, const Verdict &vd, const torch::jit::Stack &stack,
     } else {
         ys = (Py_INCREF(d.dflt[1]), d.dflt[1]);
     }
-    if (d.src[2] >= 0) {
-        const c10::IValue &pv = stack[base + d.src[2]];
-        if (d.codes && pv.isString()) {   // the generated call's _CODES.get(a, -1)
-            const std::string &str = pv.toStringRef();
-            PyObject *u = PyUnicode_FromStringAndSize(str.data(), (Py_ssize_t)str.size());
-            PyObject *c = u ? PyDict_GetItemWithError(d.codes, u) : nullptr;
-            Py_XDECREF(u);
-            p = c ? (Py_INCREF(c), c) : (PyErr_Occurred() ? nullptr : PyLong_FromLong(-1));
-        } else if (d.codes) {
-            p = PyLong_FromLong(-1);
-        } else {
-            p = scalar_py(pv);
-        }
+    // the attribute: the argument (a number, or an str's code) or the constant
+    PyObject *pa = d.src[2] >= 0 ? (d.codes ? to_py(stack[base + d.src[2]], kPlain) : scalar_py(stack[base + d.src[2]]))
+                                 : (Py_INCREF(d.dflt[2]), d.dflt[2]);
+    if (pa && d.codes) {
+        p = attr_code(d, pa);
+        Py_DECREF(pa);
     } else {
-        PyObject *v = d.dflt[2];
-        p = d.codes ? (v && PyUnicode_CheckExact(v) ? PyDict_GetItemWithError(d.codes, v) : nullptr) : v;
-        p = p ? (Py_INCREF(p), p) : (PyErr_Occurred() ? nullptr : PyLong_FromLong(-1));
+        p = pa;
     }
     int rc = 0;
     if (p) {
@@ -908,6 +904,9 @@ int canna_aten_direct(int id, int kind, PyObject *op_id, PyObject *api, PyObject
     Direct d;
     d.kind = kind;
     d.id = (Py_INCREF(op_id), op_id);
+    d.op = PyLong_AsLong(op_id);
+    if (d.op == -1 && PyErr_Occurred())
+        return -1;
     d.api = (Py_INCREF(api), api);
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(src); j++) {
         long i = PyLong_AsLong(PyTuple_GET_ITEM(src, j));

@@ -238,6 +238,31 @@ static int inplace_ok(const DLTensor *x, const DLTensor *y)
     return 1;
 }
 
+/* the fast path's key of a call (kept in k): op, x, then y (a tensor, or y_scalar when y is NULL),
+ * then the attribute p; 0 when the call is not one the fast path takes (an operand it cannot key,
+ * an in-place call whose y overlaps x partially) */
+static int fast_key(key_t_ *k, long op, const DLTensor *x, const DLTensor *y, PyObject *y_scalar, PyObject *p)
+{
+    k->n = 0;
+    int32_t op32 = (int32_t)op;
+    put(k, &op32, sizeof op32);
+    if (key_tensor(k, x) || (y ? key_tensor(k, y) != 0 : !key_scalar(k, y_scalar)) || !key_scalar(k, p))
+        return 0;
+    return !((op & FAST_INPLACE) && y && !inplace_ok(x, y));
+}
+
+/* run a fast-path plan on x (and y), writing `to`, and wait for the stream; 0 or -1 with an exception */
+static int launch_fast(PlanObject *plan, void *stream, const DLTensor *x, const DLTensor *y, const DLTensor *to)
+{
+    void *addrs[3];
+    int n = 0;
+    addrs[n++] = data_of(x);
+    if (y)
+        addrs[n++] = data_of(y);
+    addrs[n++] = data_of(to);
+    return plan_launch_addrs(plan, stream, NULL, addrs, n, 1);
+}
+
 static void alloc_error(void *ctx, const char *kind, const char *message)
 {
     (void)kind;
@@ -313,13 +338,8 @@ static PyObject *launch_hit(PyObject *entry, PyObject *key, PyObject *cache, PyO
         Py_DECREF(out);
         return NULL;
     }
-    void *addrs[3];
-    addrs[0] = data_of(tx);
-    if (ny)
-        addrs[1] = data_of(ty);
-    addrs[n - 1] = data_of(&to);
     /* x and y stay alive: the caller holds them until we return, and we wait for the stream */
-    int rc = plan_launch_addrs(plan, stream, NULL, addrs, n, 1);
+    int rc = launch_fast(plan, stream, tx, ny ? ty : NULL, &to);
     Py_DECREF(entry);
     if (rc) {
         Py_DECREF(out);
@@ -392,27 +412,13 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (fast_stream_of(args[1], &stream))
         return NULL;
     key_t_ k;
-    k.n = 0;
-    int32_t op32 = (int32_t)op;
-    put(&k, &op32, sizeof op32);
     DLTensor tx, ty;
-    int r = read_tensor(args[2], &tx);
-    if (r <= 0 || key_tensor(&k, &tx))
+    if (read_tensor(args[2], &tx) <= 0)
         Py_RETURN_NONE;
-    int ny = 0;
-    r = read_tensor(args[3], &ty);
-    if (r == 1) {
-        if (key_tensor(&k, &ty))
-            Py_RETURN_NONE;
-        ny = 1;
-    } else if (!key_scalar(&k, args[3])) {
-        Py_RETURN_NONE;
-    }
-    if (!key_scalar(&k, args[4]))
+    int ny = read_tensor(args[3], &ty) == 1;
+    if (!fast_key(&k, op, &tx, ny ? &ty : NULL, args[3], args[4]))
         Py_RETURN_NONE;
     int inplace = (op & FAST_INPLACE) != 0;
-    if (inplace && ny && !inplace_ok(&tx, &ty))
-        Py_RETURN_NONE;
     PyObject *entry, *key = cache_find(g_cache, &k, &entry);
     if (!key || !entry)
         return key;   /* an error (NULL), or a miss: the key */
@@ -434,22 +440,10 @@ PyObject *py_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static int fast_c_call(long op, PyObject *sarg, const DLTensor *x, const DLTensor *y, PyObject *y_scalar,
                        PyObject *p, PyObject *dtype, canna_fast_alloc_fn alloc, void *ctx)
 {
-    if (!g_api || !dl_usable(x) || (y ? !dl_usable(y) : !y_scalar) || !p)
-        return 0;
     key_t_ k;
-    k.n = 0;
-    int32_t op32 = (int32_t)op;
-    put(&k, &op32, sizeof op32);
-    if (key_tensor(&k, x))
+    if (!g_api || !dl_usable(x) || (y ? !dl_usable(y) : !y_scalar) || !p || !fast_key(&k, op, x, y, y_scalar, p))
         return 0;
-    int ny = y != NULL;
-    if (ny ? key_tensor(&k, y) != 0 : !key_scalar(&k, y_scalar))
-        return 0;
-    if (!key_scalar(&k, p))
-        return 0;
-    int inplace = (op & FAST_INPLACE) != 0;
-    if (inplace && ny && !inplace_ok(x, y))
-        return 0;
+    int ny = y != NULL, inplace = (op & FAST_INPLACE) != 0;
     PyObject *entry, *key = cache_find(g_cache, &k, &entry);
     if (!key)
         return -1;
@@ -491,12 +485,7 @@ static int fast_c_call(long op, PyObject *sarg, const DLTensor *x, const DLTenso
             }
         }
     }
-    void *addrs[3];
-    addrs[0] = data_of(x);
-    if (ny)
-        addrs[1] = data_of(y);
-    addrs[n - 1] = data_of(&to);
-    rc = plan_launch_addrs(plan, stream, NULL, addrs, n, 1) ? -1 : 1;
+    rc = launch_fast(plan, stream, x, y, &to) ? -1 : 1;
 done:
     Py_DECREF(entry);
     return rc;
@@ -677,22 +666,11 @@ PyObject *py_offload_fast(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (op == -1 && PyErr_Occurred())
         return NULL;
     key_t_ k;
-    k.n = 0;
-    int32_t op32 = (int32_t)op;
-    put(&k, &op32, sizeof op32);
     DLTensor tx, ty;
-    if (read_tensor(x, &tx) <= 0 || key_tensor(&k, &tx))
+    if (read_tensor(x, &tx) <= 0)
         Py_RETURN_NONE;
-    int ny = 0;
-    int r = read_tensor(y, &ty);
-    if (r == 1) {
-        if (key_tensor(&k, &ty))
-            Py_RETURN_NONE;
-        ny = 1;
-    } else if ((y != Py_None && !off_number(y)) || !key_scalar(&k, y)) {
-        Py_RETURN_NONE;
-    }
-    if (!key_scalar(&k, p))
+    int ny = read_tensor(y, &ty) == 1;
+    if ((!ny && y != Py_None && !off_number(y)) || !fast_key(&k, op, &tx, ny ? &ty : NULL, y, p))
         Py_RETURN_NONE;
     int32_t tag = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(e, 10));
     if (put(&k, &tag, sizeof tag))

@@ -164,23 +164,20 @@ static void plan_dealloc(PlanObject *self)
 /* wait for the stream in slices with the GIL released (Ctrl-C is delivered between slices) */
 static int do_sync(void *stream)
 {
+    /* work that has already run (a small or waited task runs on the calling thread): the
+     * synchronize only reports the stream's errors and returns at once, so the GIL is kept */
     int32_t status;
-    if (g_query && g_query(stream, &status) == 0 && status == ACL_STREAM_STATUS_COMPLETE) {
-        /* the work has run (a small task runs on the calling thread): the synchronize only
-         * reports the stream's errors, and returns at once, so the GIL is kept */
-        int32_t rc = g_sync(stream, SYNC_SLICE_MS);
-        if (rc == 0)
-            return 0;
-        if (rc != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) {
-            raise_code(rc, "aclrtSynchronizeStreamWithTimeout");
-            return -1;
-        }
-    }
+    int done = g_query && g_query(stream, &status) == 0 && status == ACL_STREAM_STATUS_COMPLETE;
     for (;;) {
         int32_t rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = g_sync(stream, SYNC_SLICE_MS);
-        Py_END_ALLOW_THREADS
+        if (done) {
+            rc = g_sync(stream, SYNC_SLICE_MS);
+            done = 0;
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            rc = g_sync(stream, SYNC_SLICE_MS);
+            Py_END_ALLOW_THREADS
+        }
         if (rc == 0)
             return 0;
         if (rc != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) {

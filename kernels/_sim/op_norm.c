@@ -179,7 +179,6 @@ MK_VEXP(vexp, vf, vi, )
 #if WIDE16
 MK_VEXP(vexp16, vf16, vi16, AVX512)
 #endif
-#define vsel vexp_sel
 
 /* sum of exp(x[k] - m) into o (when o != NULL); lanes accumulate in float over chunks of 256
  * elements (256 / W terms per lane), the chunks in double */
