@@ -446,3 +446,22 @@ def set_current_device_id(device_id: int) -> None:
 def thread_state():
     """The thread-local namespace (current device, current-stream stacks)."""
     return _tls
+
+
+def set_host_team(team: int, ctx: int = 0) -> tuple[int, int]:
+    """Lend the simulator this thread's host thread team (``aclsimSetHostTeam``, acl_rt/_cdef/sim_funcs.h).
+
+    ``team`` is the address of an ``aclsimHostTeamFn`` (0: the simulator's own AI-core thread pool
+    again), ``ctx`` its first argument. From now on the blocks of a kernel this thread runs -- inline,
+    while synchronizing, as a waited launch -- are spread over that team (a framework's intra-op
+    threads) instead of the pool, so the two do not contend for the CPUs. Per thread. Returns the
+    setting it replaces as ``(team, ctx)`` addresses, to restore it. On a real CANN install the
+    kernels run on the device: nothing to lend, returns ``(0, 0)``.
+    """
+    b = backend()
+    if not b.is_sim:
+        return (0, 0)
+    prev_team, prev_ctx = ffi.new("aclsimHostTeamFn *"), ffi.new("void **")
+    check(b.lib.aclsimSetHostTeam(ffi.cast("aclsimHostTeamFn", team), ffi.cast("void *", ctx), prev_team, prev_ctx),
+          "aclsimSetHostTeam")
+    return int(ffi.cast("uintptr_t", prev_team[0])), int(ffi.cast("uintptr_t", prev_ctx[0]))

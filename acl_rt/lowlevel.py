@@ -18,6 +18,7 @@ Contents:
 - session: :data:`state` (``.ready``, ``.generation``: read them for a cheap "still the same
   session?" check), :func:`ensure`, :func:`is_initialized`, :func:`generation`, :func:`on_finalize`
   (a hook run at the start of every finalize),
+  :func:`set_host_team` (lend the simulator this thread's framework thread team for kernel blocks),
   :func:`activate` (make a device's context current on this thread; returns its record with
   ``.default_stream``), :func:`current_device_id`, :func:`thread_state`;
 - errors: :func:`check` (raise the :class:`acl_rt.AclError` subclass for a non-zero code),
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 from ._lib import backend, ffi, op_library
 from ._runtime import (_state as state, activate, check, current_device_id, ensure, generation, is_initialized,
-                       on_finalize, raise_error, thread_state)
+                       on_finalize, raise_error, set_host_team, thread_state)
 from ._constants import (AclnnStatus, DataType, ErrorCode, EventFlag, EventRecordedStatus, Format, LaunchKernelAttrId,
                          MemcpyKind, StreamFlag, StreamStatus)
 from ._keepalive import hold, pending as pending_holds
@@ -48,7 +49,7 @@ from ._native import current_epoch_capsule
 from ._stream import Stream, accept_stream, current_stream
 
 __all__ = ["backend", "ffi", "op_library", "state", "ensure", "is_initialized", "generation", "activate",
-           "on_finalize", "current_device_id", "thread_state", "check", "raise_error", "Stream", "current_stream", "accept_stream",
+           "on_finalize", "set_host_team", "current_device_id", "thread_state", "check", "raise_error", "Stream", "current_stream", "accept_stream",
            "current_epoch_capsule", "hold", "pending_holds",
            "ErrorCode", "AclnnStatus", "MemcpyKind", "StreamFlag", "EventFlag", "StreamStatus", "EventRecordedStatus",
            "LaunchKernelAttrId", "DataType", "Format"]

@@ -451,6 +451,10 @@ class TorchFn:
         result: ``result(r, *op arguments)``: the torch function's result from the op's ``r`` where
             the two differ in more than values (``aten::native_batch_norm``'s save statistics:
             empty in eval mode, in the parameters' dtype).
+        unchecked: indices of the aten operator's results whose shape PyTorch's meta kernel gives
+            unlike its CPU kernel, so the aten level does not compare canna's with it
+            (``aten::native_batch_norm``'s save statistics in eval mode: ``[C]`` on meta, ``[0]`` on
+            the CPU; ``result`` gives the CPU's).
         reflected: the torch function takes the op's first two inputs swapped
             (``Tensor.__rsub__(self, other)`` is ``sub(other, self)``).
         inplace: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
@@ -461,10 +465,10 @@ class TorchFn:
     """
 
     __slots__ = ("fn", "args", "fixed", "guard", "identity", "output", "reflected", "inplace", "convert",
-                 "guard_kw", "result")
+                 "guard_kw", "result", "unchecked")
 
     def __init__(self, fn, args=None, *, fixed=None, guard=None, identity=None, output=None, reflected=False,
-                 inplace=False, convert=None, result=None):
+                 inplace=False, convert=None, result=None, unchecked=()):
         if not (isinstance(fn, str) or callable(fn)):
             raise RegistrationError(f"TorchFn: fn must be a dotted name or a callable, not {fn!r}")
         self.fn = fn
@@ -478,6 +482,9 @@ class TorchFn:
         self.guard, self.identity, self.output, self.result = guard, identity, output, result
         self.reflected, self.inplace = builtins.bool(reflected), builtins.bool(inplace)
         self.convert = dict(convert or {})
+        self.unchecked = tuple(unchecked)
+        if not all(isinstance(i, int) and not isinstance(i, builtins.bool) and i >= 0 for i in self.unchecked):
+            raise RegistrationError(f"TorchFn({fn!r}): unchecked must be result indices, not {unchecked!r}")
         if any(not callable(f) for f in self.convert.values()):
             raise RegistrationError(f"TorchFn({fn!r}): convert maps parameter names to functions")
         #: the guard's keyword-only parameters (torch parameters it reads by name)

@@ -272,6 +272,28 @@ def test_cnn_training_with_adamw_matches_plain():
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
 
 
+def test_batch_norm_eval_runs_on_canna():
+    # PyTorch's meta kernel gives eval mode's save statistics as [C], its CPU kernel as [0]: canna
+    # gives the CPU's, and the signature must not be refused for differing from the meta kernel
+    m = _cnn().eval()
+    x = rn(2, 3, 8, 8, seed=3)
+    with torch.no_grad():
+        ref = m(x)
+        with ct.offload(level="aten") as rep:
+            got = [m(x) for _ in range(3)]
+    st = rep.ops["native_batch_norm"]
+    assert st.canna == 3 and st.fallback == 0, rep
+    for g in got:
+        np.testing.assert_allclose(g.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
+    x, w, b, rm, rv = _bn_args()
+    want = A.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
+    with ct.offload(level="aten", strict=True) as rep:
+        mine = A.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
+    assert rep.ops["native_batch_norm"].canna == 1
+    assert [(t.shape, t.dtype) for t in mine] == [(t.shape, t.dtype) for t in want]
+    np.testing.assert_allclose(mine[0].numpy(), want[0].numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_transformer_layer_forward_backward_matches_plain():
     torch.manual_seed(2)
     layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, activation="gelu")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -70,6 +71,60 @@ def test_parallel_for_reports_the_lowest_failing_block(rt):
     assert "block 5 of 16" in ffi.string(lib.aclGetRecentErrMsg()).decode()
     assert lib.aclsimParallelFor(0, 0, cb, ffi.NULL) == 100000
     assert lib.aclsimParallelFor(99, 2, cb, ffi.NULL) == 107001
+    assert_usable()
+
+
+def test_parallel_for_on_a_lent_host_team(rt):
+    # aclsimSetHostTeam: the jobs of this thread run on the team it lends (a framework's intra-op
+    # threads, canna_dl/torch/_team.cc), not on the simulator's pool; per thread
+    lib, ffi = rt
+    calls, ran, lock, main = [], [], threading.Lock(), threading.get_ident()
+    helpers = []
+
+    def team(ctx, max_threads, work, job):
+        calls.append((int(ffi.cast("intptr_t", ctx)), max_threads))
+        t = threading.Thread(target=work, args=(job,))
+        t.start()
+        helpers.append(t.ident)
+        work(job)
+        t.join()
+    tcb = ffi.callback("aclsimHostTeamFn", team)
+    idle = ffi.callback("aclsimHostTeamFn", lambda ctx, m, work, job: calls.append(("idle", m)))
+
+    def block(i, nb, _arg):
+        with lock:
+            ran.append((i, threading.get_ident()))
+        time.sleep(0.002)   # (releases the GIL: both team threads take blocks)
+        return 507015 if i == 7 else 0
+    bcb = ffi.callback("aclsimBlockFn", block)
+    pt, pc = ffi.new("aclsimHostTeamFn *"), ffi.new("void **")
+    assert lib.aclsimSetHostTeam(tcb, ffi.cast("void *", 42), pt, pc) == 0 and pt[0] == ffi.NULL
+    try:
+        assert lib.aclsimParallelFor(0, 12, bcb, ffi.NULL) == 507015
+        assert "block 7 of 12" in ffi.string(lib.aclGetRecentErrMsg()).decode()
+        assert calls == [(42, 12)]
+        assert sorted(i for i, _ in ran) == list(range(12))
+        assert {t for _, t in ran} == {main, helpers[0]}         # the team's two threads, no pool thread
+        ran.clear()
+        assert lib.aclsimParallelFor(0, 1, bcb, ffi.NULL) == 0 and calls == [(42, 12)]   # one block: here
+        # a team that runs no call at all: the caller runs every block itself
+        assert lib.aclsimSetHostTeam(idle, ffi.NULL, pt, pc) == 0 and pt[0] == tcb
+        assert int(ffi.cast("intptr_t", pc[0])) == 42
+        ran.clear()
+        assert lib.aclsimParallelFor(0, 5, bcb, ffi.NULL) == 0
+        assert calls[-1] == ("idle", 5) and sorted(ran) == [(i, main) for i in range(5)]
+        # another thread keeps the pool (its own setting: none)
+        other = []
+        th = threading.Thread(target=lambda: other.append(lib.aclsimParallelFor(0, 6, bcb, ffi.NULL)))
+        n = len(calls)
+        th.start()
+        th.join(60)
+        assert other == [0] and len(calls) == n
+    finally:
+        assert lib.aclsimSetHostTeam(ffi.NULL, ffi.NULL, pt, ffi.NULL) == 0
+    assert pt[0] == idle
+    ran.clear()
+    assert lib.aclsimParallelFor(0, 4, bcb, ffi.NULL) == 0 and len(calls) == n and len(ran) == 4
     assert_usable()
 
 

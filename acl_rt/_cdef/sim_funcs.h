@@ -66,6 +66,19 @@ aclError aclsimLaunchTask(aclrtStream stream, aclsimTaskFn fn, void *arg, aclsim
 /* run fn(i, numBlocks, arg) for i in [0, numBlocks) on the device's AI-core threads and wait; the
  * result is the first non-zero block result. Callable from inside a task. */
 aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimBlockFn fn, void *arg);
+/* A host thread team lent to the simulator by the program that owns the threads (a framework's
+ * intra-op pool): team(ctx, maxThreads, work, job) calls work(job) on up to maxThreads threads at
+ * once, the calling thread included, and returns once every call has returned. Each work(job) call
+ * runs blocks until none is left, so one call on the calling thread alone is valid too. */
+typedef void (*aclsimHostWorkFn)(void *job);
+typedef void (*aclsimHostTeamFn)(void *ctx, uint32_t maxThreads, aclsimHostWorkFn work, void *job);
+/* team != NULL: the blocks of an aclsimParallelFor called on this thread -- a task it runs inline,
+ * while synchronizing or as a waited launch -- are spread over `team` instead of the simulator's
+ * AI-core thread pool, so a framework and the simulator share one set of threads rather than
+ * contending for the CPUs; NULL: the pool again. Blocks started on a stream's worker thread use the
+ * pool whatever this thread set. Per thread; *prevTeam / *prevCtx (may be NULL) get the setting
+ * it replaces. */
+aclError aclsimSetHostTeam(aclsimHostTeamFn team, void *ctx, aclsimHostTeamFn *prevTeam, void **prevCtx);
 /* 0 when [ptr, ptr+size) lies inside one live device allocation (its device in *deviceId);
  * ACL_ERROR_RT_PARAM_INVALID with a message naming the problem (freed, out of bounds, foreign) otherwise */
 aclError aclsimCheckDevicePointer(const void *ptr, uint64_t size, int32_t *deviceId);

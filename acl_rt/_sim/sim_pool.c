@@ -32,9 +32,13 @@ typedef struct sim_pfjob {
     _Atomic uint32_t pending;      /* blocks not finished + pool threads holding the job */
     aclError rc;                   /* result of the lowest failing block (under pool->lock) */
     uint32_t rc_idx;
+    sim_pool_t *pool;              /* (a host team's threads run it) */
 } sim_pfjob_t;
 
 static __thread bool tls_in_pool;
+/* aclsimSetHostTeam: the thread team this thread's jobs run on instead of the pool (NULL: the pool) */
+static __thread aclsimHostTeamFn tls_team;
+static __thread void *tls_team_ctx;
 
 /* caller holds pool->lock */
 static void dequeue_locked(sim_pool_t *pool, sim_pfjob_t *j)
@@ -159,25 +163,24 @@ static void wake_sleepers(sim_pool_t *pool, uint32_t want, uint32_t nthreads)
         sim_futex_wake(&pool->work_gen, (int)want);
 }
 
-/* the caller's first blocks of a job estimated short: run them one by one, measuring, and wake
- * sleeping pool threads as soon as the blocks left look worth SIM_WAKE_MIN_NS of work */
-static void run_blocks_timed(sim_pool_t *pool, sim_pfjob_t *j, uint32_t nthreads)
+/* the caller's first blocks of a job estimated short: run them one by one, measuring, until the
+ * blocks left look worth SIM_WAKE_MIN_NS of work; returns how many are left then (0: none, the
+ * job ran here) */
+static uint64_t run_blocks_timed(sim_pool_t *pool, sim_pfjob_t *j)
 {
     uint64_t t0 = sim_now_ns(), ran = 0;
     for (;;) {
         uint64_t idx = atomic_fetch_add_explicit(&j->next_block, 1, memory_order_relaxed);
         if (idx >= j->n)
-            return;
+            return 0;
         run_block(pool, j, idx);
         ran++;
         uint64_t claimed = atomic_load_explicit(&j->next_block, memory_order_relaxed);
         if (claimed >= j->n)
-            return;
+            return 0;
         uint64_t left = j->n - claimed, per = (sim_now_ns() - t0) / ran;
-        if (left * per >= SIM_WAKE_MIN_NS) {
-            wake_sleepers(pool, (uint32_t)(left < nthreads ? left : nthreads), nthreads);
-            return;
-        }
+        if (left * per >= SIM_WAKE_MIN_NS)
+            return left;
     }
 }
 
@@ -287,6 +290,47 @@ void sim_pools_stop(void)
     }
 }
 
+/* ------------------------------------------------------------------ a lent host team */
+
+SIM_API aclError aclsimSetHostTeam(aclsimHostTeamFn team, void *ctx, aclsimHostTeamFn *prevTeam, void **prevCtx)
+{
+    if (prevTeam)
+        *prevTeam = tls_team;
+    if (prevCtx)
+        *prevCtx = tls_team_ctx;
+    tls_team = team;
+    tls_team_ctx = team ? ctx : NULL;
+    return ACL_SUCCESS;
+}
+
+/* one team thread's share of a job: blocks until none is left. A block that itself calls
+ * aclsimParallelFor runs its blocks serially on that thread (as on a pool thread). */
+static void team_work(void *arg)
+{
+    sim_pfjob_t *j = arg;
+    bool was = tls_in_pool;
+    tls_in_pool = true;
+    sim_busy_enter();
+    for (;;) {
+        uint64_t idx = atomic_fetch_add_explicit(&j->next_block, 1, memory_order_relaxed);
+        if (idx >= j->n)
+            break;
+        run_block(j->pool, j, idx);
+    }
+    sim_busy_leave();
+    tls_in_pool = was;
+}
+
+/* the job on this thread's team: the first blocks here (timed, unless the task is known to be long),
+ * the rest over the team once they look worth it, what the team left here too */
+static void team_run(sim_pfjob_t *j)
+{
+    uint64_t left = tls_task_cost_ns >= SIM_WAKE_MIN_NS ? j->n : run_blocks_timed(j->pool, j);
+    if (left > 1)
+        tls_team(tls_team_ctx, (uint32_t)left, team_work, j);
+    team_work(j);   /* (none left, unless the team ran no call) */
+}
+
 SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimBlockFn fn, void *arg)
 {
     static const char api[] = "aclsimParallelFor";
@@ -304,13 +348,25 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
     bool queued = false, lazy_wake = false;
     uint32_t nthreads = 0;
     sim_pfjob_t job;
-    if (numBlocks > 1 && !tls_in_pool && sim_sched_threads() > 1) {
+    bool team = numBlocks > 1 && !tls_in_pool && tls_team;
+    if (team || (numBlocks > 1 && !tls_in_pool && sim_sched_threads() > 1)) {
         memset(&job, 0, sizeof job);
         job.fn = fn;
         job.arg = arg;
         job.n = numBlocks;
+        job.pool = pool;
         atomic_init(&job.next_block, 0);
         atomic_init(&job.pending, numBlocks);
+    }
+    if (team) {
+        sim_busy_enter();
+        team_run(&job);
+        sim_busy_leave();
+        if (job.rc != ACL_SUCCESS)
+            return sim_err(job.rc, "%s: block %u of %u failed with error %d", api, job.rc_idx, numBlocks, job.rc);
+        return ACL_SUCCESS;
+    }
+    if (numBlocks > 1 && !tls_in_pool && sim_sched_threads() > 1) {
         pthread_mutex_lock(&pool->lock);
         if (atomic_load(&g_inited))
             pool_start_locked(pool);
@@ -352,8 +408,11 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
             return sim_err(first, "%s: block %u of %u failed with error %d", api, first_idx, numBlocks, first);
         return first;
     }
-    if (lazy_wake)
-        run_blocks_timed(pool, &job, nthreads);
+    if (lazy_wake) {
+        uint64_t left = run_blocks_timed(pool, &job);
+        if (left)
+            wake_sleepers(pool, (uint32_t)(left < nthreads ? left : nthreads), nthreads);
+    }
     run_blocks(pool, &job);   /* and takes the job off the list: nobody can pick it up any more */
     /* wait for the blocks other threads are running (and for them to let go of the job) */
     if (atomic_load(&job.pending)) {

@@ -39,6 +39,8 @@ import acl_rt
 from kernels import _core as KC
 from kernels import _registry as R
 
+from . import _team
+
 __all__ = ["available", "ATEN_OPS", "AtenOffload", "stats"]
 
 _SRC = Path(__file__).with_name("_aten.cc")
@@ -245,7 +247,7 @@ def _meta(v):
     return v
 
 
-def _checker(ov, refusal=None):
+def _checker(ov, refusal=None, unchecked=()):
     """``check(*arguments)``: what PyTorch's own rules say of a call signature, from the operator's
     meta kernel (PyTorch's shape and dtype checks and result shapes, without data; run once per
     signature by the C++ kernel, which caches the answer). Below the dispatcher none of aten's
@@ -254,7 +256,8 @@ def _checker(ov, refusal=None):
     contiguously (a channels-last or transposed input's layout) is refused, canna's results being
     contiguous; otherwise the shape and dtype each result must have (``(sizes, dtype)`` or None per
     return: the C++ kernel compares canna's result with them and refuses the signature on a
-    difference). None: the operator has no meta kernel (nothing to check). ``refusal(arguments)``:
+    difference; not the ``unchecked`` ones, where the meta kernel's shapes are not the CPU
+    kernel's). None: the operator has no meta kernel (nothing to check). ``refusal(arguments)``:
     the item's own rules of the signature (fixed values, its guard), a reason or None; a
     :class:`kernels.Rejected` reason is PyTorch's rejection."""
     rets = ov._schema.returns
@@ -277,9 +280,10 @@ def _checker(ov, refusal=None):
             return False
         outs = m if isinstance(m, tuple) else (m,) if rets else ()
         exp = []
-        for r, o in zip(rets, outs):
-            if r.alias_info is not None and r.alias_info.is_write or not isinstance(o, torch.Tensor | None):
-                exp.append(...)   # the written argument itself, a list: not compared
+        for k, (r, o) in enumerate(zip(rets, outs)):
+            if r.alias_info is not None and r.alias_info.is_write or not isinstance(o, torch.Tensor | None) or \
+                    k in unchecked:
+                exp.append(...)   # the written argument itself, a list, an unchecked result: not compared
             elif o is None:
                 exp.append(None)
             elif o.numel() > 1 and not o.is_contiguous():
@@ -318,7 +322,7 @@ def _register(dll, op):
         qual, _, overload = spec.fn.partition(".")
         row = report_name(op, spec)
         handler, refusal = _handler(op, spec)
-        eid = dll.canna_aten_register(qual.encode(), overload.encode(), handler, _checker(ov, refusal),
+        eid = dll.canna_aten_register(qual.encode(), overload.encode(), handler, _checker(ov, refusal, spec.unchecked),
                                       _refuser(row, spec.fn))
         if eid < 0:
             raise R.RegistrationError(f"{op.qualname}: cannot route {spec.fn}")
@@ -429,6 +433,7 @@ class AtenOffload:
         _fold(blocks[-1] if blocks else None)   # (an enclosing block's PyTorch calls so far are its own)
         mask = bytes(1 if r in self.enabled else 0 for r in _ROWS)
         self._token = _state["dll"].canna_aten_enter(mask)
+        _team.enter()
         blocks.append(self)
         _tls.block = self
         return self.report
@@ -439,6 +444,7 @@ class AtenOffload:
         blocks = _blocks()
         _fold(blocks[-1] if blocks else self)   # (the calls since the last fold ran in the innermost block)
         _state["dll"].canna_aten_exit(self._token)
+        _team.exit()
         self._token = None
         if self in blocks:
             blocks.remove(self)

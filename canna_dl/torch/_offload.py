@@ -41,6 +41,7 @@ from kernels import _core as _kcore
 from kernels import _native as _knative
 
 from . import _functions as F
+from . import _team
 from ._common import NoTorchFunction, Parameter, Tensor, functorch_active, is_compiling
 
 __all__ = ["offload", "Offload", "OffloadReport", "OpStats", "OFFLOAD_OPS", "NOT_COMPUTE", "ALLOCATION"]
@@ -777,7 +778,12 @@ class Offload(TorchFunctionMode):
         acl_rt.init()
         _not_a_dynamo_frame(Offload.__torch_function__.__code__)
         super().__enter__()
+        _team.enter()
         return self.report
+
+    def __exit__(self, exc_type, exc_value, tb):
+        _team.exit()
+        return super().__exit__(exc_type, exc_value, tb)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if is_compiling():

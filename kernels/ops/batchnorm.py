@@ -89,7 +89,7 @@ define("native_batch_norm",
               ("torch.batch_norm", {"cudnn_enabled": True},
                "input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled", 0)),
        aten=(TorchFn("aten::native_batch_norm", "input, weight, bias, running_mean, running_var, training, momentum, "
-                     "eps", guard=_bn_aten, result=_bn_result),),
+                     "eps", guard=_bn_aten, result=_bn_result, unchecked=(1, 2)),),
        doc="Batch normalization over dim 1 of ``input`` ``[N, C, *]`` (2 to 8 dims; ``torch.native_batch_norm``; "
            "``aclnnBatchNorm``): ``(out, save_mean, save_invstd)``. ``training=True`` normalizes with the batch "
            "statistics and updates ``running_mean`` / ``running_var`` (``[C]``, in place) as PyTorch does "
