@@ -391,7 +391,9 @@ def backend_info() -> dict:
     for the simulator, else None), ``run_mode`` (``"device"``/``"host"``), ``soc_name``,
     ``device_count``, ``op_libraries`` (paths of the aclnn op libraries: ``libnnopbase.so`` +
     ``libopapi*.so``, or the simulator's ``libopapi_sim.so``; None when unavailable, with the reason
-    in ``op_library_error``), ``sim_blas`` (the simulator only: the BLAS library its op library uses).
+    in ``op_library_error``), ``sim_blas`` (the simulator only: the BLAS its op library's matrix products use and where it
+    was found, e.g. ``"MKL (loaded in the process: libtorch_cpu.so): ..."`` once PyTorch is
+    imported, else the scipy-openblas64 wheel's OpenBLAS; ``aclnnsimGetBlasName``).
     """
     b = backend()
     lib = b.lib
@@ -427,7 +429,9 @@ def backend_info() -> dict:
     info["op_libraries"], info["op_library_error"], info["sim_blas"] = None, None, None
     try:
         ops = op_library()
-        info["op_libraries"], info["sim_blas"] = list(ops.paths), ops.blas
+        info["op_libraries"] = list(ops.paths)
+        if b.is_sim and ops.lib.has("aclnnsimGetBlasName"):
+            info["sim_blas"] = ffi.string(ops.lib.aclnnsimGetBlasName()).decode(errors="replace")
     except Exception as e:  # the runtime works without them
         info["op_library_error"] = str(e)
     return info

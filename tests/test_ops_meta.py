@@ -2,6 +2,9 @@
 checks), through cffi: the same calls a real CANN install answers (hicann/opbase include/nnopbase/aclnn/acl_meta.h)."""
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -261,7 +264,41 @@ def test_backend_info_reports_op_libraries():
     info = acl_rt.backend_info()
     assert info["op_libraries"] and info["op_libraries"][0].endswith("libopapi_sim.so")
     assert info["op_library_error"] is None
-    assert info["sim_blas"] and "openblas" in info["sim_blas"]
+    assert info["sim_blas"] and ("OpenBLAS" in info["sim_blas"] or "MKL" in info["sim_blas"]), info["sim_blas"]
+
+
+_BLAS_PRODUCTS = """
+    import numpy as np, kernels, acl_rt
+    rng = np.random.default_rng(0)
+    for dt, tol in ((np.float32, 1e-4), (np.float64, 1e-12)):
+        a, b = rng.standard_normal((37, 53)).astype(dt), rng.standard_normal((53, 29)).astype(dt)
+        c = rng.standard_normal((5, 37, 53)).astype(dt)
+        ref = a.astype(np.float64) @ b
+        for x, y, want in ((a, b, ref), (np.ascontiguousarray(a.T).T, b, ref),
+                           (a, np.ascontiguousarray(b.T).T, ref), (a.T, a, a.T.astype(np.float64) @ a),
+                           (c, b, c.astype(np.float64) @ b)):
+            got = np.asarray(kernels.matmul(x, y))
+            assert np.abs(got - want).max() <= tol * np.abs(want).max() * 10, (dt, x.shape, y.shape)
+    print(acl_rt.backend_info()["sim_blas"])
+"""
+
+
+@pytest.mark.parametrize("case", ["openblas", "mkl of a loaded pytorch", "CANNA_SIM_BLAS over pytorch's mkl"])
+def test_the_simulators_blas(py, case):
+    # the op library's matrix products take the BLAS found at the first one ($CANNA_SIM_BLAS, an MKL
+    # already loaded, the scipy-openblas64 wheel acl_rt loads); every one gives float64-checked products
+    import scipy_openblas64 as ob
+    env, first = {}, ""
+    if case != "openblas":
+        pytest.importorskip("torch")
+        first = "import torch\n"
+    if case.startswith("CANNA_SIM_BLAS"):
+        env["CANNA_SIM_BLAS"] = str(Path(ob.get_lib_dir()) / f"lib{ob.get_library()}.so")
+    out = py(first + textwrap.dedent(_BLAS_PRODUCTS), env=env).stdout.strip().splitlines()[-1]
+    if case == "mkl of a loaded pytorch":
+        assert out.startswith("MKL (loaded in the process: libtorch_cpu.so)"), out
+    else:
+        assert "OpenBLAS" in out and "MKL" not in out, out
 
 
 def test_acl_rt_imports_without_op_library(py):

@@ -66,6 +66,12 @@ aclError aclsimLaunchTask(aclrtStream stream, aclsimTaskFn fn, void *arg, aclsim
 /* run fn(i, numBlocks, arg) for i in [0, numBlocks) on the device's AI-core threads and wait; the
  * result is the first non-zero block result. Callable from inside a task. */
 aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimBlockFn fn, void *arg);
+/* Exported by the simulator's op library (kernels/_sim): the BLAS its matrix products use and where
+ * it was found -- "MKL (loaded in the process: libtorch_cpu.so): <version>", "scipy-openblas64
+ * (loaded in the process): <config>", ... -- or why there is none. Decided at the first product
+ * (this call decides it when none ran yet): $CANNA_SIM_BLAS, else an MKL already loaded (its own
+ * runtime, or PyTorch's CPU library, which carries it), else the OpenBLAS acl_rt loads. */
+const char *aclnnsimGetBlasName(void);
 /* A host thread team lent to the simulator by the program that owns the threads (a framework's
  * intra-op pool): team(ctx, maxThreads, work, job) calls work(job) on up to maxThreads threads at
  * once, the calling thread included, and returns once every call has returned. Each work(job) call
