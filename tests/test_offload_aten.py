@@ -173,7 +173,7 @@ def test_aten_item_matches_pytorch(name):
     if name == "aten::_softmax_backward_data" or name == "aten::_log_softmax_backward_data":
         a64 = (*a64[:3], torch.float64)
     ref64 = _flat(ov(*a64, **kwargs))
-    direct0 = _aten.stats()["direct"]
+    direct0, c0 = _aten.stats()["direct"], _aten.stats()["direct_c"]
     with ct.offload(level="aten") as rep:
         for _ in range(4):   # the first calls take the Python handler (it records the call), the next the direct path
             mine_args = _clone(args)
@@ -181,12 +181,17 @@ def test_aten_item_matches_pytorch(name):
             _check_against(name, got, ref32, ref64, mine_args, a64)
     assert rep.ops[rows[0]].canna == 4, (rep, rep.pytorch_calls)
     item = next((op, spec) for n, op, spec in _aten_items() if n == name)
-    if _aten._direct(*item) is not None and name not in NOT_DIRECT:
+    d = _aten._direct(*item)
+    if d is not None and name not in NOT_DIRECT:
         assert _aten.stats()["direct"] - direct0 >= 2, "the repeated calls did not take the C++ direct path"
+        if d[8] is None and name not in NOT_DIRECT_C:   # (a result adapter is Python: no C route)
+            assert _aten.stats()["direct_c"] - c0 >= 2, "the repeated calls did not take the C route"
 
 
 #: items with a direct call whose signature here the memo does not replay (a temporary)
 NOT_DIRECT = frozenset()
+#: items whose direct call here takes the Python objects' route, and why
+NOT_DIRECT_C = {}
 
 
 def _check_against(name, got, ref32, ref64, mine_args, a64):

@@ -587,14 +587,33 @@ int alloc_expected(void *ctx, DLTensor *out)
                                                      "CPU tensor"), -1);
 }
 
+// whether the call has the values its item runs on canna only at (direct_call's rule, on the stack)
+bool fixed_ok(const Direct &d, const std::vector<int8_t> &kinds, const torch::jit::Stack &stack, size_t base)
+{
+    for (const auto &f : d.fixed) {
+        const c10::IValue &v = stack[base + f.first];
+        if (v.isTensor() && v.toTensor().defined() && !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number())
+            return false;
+        PyObject *got = to_py(v, kinds[f.first]);
+        int eq = got == f.second ? 1 : got ? PyObject_RichCompareBool(f.second, got, Py_EQ) : -1;
+        Py_XDECREF(got);
+        if (eq != 1) {
+            PyErr_Clear();
+            return false;
+        }
+    }
+    return true;
+}
+
 // The direct call in C (an elementwise fast path, kind 2), on the dispatcher's own arguments: no
 // Python object for a tensor, the output allocated here as PyTorch's rules expect it (the
-// verdict's expectation). 1: done, *result set (undefined for an in-place form: the written
+// verdict's expectation). 1: done, *results set (one: undefined for an in-place form: the written
 // argument is the result); 0: not this route (the Python objects' route decides); -1: an error
 // (a Python exception set: that route runs the call again and decides, as for direct_call).
-int direct_c(const Direct &d, const Verdict &vd, const torch::jit::Stack &stack, size_t base, c10::IValue *result)
+int direct_c(const Direct &d, const Verdict &vd, const std::vector<int8_t> &kinds, const torch::jit::Stack &stack,
+             size_t base, std::vector<c10::IValue> *results)
 {
-    if (!g_fast_api || d.kind != 2 || d.result || !d.fixed.empty() || d.src.size() != 3 || d.src[0] < 0)
+    if (!g_fast_api || d.kind != 2 || d.result || d.src.size() != 3 || d.src[0] < 0 || !fixed_ok(d, kinds, stack, base))
         return 0;
     for (int i : d.nonone)
         if (stack[base + i].isNone())
@@ -636,12 +655,112 @@ int direct_c(const Direct &d, const Verdict &vd, const torch::jit::Stack &stack,
         PyObject *dtype = inplace ? Py_None : (PyObject *)torch::getTHPDtype(vd.outs[0].dtype);
         rc = g_fast_api->call(op, d.api, &x, ny ? &y : nullptr, ny ? nullptr : ys, p, dtype, alloc_expected, &ctx);
         if (rc == 1)
-            *result = c10::IValue(std::move(ctx.out));
+            results->assign(1, c10::IValue(std::move(ctx.out)));
     } else if (PyErr_Occurred()) {
         rc = -1;
     }
     Py_XDECREF(ys);
     Py_XDECREF(p);
+    return rc;
+}
+
+struct MemoOuts {
+    at::Tensor t[CANNA_MEMO_MAXRESULTS];
+};
+
+int alloc_memo(void *ctx, int j, int ndim, const int64_t *shape, PyObject *dtype, DLTensor *out)
+{
+    auto *mo = static_cast<MemoOuts *>(ctx);
+    if (j < 0 || j >= CANNA_MEMO_MAXRESULTS || !THPDtype_Check(dtype))
+        return 1;
+    try {
+        KeyOff off;
+        mo->t[j] = at::empty(at::IntArrayRef(shape, (size_t)ndim),
+                             at::TensorOptions().dtype(reinterpret_cast<THPDtype *>(dtype)->scalar_type));
+    } catch (const std::exception &e) {
+        PyErr_SetString(PyExc_MemoryError, e.what());
+        return -1;
+    }
+    return to_dl(mo->t[j], out) ? 0 : 1;
+}
+
+// The direct call in C of a memo entry (kind 1) on the dispatcher's own arguments: the tensors as
+// DLTensors, the other arguments as the Python objects the Python route passes (no Python object
+// for a tensor), the outputs allocated with at::empty. 1: done, *results set per schema return;
+// 0: not this route (the Python objects' route decides: a miss registers there); -1: an error
+// (a Python exception set; as for direct_c, that route runs the call again and decides).
+int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch::jit::Stack &stack, size_t base,
+                  size_t nrets, std::vector<c10::IValue> *results)
+{
+    constexpr size_t kMax = 24;
+    size_t na = d.src.size();
+    if (!g_fast_api || d.kind != 1 || d.result || d.codes || na > kMax || nrets > CANNA_MEMO_MAXRESULTS)
+        return 0;
+    for (int i : d.nonone)
+        if (stack[base + i].isNone())
+            return 0;
+    DLTensor t[kMax];
+    int is_t[kMax];
+    PyObject *a[kMax];
+    PyObject *owned[kMax];
+    size_t nown = 0;
+    int rc = 0;
+    for (size_t j = 0; j < na; j++) {
+        is_t[j] = 0;
+        a[j] = nullptr;
+        int src = d.src[j];
+        if (src < 0) {
+            a[j] = d.dflt[j];
+            continue;
+        }
+        const c10::IValue &v = stack[base + src];
+        if (v.isTensor() && v.toTensor().defined() && !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+            if (!to_dl(v.toTensor(), &t[j]))
+                goto out;
+            is_t[j] = 1;
+            continue;
+        }
+        if (v.isTensorList() || v.isOptionalTensorList())
+            goto out;   // (the memo takes no tensor list)
+        if (!(a[j] = to_py(v, kinds[src]))) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            goto out;
+        }
+        owned[nown++] = a[j];
+    }
+    if (!fixed_ok(d, kinds, stack, base))
+        goto out;
+    {
+        MemoOuts mo;
+        unsigned char res[CANNA_MEMO_MAXRESULTS];
+        int nres = 0, single = 0;
+        rc = g_fast_api->memo(d.op, d.api, (int)na, t, is_t, a, alloc_memo, &mo, res, &nres, &single);
+        if (rc != 1)
+            goto out;
+        results->assign(nrets, c10::IValue(at::Tensor()));
+        if (single == 1 ? nrets != 1 : single == 0 && (size_t)nres != nrets) {
+            PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: the memo's results do not match the schema's returns");
+            rc = -1;
+            goto out;
+        }
+        for (size_t k = 0; single >= 0 && k < nrets; k++) {
+            unsigned char r = res[k];
+            if (r == 255)
+                continue;
+            if (r < 128) {
+                (*results)[k] = c10::IValue(mo.t[r]);
+            } else if (r - 128 < (int)na && d.src[r - 128] >= 0) {
+                (*results)[k] = stack[base + d.src[r - 128]];
+            } else {
+                PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a memo result names no argument");
+                rc = -1;
+                goto out;
+            }
+        }
+    }
+out:
+    for (size_t q = 0; q < nown; q++)
+        Py_DECREF(owned[q]);
     return rc;
 }
 
@@ -676,14 +795,15 @@ struct CannaKernel final : public c10::OperatorKernel {
             sig_key((*stack)[base + i], &key);
         PyObject *r = nullptr;
         bool hit = false, done = false, c_done = false;
-        c10::IValue c_result;   // (the C route's result)
+        std::vector<c10::IValue> c_results;   // (the C route's results, per schema return)
         std::shared_ptr<const Verdict> vd;
-        if (ent.d.kind == 2) {   // a known signature canna runs: the C route first (no Python object)
+        if (ent.d.kind) {   // a known signature canna runs: the C route first (no Python object)
             auto it = ent.verdicts.find(key);
             if (it != ent.verdicts.end() && it->second->what == 0) {
                 KeyOff off;
                 if (direct_ready(ent.d)) {
-                    int rc = direct_c(ent.d, *it->second, *stack, base, &c_result);
+                    int rc = ent.d.kind == 2 ? direct_c(ent.d, *it->second, kinds, *stack, base, &c_results)
+                                             : direct_memo_c(ent.d, kinds, *stack, base, rets.size(), &c_results);
                     if (rc == 1) {
                         vd = it->second;
                         c_done = hit = true;
@@ -768,9 +888,10 @@ struct CannaKernel final : public c10::OperatorKernel {
                 }
                 continue;
             }
-            if (c_done) {   // (one result)
-                outs[k] = c_result;
-                good = rets.size() == 1 && c_result.isTensor() && c_result.toTensor().defined();
+            if (c_done) {
+                good = k < c_results.size();
+                if (good)
+                    outs[k] = c_results[k];
                 continue;
             }
             PyObject *o = rets.size() == 1 ? r : (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == (Py_ssize_t)rets.size()

@@ -491,12 +491,6 @@ done:
     return rc;
 }
 
-static const CannaFastApi g_fast_api = {CANNA_FAST_API_VERSION, fast_c_call};
-
-PyObject *fast_api_capsule(void)
-{
-    return PyCapsule_New((void *)&g_fast_api, CANNA_FAST_API_CAPSULE, NULL);
-}
 
 /* ---------------------------------------------------------------------------------------------
  * offload()'s per-call fast path (canna_dl/torch/_offload.py): one torch function call of a
@@ -871,6 +865,212 @@ static int disjoint(const DLTensor *a, const DLTensor *b)
     return !ra || !rb || a1 <= b0 || b1 <= a0;
 }
 
+/* One memo call's arguments: na of them, t[i] read where is_t[i] (a tensor), a[i] the Python
+ * object otherwise (a number, str, int list, dtype, None: key_other). */
+typedef struct memo_call {
+    long op;
+    PyObject *sarg;   /* the stream argument (an API name: the thread's current stream) */
+    int na;
+    const DLTensor *t;
+    const int *is_t;
+    PyObject *const *a;
+} memo_call_t;
+
+/* allocate output j of a replay from its spec (shape, torch dtype, alloc[, proto dtype]) like the
+ * proto's device: its data address in *ptr. 0; 1 when this caller cannot (the call is not
+ * applicable); -1 with an exception set */
+typedef int (*memo_out_fn)(void *ctx, int j, PyObject *spec, const DLTensor *like, void **ptr);
+
+/* The replay of a memo call: key, cache entry, checks, workspace, outputs, launches.
+ * Returns 1 (done: *entry_out a new reference to the cache entry, whose result / single fields say
+ * what the call returns), 0 (not applicable), 2 (a miss, or a stale entry removed: *key_out the key,
+ * a new reference, for the caller's Python side to register) or -1 (an exception set). */
+static int memo_replay(const memo_call_t *c, memo_out_fn out_fn, void *out_ctx, PyObject **entry_out,
+                       PyObject **key_out)
+{
+    *entry_out = *key_out = NULL;
+    if (!g_api || !g_memo_cache)
+        return 0;
+    key_t_ k;
+    k.n = 0;
+    int32_t op32 = (int32_t)c->op;
+    put(&k, &op32, sizeof op32);
+    int nt = 0;
+    for (int i = 0; i < c->na; i++) {
+        if (c->is_t[i]) {
+            if (key_tensor(&k, &c->t[i]))
+                return 0;
+            nt++;
+        } else if (!key_other(&k, c->a[i])) {
+            return 0;
+        }
+    }
+    if (!nt)
+        return 0;
+    PyObject *entry, *key = cache_find(g_memo_cache, &k, &entry);
+    if (!key)
+        return -1;
+    if (!entry) {   /* a miss: the key */
+        *key_out = key;
+        return 2;
+    }
+    if (entry == Py_None) {   /* a signature whose call is not replayable */
+        Py_DECREF(key);
+        return 0;
+    }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 6) {
+        Py_DECREF(key);
+        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed cache entry");
+        return -1;
+    }
+    Py_INCREF(entry);   /* the dict may change while we run */
+    PyObject *launches = PyTuple_GET_ITEM(entry, 0), *ospecs = PyTuple_GET_ITEM(entry, 1),
+             *written = PyTuple_GET_ITEM(entry, 2), *result = PyTuple_GET_ITEM(entry, 3);
+    Py_ssize_t no = PyTuple_GET_SIZE(ospecs), nl = PyTuple_GET_SIZE(launches);
+    int rc = -1, na = c->na;
+    void *ws = NULL;
+    PyObject *ws_buf = NULL;
+    unsigned long long ws_size = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 5));
+    if (ws_size == (unsigned long long)-1 && PyErr_Occurred())
+        goto done;
+    if (no > MEMO_MAXOUT || !PyBytes_Check(written) || !PyBytes_Check(result)) {
+        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed cache entry");
+        goto done;
+    }
+    /* an argument written in place must not overlap another tensor argument (the Python path
+     * decides: an exact alias may be allowed, a partial overlap raises) */
+    {
+        const unsigned char *w = (const unsigned char *)PyBytes_AS_STRING(written);
+        for (Py_ssize_t j = 0; j < PyBytes_GET_SIZE(written); j++) {
+            int i = w[j];
+            if (i >= na || !c->is_t[i])
+                goto stale;
+            for (int q = 0; q < na; q++)
+                if (q != i && c->is_t[q] && !disjoint(&c->t[i], &c->t[q]))
+                    goto not_applicable;
+        }
+    }
+    /* every plan still open (a cleared cache closes them: compute it again) */
+    for (Py_ssize_t l = 0; l < nl; l++) {
+        PyObject *pm = PyTuple_GET_ITEM(launches, l);
+        PyObject *plan = PyTuple_GET_ITEM(pm, 0), *map = PyTuple_GET_ITEM(pm, 1);
+        if (Py_TYPE(plan) != &Plan_Type || !PyBytes_Check(map) ||
+            !plan_memo_ok((PlanObject *)plan, (int)PyBytes_GET_SIZE(map), ws_size))
+            goto stale;
+        const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(map);
+        for (Py_ssize_t q = 0; q < PyBytes_GET_SIZE(map); q++)
+            if (m[q] >= 128 ? m[q] - 128 >= no : (m[q] >= na || !c->is_t[m[q]]))
+                goto stale;
+    }
+    void *stream;
+    if (fast_stream_of(c->sarg, &stream))
+        goto done;
+    const DLTensor *like = NULL;
+    for (int i = 0; i < na && !like; i++)
+        if (c->is_t[i])
+            like = &c->t[i];
+    void *optr[MEMO_MAXOUT];
+    for (Py_ssize_t j = 0; j < no; j++) {
+        int r = out_fn(out_ctx, (int)j, PyTuple_GET_ITEM(ospecs, j), like, &optr[j]);
+        if (r < 0)
+            goto done;
+        if (r > 0)
+            goto not_applicable;
+    }
+    if (ws_size) {
+        if (!g_memo_ws)
+            goto not_applicable;
+        ws_buf = PyObject_CallOneArg(g_memo_ws, PyTuple_GET_ITEM(entry, 5));
+        PyObject *wo = ws_buf ? PyObject_GetAttrString(ws_buf, "ptr") : NULL;
+        if (!wo)
+            goto done;
+        ws = PyLong_AsVoidPtr(wo);
+        Py_DECREF(wo);
+        if (!ws) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "kernels memo: no workspace");
+            goto done;
+        }
+    }
+    int waited = plan_launch_waited(1);   /* (every launch of the replay is waited for: the last one is) */
+    for (Py_ssize_t l = 0; l < nl; l++) {
+        PyObject *pm = PyTuple_GET_ITEM(launches, l);
+        PlanObject *plan = (PlanObject *)PyTuple_GET_ITEM(pm, 0);
+        PyObject *map = PyTuple_GET_ITEM(pm, 1);
+        const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(map);
+        int n = (int)PyBytes_GET_SIZE(map);
+        void *addrs[PLAN_MAX_TENSORS];
+        for (int q = 0; q < n; q++)
+            addrs[q] = m[q] >= 128 ? optr[m[q] - 128] : data_of(&c->t[m[q]]);
+        if (plan_launch_addrs(plan, stream, ws, addrs, n, l == nl - 1)) {
+            plan_launch_waited(waited);
+            if (l < nl - 1) {   /* the launches before it are queued: wait for them, keep the error */
+                PyObject *et, *ev, *tb;
+                PyErr_Fetch(&et, &ev, &tb);
+                if (plan_sync(stream))
+                    PyErr_Clear();
+                PyErr_Restore(et, ev, tb);
+            }
+            goto done;
+        }
+    }
+    plan_launch_waited(waited);
+    rc = 1;
+    goto done;
+stale:
+    if (PyDict_DelItem(g_memo_cache, key))
+        PyErr_Clear();
+    rc = 2;   /* compute it again */
+    goto done;
+not_applicable:
+    rc = 0;
+done:
+    if (ws_buf) {   /* back to the pool (stream-ordered); an error of the call comes first */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *cl = PyObject_CallMethod(ws_buf, "close", NULL);
+        if (!cl && !et && rc == 1) {
+            rc = -1;
+        } else if (!cl) {
+            PyErr_Clear();
+        }
+        Py_XDECREF(cl);
+        if (et)
+            PyErr_Restore(et, ev, tb);
+        Py_DECREF(ws_buf);
+    }
+    if (rc == 1)
+        *entry_out = entry;
+    else
+        Py_DECREF(entry);
+    if (rc == 2)
+        *key_out = key;
+    else
+        Py_DECREF(key);
+    return rc;
+}
+
+/* py_memo's outputs: torch tensors (memo_alloc), kept in outs[] */
+typedef struct py_outs {
+    PyObject *outs[MEMO_MAXOUT];
+    int n;
+} py_outs_t;
+
+static int py_out(void *ctx, int j, PyObject *spec, const DLTensor *like, void **ptr)
+{
+    py_outs_t *po = ctx;
+    PyObject *o = memo_alloc(spec, like);
+    if (!o)
+        return -1;
+    po->outs[j] = o;
+    po->n = j + 1;
+    DLTensor to;
+    if (g_api->dltensor_from_py_object_no_sync(o, &to) != 0)
+        return -1;
+    *ptr = data_of(&to);
+    return 0;
+}
+
 PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -888,181 +1088,118 @@ PyObject *py_memo(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     int na = (int)(nargs - 2);
     PyObject *const *a = args + 2;
-    key_t_ k;
-    k.n = 0;
-    int32_t op32 = (int32_t)op;
-    put(&k, &op32, sizeof op32);
     DLTensor t[MEMO_MAXARGS];
-    int is_t[MEMO_MAXARGS], nt = 0;
+    int is_t[MEMO_MAXARGS];
     for (int i = 0; i < na; i++) {
         is_t[i] = 0;
         if (Py_TYPE(a[i]) == g_tensor_type) {
-            if (read_tensor(a[i], &t[i]) <= 0 || key_tensor(&k, &t[i]))
+            if (read_tensor(a[i], &t[i]) <= 0)
                 Py_RETURN_NONE;
             is_t[i] = 1;
-            nt++;
-        } else if (!key_other(&k, a[i])) {
-            Py_RETURN_NONE;
         }
     }
-    if (!nt)
-        Py_RETURN_NONE;
-    PyObject *entry, *key = cache_find(g_memo_cache, &k, &entry);
-    if (!key || !entry)
-        return key;   /* an error (NULL), or a miss: the key */
-    if (entry == Py_None) {   /* a signature whose call is not replayable */
-        Py_DECREF(key);
-        Py_RETURN_NONE;
-    }
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 6) {
-        Py_DECREF(key);
-        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed cache entry");
-        return NULL;
-    }
-    Py_INCREF(entry);   /* the dict may change while we run */
-    PyObject *launches = PyTuple_GET_ITEM(entry, 0), *ospecs = PyTuple_GET_ITEM(entry, 1),
-             *written = PyTuple_GET_ITEM(entry, 2), *result = PyTuple_GET_ITEM(entry, 3),
-             *single = PyTuple_GET_ITEM(entry, 4);
-    PyObject *outs[MEMO_MAXOUT];
-    Py_ssize_t no = PyTuple_GET_SIZE(ospecs), nl = PyTuple_GET_SIZE(launches);
-    PyObject *ret = NULL;
-    int n_made = 0;
-    void *ws = NULL;
-    PyObject *ws_buf = NULL;
-    unsigned long long ws_size = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 5));
-    if (ws_size == (unsigned long long)-1 && PyErr_Occurred())
-        goto done;
-    if (no > MEMO_MAXOUT || !PyBytes_Check(written) || !PyBytes_Check(result)) {
-        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed cache entry");
-        goto done;
-    }
-    /* an argument written in place must not overlap another tensor argument (the Python path
-     * decides: an exact alias may be allowed, a partial overlap raises) */
-    {
-        const unsigned char *w = (const unsigned char *)PyBytes_AS_STRING(written);
-        for (Py_ssize_t j = 0; j < PyBytes_GET_SIZE(written); j++) {
-            int i = w[j];
-            if (i >= na || !is_t[i])
-                goto stale;
-            for (int q = 0; q < na; q++)
-                if (q != i && is_t[q] && !disjoint(&t[i], &t[q]))
-                    goto not_applicable;
-        }
-    }
-    /* every plan still open (a cleared cache closes them: compute it again) */
-    for (Py_ssize_t l = 0; l < nl; l++) {
-        PyObject *pm = PyTuple_GET_ITEM(launches, l);
-        PyObject *plan = PyTuple_GET_ITEM(pm, 0), *map = PyTuple_GET_ITEM(pm, 1);
-        if (Py_TYPE(plan) != &Plan_Type || !PyBytes_Check(map) ||
-            !plan_memo_ok((PlanObject *)plan, (int)PyBytes_GET_SIZE(map), ws_size))
-            goto stale;
-        const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(map);
-        for (Py_ssize_t q = 0; q < PyBytes_GET_SIZE(map); q++)
-            if (m[q] >= 128 ? m[q] - 128 >= no : (m[q] >= na || !is_t[m[q]]))
-                goto stale;
-    }
-    void *stream;
-    if (fast_stream_of(args[1], &stream))
-        goto done;
-    if (ws_size) {
-        if (!g_memo_ws)
-            goto not_applicable;
-        ws_buf = PyObject_CallOneArg(g_memo_ws, PyTuple_GET_ITEM(entry, 5));
-        PyObject *wo = ws_buf ? PyObject_GetAttrString(ws_buf, "ptr") : NULL;
-        if (!wo)
-            goto done;
-        ws = PyLong_AsVoidPtr(wo);
-        Py_DECREF(wo);
-        if (!ws) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_RuntimeError, "kernels memo: no workspace");
-            goto done;
-        }
-    }
-    const DLTensor *like = NULL;
-    for (int i = 0; i < na && !like; i++)
-        if (is_t[i])
-            like = &t[i];
-    void *optr[MEMO_MAXOUT];
-    for (Py_ssize_t j = 0; j < no; j++) {
-        outs[j] = memo_alloc(PyTuple_GET_ITEM(ospecs, j), like);
-        if (!outs[j])
-            goto done;
-        n_made++;
-        DLTensor to;
-        if (g_api->dltensor_from_py_object_no_sync(outs[j], &to) != 0)
-            goto done;
-        optr[j] = data_of(&to);
-    }
-    int waited = plan_launch_waited(1);   /* (every launch of the replay is waited for: the last one is) */
-    for (Py_ssize_t l = 0; l < nl; l++) {
-        PyObject *pm = PyTuple_GET_ITEM(launches, l);
-        PlanObject *plan = (PlanObject *)PyTuple_GET_ITEM(pm, 0);
-        PyObject *map = PyTuple_GET_ITEM(pm, 1);
-        const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(map);
-        int n = (int)PyBytes_GET_SIZE(map);
-        void *addrs[PLAN_MAX_TENSORS];
-        for (int q = 0; q < n; q++)
-            addrs[q] = m[q] >= 128 ? optr[m[q] - 128] : data_of(&t[m[q]]);
-        if (plan_launch_addrs(plan, stream, ws, addrs, n, l == nl - 1)) {
-            plan_launch_waited(waited);
-            if (l < nl - 1) {   /* the launches before it are queued: wait for them, keep the error */
-                PyObject *et, *ev, *tb;
-                PyErr_Fetch(&et, &ev, &tb);
-                if (plan_sync(stream))
-                    PyErr_Clear();
-                PyErr_Restore(et, ev, tb);
-            }
-            goto done;
-        }
-    }
-    plan_launch_waited(waited);
-    {
+    memo_call_t c = {op, args[1], na, t, is_t, a};
+    py_outs_t po;
+    po.n = 0;
+    PyObject *entry, *key, *ret = NULL;
+    int rc = memo_replay(&c, py_out, &po, &entry, &key);
+    if (rc == 2) {
+        ret = key;
+    } else if (rc == 0) {
+        ret = Py_None;
+        Py_INCREF(ret);
+    } else if (rc == 1) {
+        PyObject *result = PyTuple_GET_ITEM(entry, 3), *single = PyTuple_GET_ITEM(entry, 4);
         const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(result);
         Py_ssize_t nr = PyBytes_GET_SIZE(result);
         if (single == Py_None) {
             ret = Py_Ellipsis;
             Py_INCREF(ret);
         } else if (single == Py_True && nr == 1) {
-            ret = r[0] >= 128 ? a[r[0] - 128] : outs[r[0]];
+            ret = r[0] >= 128 ? a[r[0] - 128] : po.outs[r[0]];
             Py_INCREF(ret);
         } else {
             ret = PyTuple_New(nr);
             for (Py_ssize_t q = 0; ret && q < nr; q++) {
-                PyObject *v = r[q] == 255 ? Py_None : r[q] >= 128 ? a[r[q] - 128] : outs[r[q]];
+                PyObject *v = r[q] == 255 ? Py_None : r[q] >= 128 ? a[r[q] - 128] : po.outs[r[q]];
                 Py_INCREF(v);
                 PyTuple_SET_ITEM(ret, q, v);
             }
         }
+        Py_DECREF(entry);
     }
-    goto done;
-stale:
-    if (PyDict_DelItem(g_memo_cache, key))
-        PyErr_Clear();
-    ret = key;   /* compute it again */
-    Py_INCREF(ret);
-    goto done;
-not_applicable:
-    ret = Py_None;
-    Py_INCREF(ret);
-done:
-    if (ws_buf) {   /* back to the pool (stream-ordered); an error of the call comes first */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *c = PyObject_CallMethod(ws_buf, "close", NULL);
-        if (!c && !et && ret) {
-            Py_CLEAR(ret);
-        } else if (!c) {
-            PyErr_Clear();
-        }
-        Py_XDECREF(c);
-        if (et)
-            PyErr_Restore(et, ev, tb);
-        Py_DECREF(ws_buf);
-    }
-    for (int j = 0; j < n_made; j++)
-        Py_DECREF(outs[j]);
-    Py_DECREF(entry);
-    Py_DECREF(key);
+    for (int j = 0; j < po.n; j++)
+        Py_XDECREF(po.outs[j]);
     return ret;
+}
+
+/* memo() for a C caller (fast_api.h): the tensors read by the caller, the outputs allocated by its
+ * callback; the same key, cache and plans. A miss or a stale entry is 0: the caller's Python route
+ * runs the call (and registers it). */
+typedef struct c_outs {
+    canna_memo_alloc_fn alloc;
+    void *ctx;
+} c_outs_t;
+
+static int c_out(void *ctx, int j, PyObject *spec, const DLTensor *like, void **ptr)
+{
+    (void)like;
+    c_outs_t *co = ctx;
+    PyObject *shape = PyTuple_GET_ITEM(spec, 0), *dtype = PyTuple_GET_ITEM(spec, 1);
+    if (PyTuple_GET_ITEM(spec, 2) != Py_None)
+        return 1;   /* canna's pool allocates it (a large output): the Python route */
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    int64_t dims[FAST_MAX_NDIM];
+    if (nd > FAST_MAX_NDIM)
+        return 1;
+    for (Py_ssize_t d = 0; d < nd; d++) {
+        dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+        if (dims[d] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    DLTensor to;
+    int r = co->alloc(co->ctx, j, (int)nd, dims, dtype, &to);
+    if (r)
+        return r;
+    *ptr = data_of(&to);
+    return 0;
+}
+
+static int memo_c_call(long op, PyObject *sarg, int na, const DLTensor *t, const int *is_t, PyObject *const *a,
+                       canna_memo_alloc_fn alloc, void *ctx, unsigned char *result, int *nresult, int *single)
+{
+    if (na > MEMO_MAXARGS)
+        return 0;
+    for (int i = 0; i < na; i++)
+        if (is_t[i] && !dl_usable(&t[i]))
+            return 0;
+    memo_call_t c = {op, sarg, na, t, is_t, a};
+    c_outs_t co = {alloc, ctx};
+    PyObject *entry, *key;
+    int rc = memo_replay(&c, c_out, &co, &entry, &key);
+    if (rc == 2) {
+        Py_DECREF(key);
+        return 0;
+    }
+    if (rc != 1)
+        return rc;
+    PyObject *res = PyTuple_GET_ITEM(entry, 3), *sg = PyTuple_GET_ITEM(entry, 4);
+    Py_ssize_t nr = PyBytes_GET_SIZE(res);
+    if (nr > CANNA_MEMO_MAXRESULTS) {   /* (done: the outputs are written; nothing to return them by) */
+        Py_DECREF(entry);
+        PyErr_SetString(PyExc_RuntimeError, "kernels memo: more results than a C caller takes");
+        return -1;
+    }
+    memcpy(result, PyBytes_AS_STRING(res), (size_t)nr);
+    *nresult = (int)nr;
+    *single = sg == Py_None ? -1 : sg == Py_True && nr == 1;
+    Py_DECREF(entry);
+    return 1;
+}
+
+static const CannaFastApi g_fast_api = {CANNA_FAST_API_VERSION, fast_c_call, memo_c_call};
+
+PyObject *fast_api_capsule(void)
+{
+    return PyCapsule_New((void *)&g_fast_api, CANNA_FAST_API_CAPSULE, NULL);
 }
