@@ -299,6 +299,28 @@ def test_batch_norm_eval_runs_on_canna():
     np.testing.assert_allclose(mine[0].numpy(), want[0].numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_views_pass_cannas_key():
+    # a view computes nothing: it has a fallthrough kernel for canna's key (_aten.cc
+    # canna_aten_pass_views), so the dispatcher never boxes it into the fallback; other PyTorch
+    # calls still reach it (counted for the report)
+    assert _aten.available(), _aten.why_unavailable()
+    dll = _aten._state["dll"]
+    x = rn(4, 6)
+    with ct.offload(level="aten"):
+        dll.canna_aten_other(1)   # (this thread's calls so far dropped)
+        v = [x.view(24), x.t(), x[1:3], x.unsqueeze(0), x.expand(2, 4, 6), x.transpose(0, 1), *x.split(2),
+             x.as_strided((2, 2), (1, 1)), x.select(0, 1), x.narrow(1, 0, 2), x.permute(1, 0), x.detach()]
+        y = torch.arange(3) * 2   # not views: PyTorch's kernels, through the fallback
+        counts = dll.canna_aten_other(1)
+    assert all(t.data_ptr() >= x.data_ptr() for t in v)
+    names = set(counts)
+    assert "aten::arange.start_out" in names, names
+    assert not names & {"aten::view.default", "aten::t.default", "aten::slice.Tensor", "aten::unsqueeze.default",
+                        "aten::expand.default", "aten::transpose.int", "aten::split.Tensor", "aten::as_strided.default",
+                        "aten::select.int", "aten::narrow.default", "aten::permute.default", "aten::detach.default"}, names
+    assert torch.equal(y, torch.tensor([0, 2, 4]))
+
+
 def test_transformer_layer_forward_backward_matches_plain():
     torch.manual_seed(2)
     layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, activation="gelu")

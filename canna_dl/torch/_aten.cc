@@ -1143,6 +1143,53 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
     return id;
 }
 
+// Views skip canna's key: every operator known now whose results all alias an argument without
+// writing (aten::view, transpose, slice, expand, as_strided, ...: no computation, nothing canna
+// could run, left out of the report) and that is not routed gets a fallthrough kernel for it, so
+// the dispatcher goes straight to PyTorch's kernel instead of boxing the call into the fallback
+// (~1.5 us a call). Operators registered later keep the fallback. The number of operators, or -1
+// with a Python exception set. GIL held.
+int canna_aten_pass_views(void)
+{
+    int n = 0;
+    try {
+        auto &disp = c10::Dispatcher::singleton();
+        std::unordered_map<std::string, torch::Library *> libs;
+        for (const c10::OperatorName &name : disp.getAllOpNames()) {
+            std::string key = name.name + "." + (name.overload_name.empty() ? "default" : name.overload_name);
+            if (g_ids.count(key))
+                continue;
+            auto h = disp.findOp(name);
+            if (!h || !h->hasSchema() || h->hasKernelForDispatchKey(kKey))
+                continue;
+            const c10::FunctionSchema &schema = h->schema();
+            bool view = !schema.returns().empty();
+            for (const auto &r : schema.returns())
+                view = view && r.alias_info() && !r.alias_info()->isWrite();
+            for (const auto &a : schema.arguments())
+                view = view && !(a.alias_info() && a.alias_info()->isWrite());
+            size_t sep = name.name.find("::");
+            if (!view || sep == std::string::npos)
+                continue;
+            std::string ns = name.name.substr(0, sep), op = name.name.substr(sep + 2);
+            torch::Library *&lib = libs[ns];
+            if (!lib) {
+                g_libs.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, ns,
+                                                                  std::optional<c10::DispatchKey>(kKey),
+                                                                  "canna_dl/torch/_aten.cc", 0));
+                lib = g_libs.back().get();
+            }
+            std::string target = name.overload_name.empty() ? op : op + "." + name.overload_name;
+            lib->impl(target.c_str(), torch::CppFunction::makeFallthrough());
+            n++;
+        }
+    } catch (const std::exception &e) {
+        PyErr_Format(PyExc_RuntimeError, "canna_dl.torch: cannot let views pass canna's key: %s", e.what());
+        return -1;
+    }
+    return n;
+}
+
 // counters: out[0] calls canna ran, out[1] calls its handlers refused (run on PyTorch), out[2]
 // calls the direct path served (part of out[0]), out[3] those of them its C route served (direct_c)
 void canna_aten_counts(uint64_t *out)

@@ -97,6 +97,7 @@ def _load():
     dll.canna_aten_hits.restype = ctypes.py_object
     dll.canna_aten_direct.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.py_object] * 8 + [ctypes.c_char_p]
     dll.canna_aten_configure_direct.argtypes = [ctypes.py_object] * 7
+    dll.canna_aten_pass_views.argtypes = []
     from kernels import _native
     from kernels._registry import _CAP, _FS, _L, _S
     try:
@@ -109,6 +110,10 @@ def _load():
     from . import _offload_optim
     for name, row, run in _offload_optim.aten_entries():
         _route(dll, name, row, run)
+    try:
+        dll.canna_aten_pass_views()   # (after the routes: a routed operator keeps canna's kernel)
+    except Exception as e:
+        return None, f"{type(e).__name__}: {e}"
     return dll, None
 
 
