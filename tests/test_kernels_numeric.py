@@ -257,6 +257,18 @@ def test_reductions(dtype, dim, keepdim, layout, gen):
               torch.float64, gen=gen)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape,dim", [((3, 77), -1), ((5, 1000), -1), ((5, 1000), 0), ((70, 45), 0), ((7, 300), None),
+                                       ((2, 33, 40), (0, 2))])
+def test_long_row_reductions(dtype, shape, dim, gen):
+    # rows longer than the simulator's vector blocks (32 float32 sums a step, tails) and columns of
+    # many rows, against float64
+    x = make(shape, dtype, "contig", gen)
+    tdim = dim if dim is not None else ()
+    check(kernels.sum(x, dim), torch.sum(d64(x), tdim), dtype, gen=gen)
+    check(kernels.mean(x, dim), torch.mean(d64(x), tdim), dtype, gen=gen)
+
+
 @pytest.mark.parametrize("src", FLOATS + INTS + [torch.int8, torch.uint8, torch.int16, torch.bool], ids=str)
 @pytest.mark.parametrize("dst", FLOATS + INTS + [torch.int8, torch.uint8, torch.int16, torch.bool], ids=str)
 def test_astype(src, dst, gen):
@@ -383,8 +395,9 @@ def test_activation_backward(name, dtype, gen):
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("log", [False, True])
-def test_softmax_backward(log, dtype, gen):
-    x = make((4, 9), dtype, "strided", gen)
+@pytest.mark.parametrize("d", [9, 37, 300])   # (float32: a tail only, vectors and a tail, past a 256-sum chunk)
+def test_softmax_backward(log, dtype, d, gen):
+    x = make((4, d), dtype, "strided", gen)
     fn = torch.log_softmax if log else torch.softmax
     g, (gx,) = grads(lambda v: fn(v, 1), x)
     y = (kernels.log_softmax if log else kernels.softmax)(x, 1)

@@ -104,6 +104,7 @@ struct Direct {
     std::vector<int> nonone;       // schema indices that must not be None
     PyObject *codes = nullptr;     // fast: the str attribute's codes (its last argument), or null
     PyObject *result = nullptr;    // the item's result adapter result(r, *arguments), or null
+    std::vector<PyObject *> conv;  // per argument after (id, stream): the item's conversion f(value), or null
 };
 
 // What PyTorch's own rules say of one call signature (the entry's check, run once per signature
@@ -232,18 +233,33 @@ PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
     if (na > kMax)
         return nullptr;
     PyObject *argv[kMax];
-    PyObject *code = nullptr;
-    for (size_t j = 0; j < d.src.size(); j++)
+    PyObject *code = nullptr, *owned[kMax];
+    size_t nown = 0;
+    for (size_t j = 0; j < d.src.size(); j++) {
         argv[2 + j] = d.src[j] >= 0 ? PyTuple_GET_ITEM(tup, d.src[j]) : d.dflt[j];
-    if (d.codes) {
-        if (!(code = attr_code(d, argv[na - 1])))
-            return nullptr;
-        argv[na - 1] = code;
+        if (d.conv[j]) {   // the item's conversion, as the handler applies it
+            PyObject *c = PyObject_CallOneArg(d.conv[j], argv[2 + j]);
+            if (!c) {
+                for (size_t q = 0; q < nown; q++)
+                    Py_DECREF(owned[q]);
+                return nullptr;
+            }
+            argv[2 + j] = owned[nown++] = c;
+        }
     }
+    if (d.codes && !(code = attr_code(d, argv[na - 1]))) {
+        for (size_t q = 0; q < nown; q++)
+            Py_DECREF(owned[q]);
+        return nullptr;
+    }
+    if (code)
+        argv[na - 1] = code;
     argv[0] = d.id;
     argv[1] = d.api;   // (the thread's current stream, resolved and remembered on the C side)
     PyObject *r = PyObject_Vectorcall(d.kind == 1 ? g_memo_fn : g_fast_fn, argv, na, nullptr);
     Py_XDECREF(code);
+    for (size_t q = 0; q < nown; q++)
+        Py_DECREF(owned[q]);
     if (!r)
         return nullptr;
     if (r == Py_None || PyBytes_Check(r)) {   // not applicable / a miss: the handler runs the call
@@ -702,7 +718,7 @@ int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch
     DLTensor t[kMax];
     int is_t[kMax];
     PyObject *a[kMax];
-    PyObject *owned[kMax];
+    PyObject *owned[2 * kMax];
     size_t nown = 0;
     int rc = 0;
     for (size_t j = 0; j < na; j++) {
@@ -724,6 +740,17 @@ int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch
             goto out;   // (the memo takes no tensor list)
         if (!(a[j] = to_py(v, kinds[src]))) {
             rc = PyErr_Occurred() ? -1 : 0;
+            goto out;
+        }
+        owned[nown++] = a[j];
+    }
+    for (size_t j = 0; j < na; j++) {   // the item's conversions, as the handler applies them
+        if (!d.conv[j])
+            continue;
+        if (is_t[j])
+            goto out;   // (a tensor converted: the Python route)
+        if (!(a[j] = PyObject_CallOneArg(d.conv[j], a[j]))) {
+            rc = -1;
             goto out;
         }
         owned[nown++] = a[j];
@@ -1014,11 +1041,12 @@ int canna_aten_configure_direct(PyObject *memo, PyObject *fast, PyObject *fs, Py
 // the schema indices that must not be None, the str attribute's codes (dict) or None, the result
 // adapter or None, and the report row. 0, or -1 with a Python exception set. GIL held.
 int canna_aten_direct(int id, int kind, PyObject *op_id, PyObject *api, PyObject *src, PyObject *dflt,
-                      PyObject *fixed, PyObject *nonone, PyObject *codes, PyObject *result, const char *row)
+                      PyObject *fixed, PyObject *nonone, PyObject *codes, PyObject *result, PyObject *conv,
+                      const char *row)
 {
     if (id < 0 || (size_t)id >= g_entries.size() || (kind != 1 && kind != 2) || !PyTuple_Check(src) ||
         !PyTuple_Check(dflt) || PyTuple_GET_SIZE(src) != PyTuple_GET_SIZE(dflt) || !PyTuple_Check(fixed) ||
-        !PyTuple_Check(nonone)) {
+        !PyTuple_Check(nonone) || !PyTuple_Check(conv) || PyTuple_GET_SIZE(conv) != PyTuple_GET_SIZE(src)) {
         PyErr_SetString(PyExc_ValueError, "canna_aten_direct: a malformed descriptor");
         return -1;
     }
@@ -1037,6 +1065,8 @@ int canna_aten_direct(int id, int kind, PyObject *op_id, PyObject *api, PyObject
         PyObject *v = PyTuple_GET_ITEM(dflt, j);
         Py_INCREF(v);
         d.dflt.push_back(v);
+        PyObject *f = PyTuple_GET_ITEM(conv, j);
+        d.conv.push_back(f == Py_None ? nullptr : (Py_INCREF(f), f));
     }
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(fixed); j++) {
         PyObject *f = PyTuple_GET_ITEM(fixed, j);

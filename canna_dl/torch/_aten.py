@@ -95,7 +95,7 @@ def _load():
     dll.canna_aten_exit.argtypes = [ctypes.c_int64]
     dll.canna_aten_hits.argtypes = []
     dll.canna_aten_hits.restype = ctypes.py_object
-    dll.canna_aten_direct.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.py_object] * 8 + [ctypes.c_char_p]
+    dll.canna_aten_direct.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.py_object] * 9 + [ctypes.c_char_p]
     dll.canna_aten_configure_direct.argtypes = [ctypes.py_object] * 7
     dll.canna_aten_pass_views.argtypes = []
     from kernels import _native
@@ -351,13 +351,14 @@ def _set_row(eid, row):
 
 def _direct(op, spec):
     """The C++ direct call of an aten item: ``(kind, op id, API name, src, dflt, fixed, nonone,
-    codes, result)`` — the C function the op's kernel-level function tries first (kind 1: the memo
-    path ``memo(id, stream, *args)``, 2: the elementwise fast path ``fast(id, stream, x, y, p)``)
-    with each of its arguments' schema index (or -1 and a constant), the item's fixed values and
-    not-None attributes, and its result adapter (applied to a hit's result, as the handler does) —
-    or None where the Python handler must run every call (a conversion, an output index, an
+    codes, result, convert)`` — the C function the op's kernel-level function tries first (kind 1:
+    the memo path ``memo(id, stream, *args)``, 2: the elementwise fast path ``fast(id, stream, x,
+    y, p)``) with each of its arguments' schema index (or -1 and a constant), the item's fixed
+    values and not-None attributes, its result adapter (applied to a hit's result, as the handler
+    does) and per argument the item's conversion or None (``TorchFn.convert``: aten's reduction
+    code as its name) — or None where the Python handler must run every call (an output index, an
     in-place form without a fast path). (A guard is the signature's check's.)"""
-    if spec.convert or spec.output is not None:
+    if spec.output is not None:
         return None
     _names, _d, src, dflt, fixed, nonone = spec.bind(op)
     n = len(op.inputs)
@@ -375,13 +376,16 @@ def _direct(op, spec):
         (fid, order), kind = op.memo, 1
     else:
         return None
+    conv = {own[j]: f for j, f in spec.extras(op)[0]}
+    if conv and kind == 2:
+        return None   # (the elementwise fast paths' items convert nothing)
     srcs, dflts = [], []
     for nm in order:
         i, d = slot.get(nm, (None, None)) if nm is not None else (None, None)
         srcs.append(-1 if i is None else i)
         dflts.append(d)
     return (kind, fid, op.api, tuple(srcs), tuple(dflts), tuple((i, want) for i, _n, want in fixed),
-            tuple(i for i, _n in nonone), codes, spec.result)
+            tuple(i for i, _n in nonone), codes, spec.result, tuple(conv.get(nm) for nm in order))
 
 
 def _route(dll, name, row, run):

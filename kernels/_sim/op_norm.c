@@ -270,6 +270,71 @@ MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
 #define max_w16 max_w8
 #endif
 
+/* softmax's backward of one row (log_form: log softmax's): s = sum(g * y) (sum(g)), lanes in float
+ * over chunks of 256 elements, the chunks in double (as MK_EXP_SUM); then o = y * (g - s)
+ * (g - exp(y) * s), the tail padded as MK_EXP_SUM's. o may be g or y (elementwise). */
+#define MK_SM_BW(NAME, VF, W, EXP, ATTR)                                                           \
+    ATTR static void NAME(const float *g, const float *y, float *o, int64_t n, int log_form)      \
+    {                                                                                              \
+        double total = 0;                                                                          \
+        for (int64_t c = 0; c < n; c += 256) {                                                     \
+            int64_t len = n - c < 256 ? n - c : 256;                                               \
+            VF acc = {0};                                                                          \
+            int64_t k = 0;                                                                         \
+            for (; k + W <= len; k += W) {                                                         \
+                VF a, b;                                                                           \
+                memcpy(&a, g + c + k, sizeof a);                                                   \
+                if (!log_form) {                                                                   \
+                    memcpy(&b, y + c + k, sizeof b);                                               \
+                    a = a * b;                                                                     \
+                }                                                                                  \
+                acc += a;                                                                          \
+            }                                                                                      \
+            float lanes[W];                                                                        \
+            memcpy(lanes, &acc, sizeof acc);                                                       \
+            double t = 0;                                                                          \
+            for (int j = 0; j < W; j++)                                                            \
+                t += lanes[j];                                                                     \
+            for (; k < len; k++)                                                                   \
+                t += log_form ? (double)g[c + k] : (double)(g[c + k] * y[c + k]);                  \
+            total += t;                                                                            \
+        }                                                                                          \
+        const float sf = (float)total;                                                             \
+        int64_t k = 0;                                                                             \
+        for (; k < n; k += W) {                                                                    \
+            VF a, b;                                                                               \
+            int64_t m = n - k < W ? n - k : W;                                                     \
+            if (m == W) {                                                                          \
+                memcpy(&a, g + k, sizeof a);                                                       \
+                memcpy(&b, y + k, sizeof b);                                                       \
+            } else { /* the tail, padded (lanes past n are dropped) */                              \
+                float ta[W], tb[W];                                                                \
+                for (int j = 0; j < W; j++) {                                                      \
+                    ta[j] = j < m ? g[k + j] : 0.0f;                                               \
+                    tb[j] = j < m ? y[k + j] : 0.0f;                                               \
+                }                                                                                  \
+                memcpy(&a, ta, sizeof a);                                                          \
+                memcpy(&b, tb, sizeof b);                                                          \
+            }                                                                                      \
+            VF r = log_form ? a - EXP(b) * sf : b * (a - sf);                                      \
+            if (m == W) {                                                                          \
+                memcpy(o + k, &r, sizeof r);                                                       \
+            } else {                                                                               \
+                float tr[W];                                                                       \
+                memcpy(tr, &r, sizeof r);                                                          \
+                for (int64_t j = 0; j < m; j++)                                                    \
+                    o[k + j] = tr[j];                                                              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+MK_SM_BW(sm_bw_w8, vf, 8, vexp, NN_CLONES)
+#if WIDE16
+MK_SM_BW(sm_bw_w16, vf16, 16, vexp16, AVX512)
+#else
+#define sm_bw_w16 sm_bw_w8
+#endif
+
 /* whether the 16-float forms run here (the CPU has AVX-512) */
 static bool wide16(void)
 {
@@ -294,6 +359,14 @@ double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, flo
 static float max_f32(const float *restrict x, int64_t n, bool *nan)
 {
     return wide16() ? max_w16(x, n, nan) : max_w8(x, n, nan);
+}
+
+static void sm_bw_f32(const float *g, const float *y, float *o, int64_t n, int log_form)
+{
+    if (wide16())
+        sm_bw_w16(g, y, o, n, log_form);
+    else
+        sm_bw_w8(g, y, o, n, log_form);
 }
 
 /* sum of (x[k] - c)^p for p = 1 or 2: float lanes over chunks of 256 elements (32 terms per
@@ -478,6 +551,11 @@ static aclError ln_block(uint32_t bi, uint32_t nb, void *arg)
             void *gp = line_get(&p->L[p->vg], vg, i, ct, b0);
             void *yp = line_get(&p->L[p->vx], vy, i, ct, b1);
             void *op = line_dst(&p->L[p->vout], vo, ct, b2, i);
+            if (ct == CT_F32) {   /* the fast path: vectorized sums, exp and row */
+                sm_bw_f32(gp, yp, op, D, p->kind == LN_LOGSOFTMAX_BW);
+                line_put(&p->L[p->vout], vo, i, ct, b2, op);
+                break;
+            }
             CT_LOOP(ct, {
                 const T *g = gp, *y = yp;
                 T *o = op;

@@ -98,6 +98,46 @@ static int64_t kept_off(const rd_params_t *p, int64_t k, const int64_t *st)
     return off;
 }
 
+/* the sum of n values in double, in partial sums of eight lanes (AVX-512 registers; the order of a
+ * blocked sum, no less exact than one running sum): float32 values read as they are, doubles from
+ * a load buffer */
+typedef double rd_vd8 __attribute__((vector_size(64)));
+typedef float rd_vf8 __attribute__((vector_size(32)));
+#define RD_HSUM(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
+
+NN_CLONES static double sum_f32_f64(const float *restrict x, int64_t n)
+{
+    double a[32] = {0};   /* (lanes of four registers: an add's latency is four cycles) */
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 32; j++)
+            a[j] += (double)x[i + j];
+    for (int j = 0; j < 8; j++)
+        a[j] = (a[j] + a[j + 8]) + (a[j + 16] + a[j + 24]);
+    double s = RD_HSUM(a);
+    for (; i < n; i++)
+        s += (double)x[i];
+    return s;
+}
+
+NN_CLONES static double sum_f64(const double *restrict x, int64_t n)
+{
+    rd_vd8 a0 = {0}, a1 = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        rd_vd8 u, v;
+        memcpy(&u, x + i, sizeof u);
+        memcpy(&v, x + i + 8, sizeof v);
+        a0 += u;
+        a1 += v;
+    }
+    a0 += a1;
+    double s = RD_HSUM(a0);
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+
 /* accumulate reduction rows [r0, r1) (rows = every reduced dim but the innermost) for one output
  * (scalar path) into *acc */
 static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *base, int64_t r0, int64_t r1, void *acc)
@@ -113,6 +153,10 @@ static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *ba
             off += i * p->rst[d];
         }
         const char *row = base + off * (int64_t)isz;
+        if (p->ct == CT_F64 && (p->kind == RD_SUM || p->kind == RD_MEAN) && in->dtype == ACL_FLOAT && ist == 1) {
+            *(double *)acc += sum_f32_f64((const float *)row, inner);   /* (no load buffer) */
+            continue;
+        }
         for (int64_t c = 0; c < inner; c += RD_TILE) {
             int64_t n = inner - c < RD_TILE ? inner - c : RD_TILE;
             nn_load(p->ct, buf, row + c * ist * (int64_t)isz, ist, in->dtype, n);
@@ -129,10 +173,7 @@ static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *ba
                             m = (m != m) ? m : b[i];
                     *a = m;
                 } else {
-                    double s = 0;
-                    for (int64_t i = 0; i < n; i++)
-                        s += b[i];
-                    *a += s;
+                    *a += sum_f64(b, n);
                 }
             } else {
                 const int64_t *b = (const int64_t *)buf;
@@ -163,6 +204,13 @@ static void finish_store(const rd_params_t *p, const nn_view_t *out, int64_t k, 
     nn_store(p->ct, o, ostride, out->dtype, acc, n);
 }
 
+/* a += x (float32 values summed in double): a tile's row of a float32 sum or mean */
+NN_CLONES static void add_f32_f64(double *restrict a, const float *restrict x, int64_t n)
+{
+    for (int64_t c = 0; c < n; c++)
+        a[c] += (double)x[c];
+}
+
 static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
 {
     (void)nb;
@@ -179,6 +227,9 @@ static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
         int64_t kin = p->kst_in[p->nk - 1], kout = p->kst_out[p->nk - 1];
         union { double d[RD_TILE]; int64_t i[RD_TILE]; } acc;
         _Alignas(64) unsigned char buf[RD_TILE * 8];
+        /* float32 rows summed in double: straight from the rows (no load buffer) */
+        bool f32sum = in->dtype == ACL_FLOAT && p->ct == CT_F64 && (p->kind == RD_SUM || p->kind == RD_MEAN) &&
+                      kin == 1;
         for (int64_t t = t0; t < t1; t++) {
             int64_t krow = t / tiles, c0 = (t % tiles) * RD_TILE;
             int64_t n = L - c0 < RD_TILE ? L - c0 : RD_TILE;
@@ -191,6 +242,10 @@ static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
                     int64_t i = rr % p->rshape[d];
                     rr /= p->rshape[d];
                     off += i * p->rst[d];
+                }
+                if (f32sum) {
+                    add_f32_f64(acc.d, (const float *)(base + off * (int64_t)isz), n);
+                    continue;
                 }
                 nn_load(p->ct, buf, base + off * (int64_t)isz, kin, in->dtype, n);
                 acc_combine(p->kind, p->ct, &acc, buf, n);
