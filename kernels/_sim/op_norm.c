@@ -138,6 +138,19 @@ typedef float vf __attribute__((vector_size(4 * VW)));
 typedef int32_t vi __attribute__((vector_size(4 * VW)));
 typedef float vf16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef double vd8 __attribute__((vector_size(64)));     /* a chunk's float lanes, summed on in double */
+typedef double vd16 __attribute__((vector_size(128)));
+
+/* the sum of a vector's double lanes, pairwise */
+#define VD_HSUM(D, W)                                                                              \
+    ({                                                                                             \
+        double t_[W];                                                                              \
+        memcpy(t_, &(D), sizeof t_);                                                               \
+        for (int h_ = W / 2; h_ >= 1; h_ /= 2)                                                     \
+            for (int j_ = 0; j_ < h_; j_++)                                                        \
+                t_[j_] += t_[j_ + h_];                                                             \
+        t_[0];                                                                                     \
+    })
 
 #define MK_VEXP(NAME, VF, VI, ATTR)                                                                \
     static inline __attribute__((always_inline)) ATTR VF NAME##_sel(VI m, VF a, VF b)            \
@@ -181,11 +194,12 @@ MK_VEXP(vexp16, vf16, vi16, AVX512)
 #endif
 
 /* sum of exp(x[k] - m) into o (when o != NULL); lanes accumulate in float over chunks of 256
- * elements (256 / W terms per lane), the chunks in double */
-#define MK_EXP_SUM(NAME, VF, W, EXP, ATTR)                                                         \
+ * elements (256 / W terms per lane), the chunks' lanes in double (a vector of W doubles, summed
+ * once at the end) */
+#define MK_EXP_SUM(NAME, VF, VD, W, EXP, ATTR)                                                     \
     ATTR static double NAME(const float *restrict x, float *restrict o, int64_t n, float m)        \
     {                                                                                              \
-        double total = 0;                                                                          \
+        VD total = {0};                                                                            \
         for (int64_t c = 0; c < n; c += 256) {                                                     \
             int64_t len = n - c < 256 ? n - c : 256;                                               \
             VF acc = {0};                                                                          \
@@ -211,14 +225,9 @@ MK_VEXP(vexp16, vf16, vi16, AVX512)
                         o[c + k + j] = t[j];                                                       \
                 acc += v;                                                                          \
             }                                                                                      \
-            float lanes[W];                                                                        \
-            memcpy(lanes, &acc, sizeof acc);                                                       \
-            double s = 0;                                                                          \
-            for (int j = 0; j < W; j++)                                                            \
-                s += lanes[j];                                                                     \
-            total += s;                                                                            \
+            total += __builtin_convertvector(acc, VD);                                             \
         }                                                                                          \
-        return total;                                                                              \
+        return VD_HSUM(total, W);                                                                  \
     }
 
 /* the maximum (NaN reported through *nan); two accumulators, so the compares of one do not wait
@@ -260,10 +269,10 @@ MK_VEXP(vexp16, vf16, vi16, AVX512)
         return m;                                                                                  \
     }
 
-MK_EXP_SUM(exp_sum_w8, vf, 8, vexp, NN_CLONES)
+MK_EXP_SUM(exp_sum_w8, vf, vd8, 8, vexp, NN_CLONES)
 MK_MAX(max_w8, vf, vi, 8, vexp_sel, NN_CLONES)
 #if WIDE16
-MK_EXP_SUM(exp_sum_w16, vf16, 16, vexp16, AVX512)
+MK_EXP_SUM(exp_sum_w16, vf16, vd16, 16, vexp16, AVX512)
 MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
 #else
 #define exp_sum_w16 exp_sum_w8
@@ -271,11 +280,12 @@ MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
 #endif
 
 /* softmax's backward of one row (log_form: log softmax's): s = sum(g * y) (sum(g)), lanes in float
- * over chunks of 256 elements, the chunks in double (as MK_EXP_SUM); then o = y * (g - s)
+ * over chunks of 256 elements, the chunks' lanes in double (as MK_EXP_SUM); then o = y * (g - s)
  * (g - exp(y) * s), the tail padded as MK_EXP_SUM's. o may be g or y (elementwise). */
-#define MK_SM_BW(NAME, VF, W, EXP, ATTR)                                                           \
+#define MK_SM_BW(NAME, VF, VD, W, EXP, ATTR)                                                       \
     ATTR static void NAME(const float *g, const float *y, float *o, int64_t n, int log_form)      \
     {                                                                                              \
+        VD totv = {0};                                                                             \
         double total = 0;                                                                          \
         for (int64_t c = 0; c < n; c += 256) {                                                     \
             int64_t len = n - c < 256 ? n - c : 256;                                               \
@@ -290,16 +300,11 @@ MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
                 }                                                                                  \
                 acc += a;                                                                          \
             }                                                                                      \
-            float lanes[W];                                                                        \
-            memcpy(lanes, &acc, sizeof acc);                                                       \
-            double t = 0;                                                                          \
-            for (int j = 0; j < W; j++)                                                            \
-                t += lanes[j];                                                                     \
+            totv += __builtin_convertvector(acc, VD);                                              \
             for (; k < len; k++)                                                                   \
-                t += log_form ? (double)g[c + k] : (double)(g[c + k] * y[c + k]);                  \
-            total += t;                                                                            \
+                total += log_form ? (double)g[c + k] : (double)(g[c + k] * y[c + k]);              \
         }                                                                                          \
-        const float sf = (float)total;                                                             \
+        const float sf = (float)(total + VD_HSUM(totv, W));                                        \
         int64_t k = 0;                                                                             \
         for (; k < n; k += W) {                                                                    \
             VF a, b;                                                                               \
@@ -328,9 +333,9 @@ MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
         }                                                                                          \
     }
 
-MK_SM_BW(sm_bw_w8, vf, 8, vexp, NN_CLONES)
+MK_SM_BW(sm_bw_w8, vf, vd8, 8, vexp, NN_CLONES)
 #if WIDE16
-MK_SM_BW(sm_bw_w16, vf16, 16, vexp16, AVX512)
+MK_SM_BW(sm_bw_w16, vf16, vd16, 16, vexp16, AVX512)
 #else
 #define sm_bw_w16 sm_bw_w8
 #endif
@@ -369,21 +374,32 @@ static void sm_bw_f32(const float *g, const float *y, float *o, int64_t n, int l
         sm_bw_w8(g, y, o, n, log_form);
 }
 
-/* sum of (x[k] - c)^p for p = 1 or 2: float lanes over chunks of 256 elements (32 terms per
- * lane), the chunks in double (as nn_exp_sum_f32) */
+/* sum of (x[k] - c)^p for p = 1 or 2: four float accumulators of 8 lanes over chunks of 256
+ * elements (8 terms per lane), the lanes and the chunks in double (as nn_exp_sum_f32) */
 NN_CLONES static double pow_sum_f32(const float *restrict x, int64_t n, float c, int p)
 {
     double total = 0;
     for (int64_t s0 = 0; s0 < n; s0 += 256) {
         int64_t len = n - s0 < 256 ? n - s0 : 256;
-        vf acc = {0};
+        vf acc = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};   /* (four: an add's latency is four cycles) */
         int64_t k = 0;
+        for (; k + 4 * VW <= len; k += 4 * VW) {
+            vf v[4];
+            memcpy(v, x + s0 + k, sizeof v);
+            for (int q = 0; q < 4; q++)
+                v[q] = v[q] - c;
+            acc += p == 2 ? v[0] * v[0] : v[0];
+            acc1 += p == 2 ? v[1] * v[1] : v[1];
+            acc2 += p == 2 ? v[2] * v[2] : v[2];
+            acc3 += p == 2 ? v[3] * v[3] : v[3];
+        }
         for (; k + VW <= len; k += VW) {
             vf v;
             memcpy(&v, x + s0 + k, sizeof v);
             v = v - c;
             acc += p == 2 ? v * v : v;
         }
+        acc = (acc + acc1) + (acc2 + acc3);
         float lanes[VW];
         memcpy(lanes, &acc, sizeof acc);
         double t = 0;
