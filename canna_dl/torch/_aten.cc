@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <ATen/DLConvertor.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>
@@ -594,7 +595,7 @@ int alloc_expected(void *ctx, DLTensor *out)
     auto *c = static_cast<AllocCtx *>(ctx);
     try {
         KeyOff off;
-        c->out = at::empty(c->e->sizes, at::TensorOptions().dtype(c->e->dtype));
+        c->out = at::Tensor(at::detail::empty_cpu(c->e->sizes, c->e->dtype));   // (PyTorch's CPU allocation, no dispatch)
     } catch (const std::exception &e) {
         PyErr_SetString(PyExc_MemoryError, e.what());
         return -1;
@@ -691,8 +692,8 @@ int alloc_memo(void *ctx, int j, int ndim, const int64_t *shape, PyObject *dtype
         return 1;
     try {
         KeyOff off;
-        mo->t[j] = at::empty(at::IntArrayRef(shape, (size_t)ndim),
-                             at::TensorOptions().dtype(reinterpret_cast<THPDtype *>(dtype)->scalar_type));
+        mo->t[j] = at::Tensor(at::detail::empty_cpu(at::IntArrayRef(shape, (size_t)ndim),
+                                                    reinterpret_cast<THPDtype *>(dtype)->scalar_type));
     } catch (const std::exception &e) {
         PyErr_SetString(PyExc_MemoryError, e.what());
         return -1;
