@@ -806,8 +806,9 @@ class OpDef:
         self.diff_outputs = tuple(self.outputs if diff_outputs is None else diff_outputs)
         self.generate = generate            # framework shims generated from this entry
         self.fast_id = None
-        #: ``(memo op id, argument names in the order the memo keys them)`` when the kernel-level
-        #: function tries the memo fast path (set when it is generated), else None
+        #: ``(memo op id, argument names in the order the memo keys them, {name: default} of the
+        #: function's own parameters no op argument names (an Impl's private ``_total=True``))``
+        #: when the kernel-level function tries the memo fast path (set when it is generated), else None
         self.memo = None
         self.kernel = None                  # the kernel-level function (set by _make_kernel)
         self.inplace_out = inplace_out
@@ -1004,11 +1005,14 @@ def has_fast_path(op: OpDef) -> bool:
                 and not any(t.optional or t.mutated or t.list for t in op.inputs))
 
 
-def _memo_source(op, vals, call, guard):
+def _memo_source(op, vals, call, guard, defaults=None):
     """The generated lines trying the memo fast path (``vals``: the arguments keyed, in order;
-    ``call``: the Python path's (function, args, kwargs) source; ``guard``: when it may be tried)."""
+    ``call``: the Python path's (function, args, kwargs) source; ``guard``: when it may be tried;
+    ``defaults``: the function's defaults of the ``vals`` no op argument names)."""
     _memo_ids[0] += 1
-    op.memo = (_memo_ids[0], tuple(vals))   # (what offload(level="aten") calls the memo with directly)
+    own = {t.name for t in op.inputs} | {a.name for a in op.attrs}
+    # (what offload(level="aten") calls the memo with directly)
+    op.memo = (_memo_ids[0], tuple(vals), {n: d for n, d in (defaults or {}).items() if n in vals and n not in own})
     return (f"    if {guard} and (_FS['on'] or _memo_setup()) and _CAP.memo is None and _CAP.rec is None and _L.gen == _S.generation:\n"
             f"        k = _memo({_memo_ids[0]}, _OP.api, {', '.join(vals)})\n"
             f"        if k is not None:\n"
@@ -1121,7 +1125,8 @@ def _wrap_impl(op: OpDef):
         kw = [n for n in vals if ps[n].kind is ps[n].KEYWORD_ONLY]
         guard = " and ".join([f"{n} is None" for n in ("out", "stream") if n in ps] or ["True"])
         src += _memo_source(op, vals, ("_fn", f"({', '.join(pos)}{',' if len(pos) == 1 else ''})",
-                                       "{" + ", ".join(f"{n!r}: {n}" for n in kw) + "}"), guard)
+                                       "{" + ", ".join(f"{n!r}: {n}" for n in kw) + "}"), guard,
+                            {n: p.default for n, p in ps.items() if p.default is not p.empty})
     src += f"    return _fn({', '.join(call)})\n"
     exec(compile(src, f"<registry {op.qualname}>", "exec"), g)  # noqa: S102
     w = g[fn.__name__]

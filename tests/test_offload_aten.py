@@ -189,7 +189,7 @@ def test_aten_item_matches_pytorch(name):
 
 
 #: items with a direct call whose signature here the memo does not replay (a temporary)
-NOT_DIRECT = frozenset({"aten::nll_loss_forward"})
+NOT_DIRECT = frozenset()
 #: items whose direct call here takes the Python objects' route, and why
 NOT_DIRECT_C = {}
 

@@ -368,20 +368,20 @@ def _direct(op, spec):
     if R.has_fast_path(op) and op.fast_id is not None:
         if spec.inplace and not op.elementwise:
             return None
-        kind, fid = 2, int(op.fast_id) | (R.INPLACE if spec.inplace else 0)
+        kind, fid, hidden = 2, int(op.fast_id) | (R.INPLACE if spec.inplace else 0), {}
         order = [own[0], own[1] if n == 2 else None, own[n] if op.attrs else None]
         if op.attrs and op.attrs[0].type is str:
             codes = {c: i for i, c in enumerate(op.attrs[0].choices or ())}
     elif op.memo is not None and not spec.inplace:
-        (fid, order), kind = op.memo, 1
+        (fid, order, hidden), kind = op.memo, 1
     else:
         return None
     conv = {own[j]: f for j, f in spec.extras(op)[0]}
     if conv and kind == 2:
         return None   # (the elementwise fast paths' items convert nothing)
     srcs, dflts = [], []
-    for nm in order:
-        i, d = slot.get(nm, (None, None)) if nm is not None else (None, None)
+    for nm in order:   # (a parameter of the function no op argument names: its default, as the kernel passes it)
+        i, d = slot.get(nm, (None, hidden.get(nm))) if nm is not None else (None, None)
         srcs.append(-1 if i is None else i)
         dflts.append(d)
     return (kind, fid, op.api, tuple(srcs), tuple(dflts), tuple((i, want) for i, _n, want in fixed),
