@@ -63,6 +63,23 @@ def test_embedding_backward_kernel():
         torch.testing.assert_close(kernels.backward.embedding(gr, i, 9, pad, scale), ref, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("pad", [-1, 2])
+def test_embedding_backward_kernel_float32(pad):
+    # the float32 rows path (memset, then each gradient row added in index order): the double
+    # path's bits, so the float64 sum of the same rows rounded step by step in float32
+    g = _gen(3)
+    i = torch.randint(0, 7, (6, 9), generator=g)
+    i[0, :3] = 2
+    gr = torch.randn(6, 9, 33, dtype=torch.float32, generator=g)
+    got = kernels.backward.embedding(gr, i, 7, pad, False)
+    want = torch.zeros(7, 33, dtype=torch.float32)
+    for k, r in enumerate(i.reshape(-1).tolist()):
+        if r != pad:
+            want[r] = (want[r].double() + gr.reshape(-1, 33)[k].double()).float()
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    torch.testing.assert_close(got, torch.ops.aten.embedding_dense_backward(gr, i, 7, pad, False))
+
+
 def test_embedding_bad_input():
     w = torch.randn(5, 3, dtype=D)
     with pytest.raises(acl_rt.AclError, match="index 7 at position 1 of indices is out of range"):

@@ -110,6 +110,12 @@ typedef struct ix_job {
     int64_t *counts;
 } ix_job_t;
 
+NN_CLONES static void add_row_f32(float *restrict d, const float *restrict g, int64_t n)
+{
+    for (int64_t c = 0; c < n; c++)
+        d[c] += g[c];
+}
+
 static aclError emb_block(uint32_t bi, uint32_t nb, void *arg)
 {
     (void)nb;
@@ -140,6 +146,22 @@ static aclError emb_block(uint32_t bi, uint32_t nb, void *arg)
     }
     /* backward: this block owns out rows [a, b) */
     const nn_view_t *vg = &ex->v[p->vg];
+    if (vo->dtype == ACL_FLOAT && vg->dtype == ACL_FLOAT && vo->stride[1] == 1 && vg->stride[vg->ndim - 1] == 1 &&
+        !p->scale) {
+        /* float32 rows: zeroed with memset (0.0f is all-zero bits), each gradient row added in float
+         * -- bit for bit the double path's result (a float sum rounded once from double is the
+         * float sum) */
+        for (int64_t r = a; r < b; r++)
+            memset(ix_ptr(vo, r * vo->stride[0]), 0, (size_t)p->D * sizeof(float));
+        for (int64_t k = 0; k < p->n; k++) {
+            int64_t r = nn_get_i64(ix_ptr(vi, ix_off(vi, vi->ndim, k)), vi->dtype);
+            if (r < a || r >= b || r == p->pad)
+                continue;
+            add_row_f32((float *)ix_ptr(vo, r * vo->stride[0]), (const float *)ix_ptr(vg, ix_off(vg, p->gnd, k)),
+                        p->D);
+        }
+        return ACL_SUCCESS;
+    }
     double *acc = malloc((size_t)(p->D ? p->D : 1) * 2 * sizeof(double));
     if (!acc)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
