@@ -123,6 +123,27 @@ static char *elem_ptr(const nn_view_t *v, int64_t i)
     return v->data + off * (int64_t)nn_dtype_size(v->dtype);
 }
 
+/* whether element i of v is at data + i * size (row-major contiguous, size-1 dims aside) */
+static bool linear_view(const nn_view_t *v)
+{
+    int64_t want = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->stride[d] != want)
+            return false;
+        want *= v->shape[d];
+    }
+    return true;
+}
+
+/* store line i's statistic (mean, rstd) in v: a float32 linear view directly, else converted */
+static void stat_put(const nn_view_t *v, bool f32_linear, int64_t i, double x)
+{
+    if (f32_linear)
+        ((float *)v->data)[i] = (float)x;
+    else
+        nn_store(CT_F64, elem_ptr(v, i), 1, v->dtype, &x, 1);
+}
+
 /* ------------------------------------------------------------------ a vectorizable expf
  * exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (Cody-Waite split), exp(r) by Cephes'
  * degree-6 polynomial: within 2 ulp of expf. Branch-free on generic vectors of VW floats, written
@@ -500,6 +521,8 @@ static aclError ln_block(uint32_t bi, uint32_t nb, void *arg)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
     void *b0 = scratch, *b1 = scratch + (size_t)D * csz, *b2 = scratch + 2 * (size_t)D * csz;
     double *gw = j->partial ? j->partial + (size_t)bi * 2 * (size_t)D : NULL, *gb = gw ? gw + D : NULL;
+    const bool mean_lin = p->vmean >= 0 && ex->v[p->vmean].dtype == ACL_FLOAT && linear_view(&ex->v[p->vmean]);
+    const bool rstd_lin = p->vrstd >= 0 && ex->v[p->vrstd].dtype == ACL_FLOAT && linear_view(&ex->v[p->vrstd]);
     for (int64_t i = l0; i < l1; i++) {
         switch (p->kind) {
         case LN_SOFTMAX:
@@ -642,9 +665,9 @@ static aclError ln_block(uint32_t bi, uint32_t nb, void *arg)
         ln_store:
             line_put(&p->L[p->vout], vo, i, ct, b1, op);
             if (p->vmean >= 0)
-                nn_store(CT_F64, elem_ptr(&ex->v[p->vmean], i), 1, ex->v[p->vmean].dtype, &mean, 1);
+                stat_put(&ex->v[p->vmean], mean_lin, i, mean);
             if (p->vrstd >= 0)
-                nn_store(CT_F64, elem_ptr(&ex->v[p->vrstd], i), 1, ex->v[p->vrstd].dtype, &rstd, 1);
+                stat_put(&ex->v[p->vrstd], rstd_lin, i, rstd);
             break;
         }
         case LN_LAYERNORM_BW:
