@@ -123,19 +123,8 @@ static char *elem_ptr(const nn_view_t *v, int64_t i)
     return v->data + off * (int64_t)nn_dtype_size(v->dtype);
 }
 
-/* whether element i of v is at data + i * size (row-major contiguous, size-1 dims aside) */
-static bool linear_view(const nn_view_t *v)
-{
-    int64_t want = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] != 1 && v->stride[d] != want)
-            return false;
-        want *= v->shape[d];
-    }
-    return true;
-}
-
-/* store line i's statistic (mean, rstd) in v: a float32 linear view directly, else converted */
+/* store line i's statistic (mean, rstd) in v: a contiguous float32 view directly (element i at
+ * data + 4 i), else converted */
 static void stat_put(const nn_view_t *v, bool f32_linear, int64_t i, double x)
 {
     if (f32_linear)
@@ -521,8 +510,8 @@ static aclError ln_block(uint32_t bi, uint32_t nb, void *arg)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", ex->api);
     void *b0 = scratch, *b1 = scratch + (size_t)D * csz, *b2 = scratch + 2 * (size_t)D * csz;
     double *gw = j->partial ? j->partial + (size_t)bi * 2 * (size_t)D : NULL, *gb = gw ? gw + D : NULL;
-    const bool mean_lin = p->vmean >= 0 && ex->v[p->vmean].dtype == ACL_FLOAT && linear_view(&ex->v[p->vmean]);
-    const bool rstd_lin = p->vrstd >= 0 && ex->v[p->vrstd].dtype == ACL_FLOAT && linear_view(&ex->v[p->vrstd]);
+    const bool mean_lin = p->vmean >= 0 && ex->v[p->vmean].dtype == ACL_FLOAT && nn_view_contiguous(&ex->v[p->vmean]);
+    const bool rstd_lin = p->vrstd >= 0 && ex->v[p->vrstd].dtype == ACL_FLOAT && nn_view_contiguous(&ex->v[p->vrstd]);
     for (int64_t i = l0; i < l1; i++) {
         switch (p->kind) {
         case LN_SOFTMAX:
