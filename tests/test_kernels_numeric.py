@@ -194,6 +194,18 @@ def test_layer_norm(dtype, affine, layout, gen):
     check(rstd, r64, dtype, tol=tol, gen=gen)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("d", [37, 300, 1000])   # (float32: vectors of 8 and 32, tails, chunks of 256)
+def test_layer_norm_long_rows(dtype, d, gen):
+    x = make((5, d), dtype, "contig", gen) * 3 + 1
+    w, b = make((d,), dtype, gen=gen), make((d,), dtype, gen=gen)
+    y, mean, rstd = kernels.native_layer_norm(x, (d,), w, b, 1e-5)
+    ry, rm, rr = torch.native_layer_norm(d64(x), (d,), d64(w), d64(b), 1e-5)
+    tol = 2e-6 if dtype == torch.float32 else TOL[dtype]
+    for got, want in ((y, ry), (mean, rm), (rstd, rr)):
+        check(got, want, dtype, tol=tol, gen=gen)
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("affine", [True, False])
 def test_rms_norm(dtype, affine, gen):

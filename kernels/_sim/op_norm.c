@@ -385,9 +385,10 @@ static void sm_bw_f32(const float *g, const float *y, float *o, int64_t n, int l
 }
 
 /* sum of (x[k] - c)^p for p = 1 or 2: four float accumulators of 8 lanes over chunks of 256
- * elements (8 terms per lane), the lanes and the chunks in double (as nn_exp_sum_f32) */
+ * elements (8 terms per lane), the chunks' lanes in double (as nn_exp_sum_f32) */
 NN_CLONES static double pow_sum_f32(const float *restrict x, int64_t n, float c, int p)
 {
+    vd8 totv = {0};   /* the chunks' lanes, summed on in double (once per row at the end) */
     double total = 0;
     for (int64_t s0 = 0; s0 < n; s0 += 256) {
         int64_t len = n - s0 < 256 ? n - s0 : 256;
@@ -410,18 +411,13 @@ NN_CLONES static double pow_sum_f32(const float *restrict x, int64_t n, float c,
             acc += p == 2 ? v * v : v;
         }
         acc = (acc + acc1) + (acc2 + acc3);
-        float lanes[VW];
-        memcpy(lanes, &acc, sizeof acc);
-        double t = 0;
-        for (int j = 0; j < VW; j++)
-            t += lanes[j];
+        totv += __builtin_convertvector(acc, vd8);
         for (; k < len; k++) {
             double d = (double)x[s0 + k] - (double)c;
-            t += p == 2 ? d * d : d;
+            total += p == 2 ? d * d : d;
         }
-        total += t;
     }
-    return total;
+    return total + VD_HSUM(totv, VW);
 }
 
 /* o = (x - m) * r * w + b (w, b may be NULL) */
