@@ -85,7 +85,7 @@ static void run_block(sim_pool_t *pool, sim_pfjob_t *j, uint64_t idx)
 }
 
 /* claim and run blocks of j until none is left */
-static void run_blocks(sim_pool_t *pool, sim_pfjob_t *j)
+static void claim_blocks(sim_pool_t *pool, sim_pfjob_t *j)
 {
     for (;;) {
         uint64_t idx = atomic_fetch_add_explicit(&j->next_block, 1, memory_order_relaxed);
@@ -93,6 +93,12 @@ static void run_blocks(sim_pool_t *pool, sim_pfjob_t *j)
             break;
         run_block(pool, j, idx);
     }
+}
+
+/* ... and take j off the pool's list (nobody can pick it up any more) */
+static void run_blocks(sim_pool_t *pool, sim_pfjob_t *j)
+{
+    claim_blocks(pool, j);
     pthread_mutex_lock(&pool->lock);
     dequeue_locked(pool, j);
     pthread_mutex_unlock(&pool->lock);
@@ -290,6 +296,12 @@ void sim_pools_stop(void)
     }
 }
 
+/* a job's failure: the lowest failing block's code, with its index */
+static aclError blocks_failed(const char *api, aclError rc, uint32_t idx, uint32_t n)
+{
+    return sim_err(rc, "%s: block %u of %u failed with error %d", api, idx, n, rc);
+}
+
 /* ------------------------------------------------------------------ a lent host team */
 
 SIM_API aclError aclsimSetHostTeam(aclsimHostTeamFn team, void *ctx, aclsimHostTeamFn *prevTeam, void **prevCtx)
@@ -311,12 +323,7 @@ static void team_work(void *arg)
     bool was = tls_in_pool;
     tls_in_pool = true;
     sim_busy_enter();
-    for (;;) {
-        uint64_t idx = atomic_fetch_add_explicit(&j->next_block, 1, memory_order_relaxed);
-        if (idx >= j->n)
-            break;
-        run_block(j->pool, j, idx);
-    }
+    claim_blocks(j->pool, j);
     sim_busy_leave();
     tls_in_pool = was;
 }
@@ -348,8 +355,9 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
     bool queued = false, lazy_wake = false;
     uint32_t nthreads = 0;
     sim_pfjob_t job;
-    bool team = numBlocks > 1 && !tls_in_pool && tls_team;
-    if (team || (numBlocks > 1 && !tls_in_pool && sim_sched_threads() > 1)) {
+    bool spread = numBlocks > 1 && !tls_in_pool;   /* (a call from a block runs serially) */
+    bool team = spread && tls_team, pooled = spread && !team && sim_sched_threads() > 1;
+    if (team || pooled) {
         memset(&job, 0, sizeof job);
         job.fn = fn;
         job.arg = arg;
@@ -362,11 +370,9 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
         sim_busy_enter();
         team_run(&job);
         sim_busy_leave();
-        if (job.rc != ACL_SUCCESS)
-            return sim_err(job.rc, "%s: block %u of %u failed with error %d", api, job.rc_idx, numBlocks, job.rc);
-        return ACL_SUCCESS;
+        return job.rc != ACL_SUCCESS ? blocks_failed(api, job.rc, job.rc_idx, numBlocks) : ACL_SUCCESS;
     }
-    if (numBlocks > 1 && !tls_in_pool && sim_sched_threads() > 1) {
+    if (pooled) {
         pthread_mutex_lock(&pool->lock);
         if (atomic_load(&g_inited))
             pool_start_locked(pool);
@@ -405,7 +411,7 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
         }
         sim_busy_leave();
         if (first != ACL_SUCCESS && numBlocks > 1)   /* as when the blocks are spread (one block: its own message) */
-            return sim_err(first, "%s: block %u of %u failed with error %d", api, first_idx, numBlocks, first);
+            return blocks_failed(api, first, first_idx, numBlocks);
         return first;
     }
     if (lazy_wake) {
@@ -431,9 +437,7 @@ SIM_API aclError aclsimParallelFor(int32_t deviceId, uint32_t numBlocks, aclsimB
         }
     }
     sim_busy_leave();
-    if (job.rc != ACL_SUCCESS)
-        return sim_err(job.rc, "%s: block %u of %u failed with error %d", api, job.rc_idx, numBlocks, job.rc);
-    return ACL_SUCCESS;
+    return job.rc != ACL_SUCCESS ? blocks_failed(api, job.rc, job.rc_idx, numBlocks) : ACL_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ large copies and fills */
