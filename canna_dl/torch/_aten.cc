@@ -37,7 +37,6 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
-#include <ATen/ops/empty.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
@@ -207,6 +206,30 @@ PyObject *attr_code(const Direct &d, PyObject *a)
     return c ? (Py_INCREF(c), c) : PyLong_FromLong(-1);
 }
 
+// new references a direct call holds until it returns (at most N)
+template <size_t N> struct Refs {
+    PyObject *o[N];
+    size_t n = 0;
+    PyObject *keep(PyObject *x)
+    {
+        if (x)
+            o[n++] = x;
+        return x;
+    }
+    ~Refs()
+    {
+        for (size_t i = 0; i < n; i++)
+            Py_DECREF(o[i]);
+    }
+};
+
+// argument j of a direct call after the item's conversion, as the handler applies it: v itself,
+// its converted value (held by refs), or nullptr with an exception set
+template <size_t N> PyObject *convert_arg(const Direct &d, size_t j, PyObject *v, Refs<N> &refs)
+{
+    return d.conv[j] ? refs.keep(PyObject_CallOneArg(d.conv[j], v)) : v;
+}
+
 // the direct call: a new reference to the result (Py_None for none), or nullptr — with a Python
 // exception set on an error, without one when the handler must decide (a miss, not applicable)
 PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
@@ -234,33 +257,15 @@ PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
     if (na > kMax)
         return nullptr;
     PyObject *argv[kMax];
-    PyObject *code = nullptr, *owned[kMax];
-    size_t nown = 0;
-    for (size_t j = 0; j < d.src.size(); j++) {
-        argv[2 + j] = d.src[j] >= 0 ? PyTuple_GET_ITEM(tup, d.src[j]) : d.dflt[j];
-        if (d.conv[j]) {   // the item's conversion, as the handler applies it
-            PyObject *c = PyObject_CallOneArg(d.conv[j], argv[2 + j]);
-            if (!c) {
-                for (size_t q = 0; q < nown; q++)
-                    Py_DECREF(owned[q]);
-                return nullptr;
-            }
-            argv[2 + j] = owned[nown++] = c;
-        }
-    }
-    if (d.codes && !(code = attr_code(d, argv[na - 1]))) {
-        for (size_t q = 0; q < nown; q++)
-            Py_DECREF(owned[q]);
+    Refs<kMax + 1> refs;
+    for (size_t j = 0; j < d.src.size(); j++)
+        if (!(argv[2 + j] = convert_arg(d, j, d.src[j] >= 0 ? PyTuple_GET_ITEM(tup, d.src[j]) : d.dflt[j], refs)))
+            return nullptr;
+    if (d.codes && !(argv[na - 1] = refs.keep(attr_code(d, argv[na - 1]))))
         return nullptr;
-    }
-    if (code)
-        argv[na - 1] = code;
     argv[0] = d.id;
     argv[1] = d.api;   // (the thread's current stream, resolved and remembered on the C side)
     PyObject *r = PyObject_Vectorcall(d.kind == 1 ? g_memo_fn : g_fast_fn, argv, na, nullptr);
-    Py_XDECREF(code);
-    for (size_t q = 0; q < nown; q++)
-        Py_DECREF(owned[q]);
     if (!r)
         return nullptr;
     if (r == Py_None || PyBytes_Check(r)) {   // not applicable / a miss: the handler runs the call
@@ -290,7 +295,29 @@ PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
     return r;
 }
 std::unordered_map<std::string, int> g_ids;   // "aten::addmm.default" -> entry
-std::vector<std::unique_ptr<torch::Library>> g_libs;
+std::unordered_map<std::string, std::unique_ptr<torch::Library>> g_libs;   // namespace -> canna's key's library
+
+// "aten::addmm" + overload ("" or "Tensor") -> "aten::addmm.default" / "aten::add.Tensor"
+std::string op_key(const std::string &name, const std::string &overload)
+{
+    return name + "." + (overload.empty() ? "default" : overload);
+}
+
+// register f for canna's key on the operator `qual` ("ns::name") + overload, through the one
+// library per namespace; throws when the name is not qualified or the registration fails
+void impl_for_key(const std::string &qual, const std::string &overload, torch::CppFunction f)
+{
+    size_t sep = qual.find("::");
+    if (sep == std::string::npos)
+        throw std::runtime_error("not a qualified operator name (ns::name): " + qual);
+    std::string ns = qual.substr(0, sep), op = qual.substr(sep + 2);
+    std::unique_ptr<torch::Library> &lib = g_libs[ns];
+    if (!lib)
+        lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, std::optional<c10::DispatchKey>(kKey),
+                                               "canna_dl/torch/_aten.cc", 0);
+    std::string target = overload.empty() ? op : op + "." + overload;
+    lib->impl(target.c_str(), std::move(f));
+}
 
 // how an int argument reaches Python: as the int, as a torch dtype (a ScalarType), or not at all
 // (a Layout or MemoryFormat: PyTorch's); per schema argument, worked out once per entry
@@ -703,7 +730,7 @@ int alloc_memo(void *ctx, int j, int ndim, const int64_t *shape, PyObject *dtype
 
 // The direct call in C of a memo entry (kind 1) on the dispatcher's own arguments: the tensors as
 // DLTensors, the other arguments as the Python objects the Python route passes (no Python object
-// for a tensor), the outputs allocated with at::empty. 1: done, *results set per schema return;
+// for a tensor), the outputs allocated with at::detail::empty_cpu. 1: done, *results set per schema return;
 // 0: not this route (the Python objects' route decides: a miss registers there); -1: an error
 // (a Python exception set; as for direct_c, that route runs the call again and decides).
 int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch::jit::Stack &stack, size_t base,
@@ -719,77 +746,50 @@ int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch
     DLTensor t[kMax];
     int is_t[kMax];
     PyObject *a[kMax];
-    PyObject *owned[2 * kMax];
-    size_t nown = 0;
-    int rc = 0;
+    Refs<2 * kMax> refs;
     for (size_t j = 0; j < na; j++) {
         is_t[j] = 0;
-        a[j] = nullptr;
         int src = d.src[j];
-        if (src < 0) {
-            a[j] = d.dflt[j];
-            continue;
-        }
-        const c10::IValue &v = stack[base + src];
-        if (v.isTensor() && v.toTensor().defined() && !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
-            if (!to_dl(v.toTensor(), &t[j]))
-                goto out;
+        const c10::IValue *v = src >= 0 ? &stack[base + src] : nullptr;
+        if (v && v->isTensor() && v->toTensor().defined() && !v->toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+            if (d.conv[j] || !to_dl(v->toTensor(), &t[j]))
+                return 0;   // (a tensor converted, or one the C route does not take: the Python route)
             is_t[j] = 1;
             continue;
         }
-        if (v.isTensorList() || v.isOptionalTensorList())
-            goto out;   // (the memo takes no tensor list)
-        if (!(a[j] = to_py(v, kinds[src]))) {
-            rc = PyErr_Occurred() ? -1 : 0;
-            goto out;
-        }
-        owned[nown++] = a[j];
-    }
-    for (size_t j = 0; j < na; j++) {   // the item's conversions, as the handler applies them
-        if (!d.conv[j])
-            continue;
-        if (is_t[j])
-            goto out;   // (a tensor converted: the Python route)
-        if (!(a[j] = PyObject_CallOneArg(d.conv[j], a[j]))) {
-            rc = -1;
-            goto out;
-        }
-        owned[nown++] = a[j];
+        if (v && (v->isTensorList() || v->isOptionalTensorList()))
+            return 0;   // (the memo takes no tensor list)
+        PyObject *o = v ? refs.keep(to_py(*v, kinds[src])) : d.dflt[j];
+        if (!o || !(a[j] = convert_arg(d, j, o, refs)))
+            return PyErr_Occurred() ? -1 : 0;
     }
     if (!fixed_ok(d, kinds, stack, base))
-        goto out;
-    {
-        MemoOuts mo;
-        unsigned char res[CANNA_MEMO_MAXRESULTS];
-        int nres = 0, single = 0;
-        rc = g_fast_api->memo(d.op, d.api, (int)na, t, is_t, a, alloc_memo, &mo, res, &nres, &single);
-        if (rc != 1)
-            goto out;
-        results->assign(nrets, c10::IValue(at::Tensor()));
-        if (single == 1 ? nrets != 1 : single == 0 && (size_t)nres != nrets) {
-            PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: the memo's results do not match the schema's returns");
-            rc = -1;
-            goto out;
-        }
-        for (size_t k = 0; single >= 0 && k < nrets; k++) {
-            unsigned char r = res[k];
-            if (r == 255)
-                continue;
-            if (r < 128) {
-                (*results)[k] = c10::IValue(mo.t[r]);
-            } else if (r - 128 < (int)na && d.src[r - 128] >= 0) {
-                (*results)[k] = stack[base + d.src[r - 128]];
-            } else {
-                PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a memo result names no argument");
-                rc = -1;
-                goto out;
-            }
+        return 0;
+    MemoOuts mo;
+    unsigned char res[CANNA_MEMO_MAXRESULTS];
+    int nres = 0, single = 0;
+    int rc = g_fast_api->memo(d.op, d.api, (int)na, t, is_t, a, alloc_memo, &mo, res, &nres, &single);
+    if (rc != 1)
+        return rc;
+    results->assign(nrets, c10::IValue(at::Tensor()));
+    if (single == 1 ? nrets != 1 : single == 0 && (size_t)nres != nrets) {
+        PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: the memo's results do not match the schema's returns");
+        return -1;
+    }
+    for (size_t k = 0; single >= 0 && k < nrets; k++) {
+        unsigned char r = res[k];
+        if (r == 255)
+            continue;
+        if (r < 128) {
+            (*results)[k] = c10::IValue(mo.t[r]);
+        } else if (r - 128 < (int)na && d.src[r - 128] >= 0) {
+            (*results)[k] = stack[base + d.src[r - 128]];
+        } else {
+            PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a memo result names no argument");
+            return -1;
         }
     }
-out:
-    for (size_t q = 0; q < nown; q++)
-        Py_DECREF(owned[q]);
-    return rc;
+    return 1;
 }
 
 struct CannaKernel final : public c10::OperatorKernel {
@@ -1134,7 +1134,7 @@ int canna_aten_configure(PyObject *sentinel)
 int canna_aten_register(const char *name, const char *overload, PyObject *handler, PyObject *check,
                         PyObject *refuse)
 {
-    std::string key = std::string(name) + "." + (overload && *overload ? overload : "default");
+    const std::string ovl = overload ? overload : "", key = op_key(name, ovl);
     auto set = [&](Entry &e) {
         PyObject *objs[] = {handler, check, refuse};
         PyObject **slots[] = {&e.handler, &e.check, &e.refuse};
@@ -1152,19 +1152,10 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
     }
     int id = (int)g_entries.size();
     try {
-        std::string qual(name);
-        size_t sep = qual.find("::");
-        if (sep == std::string::npos)
-            throw std::runtime_error("not a qualified operator name (ns::name): " + qual);
-        std::string ns = qual.substr(0, sep), op = qual.substr(sep + 2);
-        if (!c10::Dispatcher::singleton().findSchema({qual, overload ? overload : ""}))
+        if (!c10::Dispatcher::singleton().findSchema({name, ovl}))
             throw std::runtime_error("no operator " + key);
         g_entries.push_back(std::make_unique<Entry>());
-        auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, std::optional<c10::DispatchKey>(kKey),
-                                                    "canna_dl/torch/_aten.cc", 0);
-        std::string target = overload && *overload ? op + "." + overload : op;
-        lib->impl(target.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CannaKernel>(id)));
-        g_libs.push_back(std::move(lib));
+        impl_for_key(name, ovl, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CannaKernel>(id)));
         set(*g_entries[id]);
         g_ids[key] = id;
     } catch (const std::exception &e) {
@@ -1185,10 +1176,8 @@ int canna_aten_pass_views(void)
     int n = 0;
     try {
         auto &disp = c10::Dispatcher::singleton();
-        std::unordered_map<std::string, torch::Library *> libs;
         for (const c10::OperatorName &name : disp.getAllOpNames()) {
-            std::string key = name.name + "." + (name.overload_name.empty() ? "default" : name.overload_name);
-            if (g_ids.count(key))
+            if (g_ids.count(op_key(name.name, name.overload_name)))
                 continue;
             auto h = disp.findOp(name);
             if (!h || !h->hasSchema() || h->hasKernelForDispatchKey(kKey))
@@ -1199,19 +1188,9 @@ int canna_aten_pass_views(void)
                 view = view && r.alias_info() && !r.alias_info()->isWrite();
             for (const auto &a : schema.arguments())
                 view = view && !(a.alias_info() && a.alias_info()->isWrite());
-            size_t sep = name.name.find("::");
-            if (!view || sep == std::string::npos)
+            if (!view || name.name.find("::") == std::string::npos)
                 continue;
-            std::string ns = name.name.substr(0, sep), op = name.name.substr(sep + 2);
-            torch::Library *&lib = libs[ns];
-            if (!lib) {
-                g_libs.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, ns,
-                                                                  std::optional<c10::DispatchKey>(kKey),
-                                                                  "canna_dl/torch/_aten.cc", 0));
-                lib = g_libs.back().get();
-            }
-            std::string target = name.overload_name.empty() ? op : op + "." + name.overload_name;
-            lib->impl(target.c_str(), torch::CppFunction::makeFallthrough());
+            impl_for_key(name.name, name.overload_name, torch::CppFunction::makeFallthrough());
             n++;
         }
     } catch (const std::exception &e) {
@@ -1242,7 +1221,7 @@ PyObject *canna_aten_other(int reset)
     PyObject *d = PyDict_New();
     for (auto &kv : m) {
         const auto &on = kv.first->operator_name();
-        std::string nm = on.name + "." + (on.overload_name.empty() ? "default" : on.overload_name);
+        std::string nm = op_key(on.name, on.overload_name);
         PyObject *v = PyLong_FromUnsignedLongLong(kv.second);
         if (!d || !v || PyDict_SetItemString(d, nm.c_str(), v)) {
             Py_XDECREF(v);
