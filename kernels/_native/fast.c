@@ -820,22 +820,32 @@ static int key_other(key_t_ *k, PyObject *o)
 
 /* a fresh contiguous tensor for an output spec (shape, torch dtype, alloc) like the proto's
  * device; NULL with an exception set */
+/* an output spec's shape (a tuple of ints) into dims[FAST_MAX_NDIM]: its rank, or -1 with an
+ * exception set */
+static int spec_dims(PyObject *shape, int64_t *dims)
+{
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (nd > FAST_MAX_NDIM) {
+        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed output spec");
+        return -1;
+    }
+    for (Py_ssize_t d = 0; d < nd; d++) {
+        dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+        if (dims[d] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return (int)nd;
+}
+
 static PyObject *memo_alloc(PyObject *spec, const DLTensor *like)
 {
     PyObject *shape = PyTuple_GET_ITEM(spec, 0), *dtype = PyTuple_GET_ITEM(spec, 1), *alloc = PyTuple_GET_ITEM(spec, 2);
     if (alloc != Py_None)
         return PyObject_CallNoArgs(alloc);
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
     int64_t dims[FAST_MAX_NDIM];
-    if (nd > FAST_MAX_NDIM) {
-        PyErr_SetString(PyExc_RuntimeError, "kernels memo: malformed output spec");
+    int nd = spec_dims(shape, dims);
+    if (nd < 0)
         return NULL;
-    }
-    for (Py_ssize_t d = 0; d < nd; d++) {
-        dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
-        if (dims[d] == -1 && PyErr_Occurred())
-            return NULL;
-    }
     if (PyTuple_GET_SIZE(spec) > 3) {
         /* the proto's dtype: spec[3] = (code, bits) */
         PyObject *dt = PyTuple_GET_ITEM(spec, 3);
@@ -1145,20 +1155,14 @@ static int c_out(void *ctx, int j, PyObject *spec, const DLTensor *like, void **
 {
     (void)like;
     c_outs_t *co = ctx;
-    PyObject *shape = PyTuple_GET_ITEM(spec, 0), *dtype = PyTuple_GET_ITEM(spec, 1);
     if (PyTuple_GET_ITEM(spec, 2) != Py_None)
         return 1;   /* canna's pool allocates it (a large output): the Python route */
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
     int64_t dims[FAST_MAX_NDIM];
-    if (nd > FAST_MAX_NDIM)
-        return 1;
-    for (Py_ssize_t d = 0; d < nd; d++) {
-        dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
-        if (dims[d] == -1 && PyErr_Occurred())
-            return -1;
-    }
+    int nd = spec_dims(PyTuple_GET_ITEM(spec, 0), dims);
+    if (nd < 0)
+        return -1;
     DLTensor to;
-    int r = co->alloc(co->ctx, j, (int)nd, dims, dtype, &to);
+    int r = co->alloc(co->ctx, j, nd, dims, PyTuple_GET_ITEM(spec, 1), &to);
     if (r)
         return r;
     *ptr = data_of(&to);

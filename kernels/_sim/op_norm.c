@@ -151,17 +151,6 @@ typedef int32_t vi16 __attribute__((vector_size(64)));
 typedef double vd8 __attribute__((vector_size(64)));     /* a chunk's float lanes, summed on in double */
 typedef double vd16 __attribute__((vector_size(128)));
 
-/* the sum of a vector's double lanes, pairwise */
-#define VD_HSUM(D, W)                                                                              \
-    ({                                                                                             \
-        double t_[W];                                                                              \
-        memcpy(t_, &(D), sizeof t_);                                                               \
-        for (int h_ = W / 2; h_ >= 1; h_ /= 2)                                                     \
-            for (int j_ = 0; j_ < h_; j_++)                                                        \
-                t_[j_] += t_[j_ + h_];                                                             \
-        t_[0];                                                                                     \
-    })
-
 #define MK_VEXP(NAME, VF, VI, ATTR)                                                                \
     static inline __attribute__((always_inline)) ATTR VF NAME##_sel(VI m, VF a, VF b)            \
     {                                                                                              \
@@ -237,7 +226,7 @@ MK_VEXP(vexp16, vf16, vi16, AVX512)
             }                                                                                      \
             total += __builtin_convertvector(acc, VD);                                             \
         }                                                                                          \
-        return VD_HSUM(total, W);                                                                  \
+        return NN_HSUM(total, W);                                                                  \
     }
 
 /* the maximum (NaN reported through *nan); two accumulators, so the compares of one do not wait
@@ -314,7 +303,7 @@ MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
             for (; k < len; k++)                                                                   \
                 total += log_form ? (double)g[c + k] : (double)(g[c + k] * y[c + k]);              \
         }                                                                                          \
-        const float sf = (float)(total + VD_HSUM(totv, W));                                        \
+        const float sf = (float)(total + NN_HSUM(totv, W));                                        \
         int64_t k = 0;                                                                             \
         for (; k < n; k += W) {                                                                    \
             VF a, b;                                                                               \
@@ -417,7 +406,7 @@ NN_CLONES static double pow_sum_f32(const float *restrict x, int64_t n, float c,
             total += p == 2 ? d * d : d;
         }
     }
-    return total + VD_HSUM(totv, VW);
+    return total + NN_HSUM(totv, VW);
 }
 
 /* o = (x - m) * r * w + b (w, b may be NULL) */

@@ -98,44 +98,29 @@ static int64_t kept_off(const rd_params_t *p, int64_t k, const int64_t *st)
     return off;
 }
 
-/* the sum of n values in double, in partial sums of eight lanes (AVX-512 registers; the order of a
- * blocked sum, no less exact than one running sum): float32 values read as they are, doubles from
- * a load buffer */
-typedef double rd_vd8 __attribute__((vector_size(64)));
-typedef float rd_vf8 __attribute__((vector_size(32)));
-#define RD_HSUM(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
-
-NN_CLONES static double sum_f32_f64(const float *restrict x, int64_t n)
-{
-    double a[32] = {0};   /* (lanes of four registers: an add's latency is four cycles) */
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int j = 0; j < 32; j++)
-            a[j] += (double)x[i + j];
-    for (int j = 0; j < 8; j++)
-        a[j] = (a[j] + a[j + 8]) + (a[j + 16] + a[j + 24]);
-    double s = RD_HSUM(a);
-    for (; i < n; i++)
-        s += (double)x[i];
-    return s;
-}
-
-NN_CLONES static double sum_f64(const double *restrict x, int64_t n)
-{
-    rd_vd8 a0 = {0}, a1 = {0};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        rd_vd8 u, v;
-        memcpy(&u, x + i, sizeof u);
-        memcpy(&v, x + i + 8, sizeof v);
-        a0 += u;
-        a1 += v;
+/* the sum of n values (float32 read as they are, doubles from a load buffer) in double: 32 lanes
+ * (four AVX-512 registers: an add's latency is four cycles), summed pairwise, then the tail (the
+ * order of a blocked sum, no less exact than one running sum) */
+#define RD_SUM_DOUBLE(NAME, T)                                                                     \
+    NN_CLONES static double NAME(const T *restrict x, int64_t n)                                   \
+    {                                                                                              \
+        double a[32] = {0};                                                                        \
+        int64_t i = 0;                                                                             \
+        for (; i + 32 <= n; i += 32)                                                               \
+            for (int j = 0; j < 32; j++)                                                           \
+                a[j] += (double)x[i + j];                                                          \
+        double s = NN_HSUM(a, 32);                                                                 \
+        for (; i < n; i++)                                                                         \
+            s += (double)x[i];                                                                     \
+        return s;                                                                                  \
     }
-    a0 += a1;
-    double s = RD_HSUM(a0);
-    for (; i < n; i++)
-        s += x[i];
-    return s;
+RD_SUM_DOUBLE(sum_f32_f64, float)
+RD_SUM_DOUBLE(sum_f64, double)
+
+/* a float32 input summed (or averaged) in double along a stride-1 line: read as it is (no load buffer) */
+static bool rd_f32_sum(const rd_params_t *p, const nn_view_t *in, int64_t stride)
+{
+    return in->dtype == ACL_FLOAT && p->ct == CT_F64 && (p->kind == RD_SUM || p->kind == RD_MEAN) && stride == 1;
 }
 
 /* accumulate reduction rows [r0, r1) (rows = every reduced dim but the innermost) for one output
@@ -153,8 +138,8 @@ static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *ba
             off += i * p->rst[d];
         }
         const char *row = base + off * (int64_t)isz;
-        if (p->ct == CT_F64 && (p->kind == RD_SUM || p->kind == RD_MEAN) && in->dtype == ACL_FLOAT && ist == 1) {
-            *(double *)acc += sum_f32_f64((const float *)row, inner);   /* (no load buffer) */
+        if (rd_f32_sum(p, in, ist)) {
+            *(double *)acc += sum_f32_f64((const float *)row, inner);
             continue;
         }
         for (int64_t c = 0; c < inner; c += RD_TILE) {
@@ -227,9 +212,7 @@ static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
         int64_t kin = p->kst_in[p->nk - 1], kout = p->kst_out[p->nk - 1];
         union { double d[RD_TILE]; int64_t i[RD_TILE]; } acc;
         _Alignas(64) unsigned char buf[RD_TILE * 8];
-        /* float32 rows summed in double: straight from the rows (no load buffer) */
-        bool f32sum = in->dtype == ACL_FLOAT && p->ct == CT_F64 && (p->kind == RD_SUM || p->kind == RD_MEAN) &&
-                      kin == 1;
+        bool f32sum = rd_f32_sum(p, in, kin);
         for (int64_t t = t0; t < t1; t++) {
             int64_t krow = t / tiles, c0 = (t % tiles) * RD_TILE;
             int64_t n = L - c0 < RD_TILE ? L - c0 : RD_TILE;

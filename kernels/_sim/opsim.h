@@ -402,6 +402,16 @@ static inline int64_t nn_rows(const nn_view_t *v)
 void nn_pack_rows(int ct, void *dst, const nn_view_t *v, int64_t r0, int64_t r1);
 /* the inverse: rows [r0, r1) of contiguous src (compute type ct) into v, converted */
 void nn_unpack_rows(int ct, const nn_view_t *v, const void *src, int64_t r0, int64_t r1);
+/* the sum of W double lanes (a vector or an array), pairwise */
+#define NN_HSUM(D, W)                                                                              \
+    ({                                                                                             \
+        double t_[W];                                                                              \
+        memcpy(t_, &(D), sizeof t_);                                                               \
+        for (int h_ = (W) / 2; h_ >= 1; h_ /= 2)                                                   \
+            for (int j_ = 0; j_ < h_; j_++)                                                        \
+                t_[j_] += t_[j_ + h_];                                                             \
+        t_[0];                                                                                     \
+    })
 /* a view that is a contiguous array (C order; size-1 dims have any stride) */
 static inline bool nn_view_contiguous(const nn_view_t *v)
 {
