@@ -459,16 +459,20 @@ class TorchFn:
             (``Tensor.__rsub__(self, other)`` is ``sub(other, self)``).
         inplace: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
             with ``out=x``; reported as ``<name>_``).
+        report: an aten item's row in the offload report when it is not the op's name: the
+            function level's row of the same computation (``aten::native_layer_norm`` in
+            ``layer_norm``'s). A backward kernel's items (``api`` ``kernels.backward.<forward>``)
+            count in the ``backward`` column of ``<forward>``'s row unless ``report`` names another.
 
     A None where the op's int, float or str attribute is not optional falls back to PyTorch
     (``implicit dim (dim=None)``: ``F.softmax``'s legacy default).
     """
 
     __slots__ = ("fn", "args", "fixed", "guard", "identity", "output", "reflected", "inplace", "convert",
-                 "guard_kw", "result", "unchecked")
+                 "guard_kw", "result", "unchecked", "report")
 
     def __init__(self, fn, args=None, *, fixed=None, guard=None, identity=None, output=None, reflected=False,
-                 inplace=False, convert=None, result=None, unchecked=()):
+                 inplace=False, convert=None, result=None, unchecked=(), report=None):
         if not (isinstance(fn, str) or callable(fn)):
             raise RegistrationError(f"TorchFn: fn must be a dotted name or a callable, not {fn!r}")
         self.fn = fn
@@ -483,6 +487,9 @@ class TorchFn:
         self.reflected, self.inplace = builtins.bool(reflected), builtins.bool(inplace)
         self.convert = dict(convert or {})
         self.unchecked = tuple(unchecked)
+        if report is not None and not (isinstance(report, str) and report.isidentifier()):
+            raise RegistrationError(f"TorchFn({fn!r}): report must be a row name, not {report!r}")
+        self.report = report
         if not all(isinstance(i, int) and not isinstance(i, builtins.bool) and i >= 0 for i in self.unchecked):
             raise RegistrationError(f"TorchFn({fn!r}): unchecked must be result indices, not {unchecked!r}")
         if any(not callable(f) for f in self.convert.values()):

@@ -60,9 +60,10 @@ def test_tiny_cnn_at_the_aten_level(tmp_path):
     res = _json("--model", f"{f}:tiny_cnn", "--input-shape", "2,3,8,8", "--level", "aten", "--steps", "3")
     assert res["level"] == "aten"
     ops = res["report"]["ops"]
-    for row in ("conv2d", "conv2d_backward", "relu", "relu_backward", "max_pool2d_with_indices",
-                "max_pool2d_backward", "addmm", "apply_adamw"):
+    for row in ("conv2d", "relu", "max_pool2d", "addmm", "apply_adamw"):
         assert ops[row]["canna"] >= 1, (row, ops)
+    for row in ("conv2d", "relu", "max_pool2d"):   # PyTorch's backward formulas on canna
+        assert ops[row]["backward"] >= 1, (row, ops)
     for k, v in res["max_rel_error"].items():
         assert v < 1e-4, (k, v)
     assert res["steps"]["max_rel_diff"] < 1e-4

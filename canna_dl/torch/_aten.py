@@ -162,9 +162,24 @@ def _schema(name):
     return ov, [a.name for a in ov._schema.arguments]
 
 
+_BACKWARD_API = "kernels.backward."
+
+
 def report_name(op, spec) -> str:
-    """The report row of an aten item: the op's name (``<name>_`` for an in-place overload)."""
+    """The report row of an aten item: the function level's row of the same computation — the
+    item's ``report`` if it names one; a backward kernel's (``api`` ``kernels.backward.<forward>``)
+    ``<forward>``; else the op's name (``<name>_`` for an in-place overload)."""
+    if spec.report is not None:
+        return spec.report
+    if op.api.startswith(_BACKWARD_API):
+        return op.api[len(_BACKWARD_API):]
     return f"{op.name}_" if spec.inplace else op.name
+
+
+def is_backward(op) -> bool:
+    """Whether an aten item of ``op`` counts in its row's ``backward`` column: ``op`` is a backward
+    kernel (``api`` ``kernels.backward.<forward>``)."""
+    return op.api.startswith(_BACKWARD_API)
 
 
 def _handler(op, spec):
@@ -202,13 +217,13 @@ def _handler(op, spec):
         if guard is not None:
             return guard(*op_arguments(v, src, dflt, convert), **{nm: v[i] for nm, i in guard_kw}) or None
         return None
-    return _counted(report_name(op, spec), spec.fn, run), refusal
+    return _counted(report_name(op, spec), spec.fn, run, is_backward(op)), refusal
 
 
-def _counted(row, name, run):
+def _counted(row, name, run, backward=False):
     """The handler the C++ kernel calls: ``run(arguments)`` in the thread's block, counted in its
-    report under ``row``; a refusal (canna's argument errors, ``_Fallback``) answers FALLBACK with
-    the reason counted (``strict``: raises RuntimeError)."""
+    report under ``row`` (its ``backward`` column for a backward kernel); a refusal (canna's argument
+    errors, ``_Fallback``) answers FALLBACK with the reason counted (``strict``: raises RuntimeError)."""
     from ._offload import _CAUGHT, _Fallback, refusal_reason
     refusals = (_Fallback,) + _CAUGHT
 
@@ -221,7 +236,11 @@ def _counted(row, name, run):
         except refusals as exc:
             _refuse(blk, row, name, refusal_reason(exc))
             return FALLBACK
-        blk.report._stat(row).canna += 1
+        st = blk.report._stat(row)
+        if backward:
+            st.backward += 1
+        else:
+            st.canna += 1
         return r
     h.__qualname__ = h.__name__ = f"aten_{row}"
     return h
@@ -333,7 +352,8 @@ def _register(dll, op):
             raise R.RegistrationError(f"{op.qualname}: cannot route {spec.fn}")
         _set_row(eid, row)
         d = _direct(op, spec)
-        if d is not None and dll.canna_aten_direct(eid, *d, row.encode()) != 0:
+        hits = f"{row}.backward" if is_backward(op) else row   # (the key of the C++ path's hits: see _fold)
+        if d is not None and dll.canna_aten_direct(eid, *d, hits.encode()) != 0:
             raise R.RegistrationError(f"{op.qualname}: cannot set the direct call of {spec.fn}")
         rows.add(row)
     ATEN_OPS = tuple(sorted(rows))
@@ -425,14 +445,18 @@ class AtenOffload:
     """The context manager behind ``offload(level="aten")`` (one per ``with`` block)."""
 
     def __init__(self, *, ops=None, exclude=(), strict=False, report=None):
-        from ._offload import block_options
+        from ._offload import OFFLOAD_OPS, block_options
         rows = _aten_rows()
         if _state["dll"] is None:
             raise RuntimeError(f"canna_dl.torch.offload(level='aten') is not available here: {_state['why']}")
         self.enabled, self._all, self.report = block_options("canna_dl.torch.offload(level='aten')", rows, ops,
-                                                             exclude, report)
+                                                             exclude, report, known=OFFLOAD_OPS)
         self.strict = bool(strict)
         self._token = None
+        user = _user_rows() & self.enabled
+        # user ops map torch functions (register_op(torch=...)), not aten operators: those functions
+        # reach them through a function-level mode that routes only them and counts nothing else
+        self._fn = None if not user else _offload_mode(ops=sorted(user), strict=strict, report=self.report)
 
     def __enter__(self):
         if self._token is not None:
@@ -445,11 +469,15 @@ class AtenOffload:
         _team.enter()
         blocks.append(self)
         _tls.block = self
+        if self._fn is not None:
+            self._fn.__enter__()
         return self.report
 
     def __exit__(self, *exc):
         # blocks may end in any order (two generators' blocks, contextlib.ExitStack): this one leaves
         # the thread's blocks wherever it is; the innermost that is left routes the thread's calls
+        if self._fn is not None:
+            self._fn.__exit__(*exc)
         blocks = _blocks()
         _fold(blocks[-1] if blocks else self)   # (the calls since the last fold ran in the innermost block)
         _state["dll"].canna_aten_exit(self._token)
@@ -459,6 +487,16 @@ class AtenOffload:
             blocks.remove(self)
         _tls.block = blocks[-1] if blocks else None
         return False
+
+
+def _user_rows():
+    """The report rows of the user ops that map torch functions (``register_op(torch=...)``)."""
+    return {op.name for op in R.registered_ops() if op.namespace != "canna" and op.generate and op.torch}
+
+
+def _offload_mode(**kw):
+    from ._offload import Offload
+    return Offload(quiet=True, **kw)
 
 
 def _blocks():
@@ -476,9 +514,15 @@ def _fold(block):
     counts, hits = dll.canna_aten_other(1), dll.canna_aten_hits()
     if block is None:
         return
-    for row, n in hits.items():   # the calls the C++ direct path served (no handler counted them)
-        block.report._stat(row).canna += n
+    for key, n in hits.items():   # the calls the C++ direct path served (no handler counted them)
+        row, _, column = key.partition(".")
+        st = block.report._stat(row)
+        if column:
+            st.backward += n
+        else:
+            st.canna += n
     other = block.report._other
-    for name, n in counts.items():
-        if not _is_view(name):
+    own = {op.namespace for op in R.registered_ops()}
+    for name, n in counts.items():   # (canna's own custom ops are counted where they were routed)
+        if not _is_view(name) and name.partition("::")[0] not in own:
             other[name] = other.get(name, 0) + n

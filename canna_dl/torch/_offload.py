@@ -451,14 +451,26 @@ NOT_COMPUTE = frozenset(
         "_assert_async", "_assert", "unflatten", "atleast_1d", "atleast_2d", "atleast_3d", "is_nonzero",
         "_C._get_tracing_state", "_C._get_cudnn_enabled", "_shape_as_tensor",
         "_C._nn._parse_to", "squeeze_copy", "sym_int", "sym_float", "sym_max", "sym_min", "sym_not")]
-    + ["torch.functional.split", "torch.nn.functional.has_torch_function"])
+    + ["torch.functional.split", "torch.nn.functional.has_torch_function"]
+    # the aten level's names (an overload counts under its operator: ``aten::_local_scalar_dense``
+    # is ``Tensor.item``'s; the views never reach its report)
+    + [f"aten::{n}" for n in (
+        "_local_scalar_dense", "item", "is_nonzero", "is_same_size", "_assert_async", "_assert_scalar",
+        "_functional_assert_async", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+        "_has_compatible_shallow_copy_type")])
 
 #: torch tensor factories (allocate and fill: no op of a model's computation); counted apart from
 #: the compute calls by :meth:`OffloadReport.coverage`
 ALLOCATION = frozenset(
     [f"torch.{n}" for n in ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "tensor", "as_tensor",
                             "arange", "scalar_tensor", "eye", "linspace", "empty", "empty_like", "empty_strided")]
-    + [f"torch.Tensor.{n}" for n in ("new_zeros", "new_ones", "new_full", "new_tensor", "zero_", "fill_")])
+    + [f"torch.Tensor.{n}" for n in ("new_zeros", "new_ones", "new_full", "new_tensor", "zero_", "fill_")]
+    # the aten level's names (the factories' composite kernels reach it as their parts: ``torch.zeros_like``
+    # as ``aten::zero_``, ``torch.arange`` as ``aten::arange.start_out``)
+    + [f"aten::{n}" for n in ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "scalar_tensor",
+                              "arange", "eye", "linspace", "empty", "empty_like", "empty_strided", "new_zeros",
+                              "new_ones", "new_full", "new_empty", "new_empty_strided", "zero_", "fill_",
+                              "lift_fresh_copy")])
 
 #: autograd nodes of PyTorch's backward pass that compute nothing (views and the leaves'
 #: accumulation): left out of the compute-call count; matched by prefix of the node's class name
@@ -613,7 +625,8 @@ class OffloadReport:
                      if st.fallback}
         no_op, views, alloc = {}, {}, {}
         for name, n in self.pytorch_calls.items():
-            (views if name in NOT_COMPUTE else alloc if name in ALLOCATION else no_op)[name] = n
+            op = name.partition(".")[0] if name.startswith("aten::") else name   # (an aten overload: its operator)
+            (views if op in NOT_COMPUTE else alloc if op in ALLOCATION else no_op)[name] = n
         bw = {k: n for k, n in self.pytorch_backward.items() if not k.startswith(_NOT_COMPUTE_NODES)}
         total = canna + sum(v["count"] for v in fallbacks.values()) + sum(no_op.values()) + sum(bw.values())
         return {"canna": canna, "total": total, "share": canna / total if total else 1.0, "fallbacks": fallbacks,
@@ -746,31 +759,36 @@ def _not_a_dynamo_frame(code):
         _set_code_exec_strategy(code, _SKIP_RECURSIVELY)
 
 
-def block_options(api, rows, ops, exclude, report):
+def block_options(api, rows, ops, exclude, report, known=()):
     """``(enabled rows, all of them?, report)`` of an offload block's ``ops`` / ``exclude`` /
-    ``report`` arguments, ``rows`` the level's report rows.
+    ``report`` arguments, ``rows`` the level's report rows, ``known`` other names accepted (the
+    other level's rows: a name this level does not route selects nothing).
 
     Raises:
         ValueError: an unknown op name. TypeError: ``report`` is not an OffloadReport.
     """
     names = set(rows) if ops is None else set(ops)
-    unknown = (names | set(exclude)) - set(rows)
+    unknown = (names | set(exclude)) - set(rows) - set(known)
     if unknown:
         raise ValueError(f"{api}: unknown ops {sorted(unknown)} (supported: {', '.join(rows)})")
     if report is not None and not isinstance(report, OffloadReport):
         raise TypeError(f"canna_dl.torch.offload: report must be an OffloadReport, not {type(report).__name__}")
     enabled = frozenset(names - set(exclude))
-    return enabled, enabled == frozenset(rows), report if report is not None else OffloadReport()
+    return enabled, enabled >= frozenset(rows), report if report is not None else OffloadReport()
 
 
 class Offload(TorchFunctionMode):
     """The torch-function mode behind :func:`offload` (one per ``with`` block)."""
 
-    def __init__(self, *, ops=None, exclude=(), strict=False, report=None):
+    def __init__(self, *, ops=None, exclude=(), strict=False, report=None, quiet=False):
         super().__init__()
         self.enabled, self._all, self.report = block_options("canna_dl.torch.offload", OFFLOAD_OPS, ops, exclude,
                                                              report)
         self.strict = bool(strict)
+        #: route only: the torch functions without a canna op and PyTorch's backward nodes are not
+        #: counted (an aten-level block routes its user ops' torch functions through this mode and
+        #: counts the aten operators they run itself)
+        self._quiet = bool(quiet)
         self._in_backward = 0   # > 0: in _backward (its calls outside a graph task are PyTorch's set-up)
         self._fast = _FAST if self._all else _NO_FAST   # the C per-call fast path serves all-ops blocks
 
@@ -814,7 +832,7 @@ class Offload(TorchFunctionMode):
             elif func in _COMPOSITES and _redispatch is not None:
                 return self._compose(func, types, args, kwargs)
             elif getattr(func, "__name__", None) not in ("__get__", "__set__") and not _is_view_call(func, args, kwargs):
-                if not self._in_backward or _graph_task_id() >= 0:   # not PyTorch's set-up of a backward
+                if not self._quiet and (not self._in_backward or _graph_task_id() >= 0):   # (not a backward's set-up)
                     other = self.report._other
                     other[func] = other.get(func, 0) + 1
                 if func in _RUNS_BACKWARD and _redispatch is not None:
@@ -889,7 +907,7 @@ class Offload(TorchFunctionMode):
         """Count PyTorch's own autograd nodes of the graph a backward pass is about to run (the
         report's :attr:`~OffloadReport.pytorch_backward`; canna's nodes count themselves). Once per
         pass: ``Tensor.backward`` calls ``torch.autograd.backward``, which reaches the mode again."""
-        if self._in_backward:
+        if self._in_backward or self._quiet:
             return
         roots = args[0] if args else (kwargs or {}).get("tensors", (kwargs or {}).get("outputs"))
         roots = (roots,) if isinstance(roots, Tensor) else tuple(roots or ())
@@ -925,7 +943,7 @@ class Offload(TorchFunctionMode):
         return func(*args, **kwargs) if kwargs else func(*args)
 
 
-def offload(*, ops=None, exclude=(), strict=False, report=None, level="function"):
+def offload(*, ops=None, exclude=(), strict=False, report=None, level=None):
     """Run the supported PyTorch ops of a block on canna, the others on PyTorch::
 
         with canna_dl.torch.offload() as rep:
@@ -941,8 +959,9 @@ def offload(*, ops=None, exclude=(), strict=False, report=None, level="function"
             supported (for tests and debugging; other torch functions still run on PyTorch).
         report: an :class:`OffloadReport` to add to (e.g. one per training run, across blocks);
             default: a new one.
-        level: ``"function"`` (default: torch functions, canna's own autograd) or ``"aten"`` (aten
-            operators below PyTorch's autograd; see below).
+        level: ``"function"`` (torch functions, canna's own autograd) or ``"aten"`` (aten
+            operators below PyTorch's autograd; see below); default: the ``CANNA_OFFLOAD_LEVEL``
+            environment variable, else ``"function"``.
 
     Returns:
         An :class:`Offload` (a ``torch.overrides.TorchFunctionMode``; ``level="aten"``: an
@@ -959,17 +978,23 @@ def offload(*, ops=None, exclude=(), strict=False, report=None, level="function"
     (:data:`canna_dl.torch._aten.ATEN_OPS` rows), everything else on PyTorch's kernels, with no
     Python on the way for those; gradients are PyTorch's formulas, so the graph is exactly
     PyTorch's (activation checkpointing, ``torch.func`` and autocast work as without canna). The
-    report counts canna's calls per op and, as PyTorch's calls, the aten operators that ran on
-    PyTorch (views left out). It needs a C++ compiler and PyTorch's C++ headers (a library compiled
+    report has the function level's rows (a backward formula's operators in the ``backward``
+    column of their forward's row) and counts, as PyTorch's calls, the aten operators that ran on
+    PyTorch (views left out); user ops registered with ``torch=`` run for their torch functions
+    there too. It needs a C++ compiler and PyTorch's C++ headers (a library compiled
     on first use, cached); see :mod:`canna_dl.torch._aten`.
 
     Raises:
         ValueError: an unknown op name or level. TypeError: ``report`` is not an OffloadReport.
         RuntimeError: ``level="aten"`` is not available here (the message says why).
     """
+    source = "level"
+    if level is None:
+        import os
+        level, source = os.environ.get("CANNA_OFFLOAD_LEVEL") or "function", "CANNA_OFFLOAD_LEVEL"
     if level == "aten":
         from ._aten import AtenOffload
         return AtenOffload(ops=ops, exclude=exclude, strict=strict, report=report)
     if level != "function":
-        raise ValueError(f"canna_dl.torch.offload: level must be 'function' or 'aten', not {level!r}")
+        raise ValueError(f"canna_dl.torch.offload: {source} must be 'function' or 'aten', not {level!r}")
     return Offload(ops=ops, exclude=exclude, strict=strict, report=report)

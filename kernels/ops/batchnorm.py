@@ -119,8 +119,9 @@ define("batch_norm_backward",
                      order=("grad_out", "input", "weight", None, None, "save_mean", "save_invstd", "...")),
        api="kernels.backward.batch_norm",
        # aten's train=False normalizes with the running statistics, the op with save_mean / save_invstd
-       aten=(("aten::native_batch_norm_backward", "grad_out, input, weight, running_mean, running_var, save_mean, "
-              "save_invstd, train:training, eps, output_mask", {"train": True}),),
+       aten=(TorchFn("aten::native_batch_norm_backward", "grad_out, input, weight, running_mean, running_var, "
+                     "save_mean, save_invstd, train:training, eps, output_mask", fixed={"train": True},
+                     report="native_batch_norm"),),
        doc="Gradients of :func:`kernels.native_batch_norm` (``aclnnBatchNormBackward``; runningMean / runningVar "
            "NULL: the statistics are ``save_mean`` / ``save_invstd`` in both modes): ``(grad_input, grad_weight, "
            "grad_bias)``.")

@@ -229,7 +229,8 @@ define("native_layer_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional
                                                    Spec(_stat(x, len(tuple(normalized_shape))), x.dtype),
                                                    Spec(_stat(x, len(tuple(normalized_shape))), x.dtype)),
        forward=Impl(N.native_layer_norm), generate=False,
-       aten=(("aten::native_layer_norm", "input:x, normalized_shape, weight, bias, eps", _ln_aten),))
+       aten=(TorchFn("aten::native_layer_norm", "input:x, normalized_shape, weight, bias, eps", guard=_ln_aten,
+                     report="layer_norm"),))
 define("rms_norm", inputs=(Tensor("x", F), Tensor("weight", F, optional=True)),
        attrs=(Attr("normalized_shape", _o), Attr("eps", _o, None)), shape=_ln_shape, forward=Impl(N.rms_norm),
        generate=False)
@@ -251,7 +252,7 @@ define("max_pool2d_with_indices", inputs=(Tensor("x", F),), attrs=_pool_attrs, o
        shape=lambda x, *a, **k: (max_pool2d_shape(x, *a, **k), Spec(max_pool2d_shape(x, *a, **k).shape, C.INT64)),
        forward=Impl(N.max_pool2d_with_indices), generate=False,
        aten=(TorchFn("aten::max_pool2d_with_indices", "self:x, kernel_size, stride, padding, dilation, ceil_mode",
-                     convert={"stride": _pool_stride}),))
+                     convert={"stride": _pool_stride}, report="max_pool2d"),))
 _loss_attrs = (Attr("ignore_index", _o, -100), Attr("reduction", _o, "mean"))
 define("cross_entropy", inputs=(Tensor("input", F), Tensor("target", C.INTS, diff=False),
                                 Tensor("weight", F, optional=True, diff=False)),
@@ -271,7 +272,7 @@ define("native_nll_loss", inputs=(Tensor("input", F), Tensor("target", C.INTS, d
        shape=lambda input, *a, **k: (_loss_shape(input, *a, **k), Spec((), input.dtype)),
        forward=Impl(N.native_nll_loss), generate=False,
        aten=(TorchFn("aten::nll_loss_forward", "self:input, target, weight, reduction, ignore_index",
-                     convert={"reduction": _reduction}, guard=_nll_aten),))
+                     convert={"reduction": _reduction}, guard=_nll_aten, report="nll_loss"),))
 define("sum", inputs=(Tensor("x", ARITH + (C.BOOL,)),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
        shape=_reduced, forward=Impl(RD.sum), generate=False,
        aten=(TorchFn("aten::sum.dim_IntList", "self:x, dim, keepdim, dtype", fixed={"dtype": None},
