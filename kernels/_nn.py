@@ -240,10 +240,12 @@ def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, 
 
 def layer_norm_backward(grad_out, x, normalized_shape, mean, rstd, weight=None, bias=None,
                         output_mask=(True, True, True), *, stream=None):
-    """Gradients of :func:`layer_norm` (``aclnnLayerNormBackward``): ``(grad_x, grad_weight,
-    grad_bias)`` from the forward's ``mean`` and ``rstd`` (:func:`native_layer_norm`); an entry is
-    None where ``output_mask`` is False. ``grad_weight`` / ``grad_bias`` have ``normalized_shape``
-    and the weight's dtype (``x``'s without a weight)."""
+    """Gradients of :func:`layer_norm` (``aclnnLayerNormBackward``, hiascend.com aclnn API page of
+    that name; PyTorch's ``aten::native_layer_norm_backward``): ``(grad_x, grad_weight,
+    grad_bias)`` from the forward's ``mean`` and ``rstd`` (:func:`native_layer_norm`: the outer dims
+    followed by a 1 per normalized dim, as PyTorch's); an entry is None where ``output_mask`` is
+    False. ``grad_weight`` / ``grad_bias`` have ``normalized_shape`` and the weight's dtype (``x``'s
+    without a weight)."""
     api = "kernels.backward.layer_norm"
     kind = C.result_kind(grad_out, x)
     g, a, m, r, w, b = _float_arrays(api, ("grad_out", grad_out), ("x", x), ("mean", mean), ("rstd", rstd),

@@ -56,6 +56,12 @@ def _bn_backward_args():
     return rn(4, 3, 5, 5, seed=5), x, w, rm, rv, sm, si, True, 1e-5, [True, True, True]
 
 
+def _ln_backward_args(mask=(True, True, True)):
+    x, w, b = rn(2, 3, 8), rn(8, seed=1), rn(8, seed=2)
+    _o, mean, rstd = torch.native_layer_norm(x, [8], w, b, 1e-5)
+    return rn(2, 3, 8, seed=3), x, [8], mean, rstd, w, b, list(mask)
+
+
 def _pool():
     x = rn(2, 3, 6, 6)
     return x, torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [], [0, 0], [1, 1], False)[1]
@@ -108,6 +114,7 @@ CASES = {
     "aten::_softmax_backward_data": lambda: ((rn(3, 6, seed=1), torch.softmax(rn(3, 6), 1), 1, F32), {}),
     "aten::_log_softmax_backward_data": lambda: ((rn(3, 6, seed=1), torch.log_softmax(rn(3, 6), 1), 1, F32), {}),
     "aten::native_layer_norm": lambda: ((rn(2, 3, 8), [8], rn(8, seed=1), rn(8, seed=2), 1e-5), {}),
+    "aten::native_layer_norm_backward": lambda: (_ln_backward_args(), {}),
     "aten::convolution": lambda: ((*_conv_args(), [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}),
     "aten::convolution_backward": lambda: ((rn(2, 4, 6, 6, seed=9), *_conv_args()[:2], [4], [1, 1], [1, 1], [1, 1],
                                             False, [0, 0], 1, [True, True, True]), {}),
@@ -716,3 +723,35 @@ def test_the_default_level_comes_from_the_environment(monkeypatch):
         ct.offload()
     monkeypatch.delenv("CANNA_OFFLOAD_LEVEL")
     assert isinstance(ct.offload(), Offload)
+
+
+@pytest.mark.parametrize("mask", [(True, False, True), (False, True, False), (False, False, True)])
+def test_layer_norm_backward_output_mask_gives_none(mask):
+    # PyTorch's rule: an output_mask entry False is an undefined result (None), the others computed
+    args = _ln_backward_args(mask)
+    want = A.native_layer_norm_backward(*args)
+    with ct.offload(level="aten", strict=True) as rep:
+        for _ in range(3):   # (the later calls from the C++ direct path)
+            got = A.native_layer_norm_backward(*args)
+            for g, w in zip(got, want):
+                assert (g is None) == (w is None)
+                if g is not None:
+                    np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+    assert rep.ops["layer_norm"].backward == 3
+
+
+def test_layer_norm_training_runs_both_directions_on_canna():
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm([3, 5])
+    x = torch.randn(2, 4, 3, 5, requires_grad=True)
+    ln(x).sin().sum().backward()
+    ref = [x.grad.clone(), ln.weight.grad.clone(), ln.bias.grad.clone()]
+    x.grad = None
+    ln.zero_grad()
+    with ct.offload(level="aten") as rep:
+        ln(x).sin().sum().backward()
+    for g, r in zip((x.grad, ln.weight.grad, ln.bias.grad), ref):
+        np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-4, atol=1e-5)
+    st = rep.ops["layer_norm"]
+    assert st.canna == 1 and st.backward == 1 and st.fallback == 0, rep
+    assert not any("layer_norm" in n for n in rep.pytorch_calls), rep.pytorch_calls

@@ -145,6 +145,26 @@ def _ln_aten(x, weight, bias, *a):
     return mixed_param_dtypes("aten::native_layer_norm", x, weight, bias)
 
 
+def _ln_bw_aten(g, x, mean, rstd, weight, bias, *a):
+    """aten::native_layer_norm_backward's operands: canna's kernel takes one dtype for the gradient, the
+    input and the statistics (PyTorch's ``layer_norm_backward_cpu``, ``aten/src/ATen/native/layer_norm.cpp``,
+    takes float32 statistics of a reduced-precision input too); the parameters by aten's rule."""
+    for name, t in (("grad_out", g), ("mean", mean), ("rstd", rstd)):
+        if t.dtype != x.dtype:
+            return f"a {t.dtype} {name} for {x.dtype} input (canna's kernel takes one dtype)"
+    if x.numel() == 0:
+        return "an empty input (PyTorch zero-fills grad_weight / grad_bias)"
+    return mixed_param_dtypes("aten::native_layer_norm_backward", x, weight, bias)
+
+
+def _ln_bw_shape(grad_out, x, mean, rstd, weight=None, bias=None, normalized_shape=(), output_mask=(True,) * 3):
+    """``(grad_x, grad_weight, grad_bias)``: ``x``'s shape, then ``normalized_shape`` in the weight's dtype
+    (``x``'s without a weight); ``(0,)`` where ``output_mask`` is False (the kernel's None)."""
+    ns = tuple(x.shape[len(x.shape) - len(tuple(normalized_shape)):])
+    pdt = x.dtype if weight is None else weight.dtype
+    return tuple(Spec(s if m else (0,), d) for s, d, m in zip((x.shape, ns, ns), (x.dtype, pdt, pdt), output_mask))
+
+
 def _pool_bw_aten(g, x, indices, *a):
     if _dt(indices) != "int64":
         return Rejected(f"{indices.dtype} indices (aten::max_pool2d_with_indices_backward takes Long)")
@@ -361,6 +381,16 @@ define("linear_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor(
        attrs=(Attr("output_mask", list[bool], (True, True, True)),), outputs=("grad_x", "grad_weight", "grad_bias"),
        shape=_linear_bw_shape, forward=Impl(CO.linear_backward), backward=_linear_bw_bw,
        save=("grad_out", "x", "weight"), api="kernels.backward.linear", doc=CO.linear_backward.__doc__)
+define("layer_norm_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("mean", F, diff=False),
+                                      Tensor("rstd", F, diff=False), Tensor("weight", F, optional=True),
+                                      Tensor("bias", F, optional=True)),
+       attrs=(Attr("normalized_shape", _o), Attr("output_mask", _o, (True, True, True))),
+       outputs=("grad_x", "grad_weight", "grad_bias"), shape=_ln_bw_shape, forward=Impl(N.layer_norm_backward),
+       generate=False, api="kernels.backward.layer_norm",
+       # mean / rstd: aten::native_layer_norm's (canna's native_layer_norm gives the same: outer dims, then 1s)
+       aten=(TorchFn("aten::native_layer_norm_backward", "grad_out, input:x, normalized_shape, mean, rstd, weight, "
+                     "bias, output_mask", guard=_ln_bw_aten),),
+       doc=N.layer_norm_backward.__doc__)
 define("max_pool2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("indices", C.INTS)),
        attrs=_pool_attrs, shape=lambda g, x, *a, **k: Spec(x.shape, g.dtype), forward=Impl(N.max_pool2d_backward),
        generate=False, api="kernels.backward.max_pool2d",
