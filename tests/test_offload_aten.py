@@ -134,6 +134,8 @@ CASES = {
     **{f"aten::{n}.Scalar": (lambda: ((torch.round(rn(3, 4) * 2) / 2, 0.5), {})) for n in ("eq", "ne", "lt", "le", "gt", "ge")},
     "aten::maximum": lambda: ((rn(3, 4), rn(4, seed=1)), {}),
     "aten::minimum": lambda: ((rn(3, 4), rn(3, 1, seed=1)), {}),
+    "aten::gather": lambda: ((rn(3, 5), 1, torch.tensor([[0, 4], [2, 2], [1, 0]])), {}),
+    "aten::cat": lambda: (([rn(2, 3), rn(4, 3, seed=1)], 0), {}),
     "aten::where.self": lambda: ((rn(3, 4, seed=2) > 0, rn(3, 4), rn(4, seed=1)), {}),
 }
 

@@ -127,6 +127,7 @@ define("cat", inputs=(TensorList("tensors", ARITH),), attrs=(Attr("dim", int, 0)
        backward=_cat_backward, save=("tensors",),
        torch=(("torch.cat", "tensors:input, dim=0"), ("torch.concat", "tensors:input, dim=0"),
               ("torch.concatenate", "tensors:input, axis:dim=0")),
+       aten=(("aten::cat", "tensors, dim"),),
        doc="Concatenation along ``dim`` (``torch.cat`` / ``torch.concat``; ``aclnnCat``): ``tensors``, a list or "
            "tuple of arrays with the same number of dims and equal sizes except along ``dim`` (a 1-D array of "
            "shape ``(0,)`` is skipped, as in PyTorch); the result has their promoted dtype. Dtypes: floats, int32, "

@@ -122,6 +122,7 @@ define("gather", inputs=(Tensor("input", ARITH), Tensor("index", INTS, diff=Fals
        backward=_gather_backward, save=("input", "index"),
        torch=(("torch.gather", "input, dim, index, sparse_grad=False"),
               ("torch.Tensor.gather", "input, dim, index, sparse_grad=False")),
+       aten=(("aten::gather", "self:input, dim, index, sparse_grad", {"sparse_grad": False}),),
        doc="``out[i][j][k] = input[i][index[i][j][k]][k]`` for ``dim=1`` (``torch.gather``; ``aclnnGather``): "
            "``out`` has ``index``'s shape; ``index`` (int64 / int32, in ``[0, input.shape[dim])``) has "
            "``input``'s number of dims and is no larger in any other dim. Dtypes: floats, int32, int64.\n\n"
