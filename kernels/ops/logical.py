@@ -62,7 +62,6 @@ for _name, _acl, _op, _fns in _COMPARISONS:
     define(_name, inputs=(Tensor("x", CAST_DTYPES, diff=False), Tensor("y", CAST_DTYPES, diff=False, scalar=True)),
            shape=_compare_shape, forward=Aclnn(f"{_acl}Tensor", scalar=f"{_acl}Scalar"),
            torch=tuple(TorchFn(f, ("input", "other:y")) for f in _fns), elementwise=True,
-           aten=((f"aten::{_name}.Tensor", "self:x, other:y"), (f"aten::{_name}.Scalar", "self:x, other:y")),
            doc=f"``x {_op} y`` elementwise (``torch.{_name}``; ``aclnn{_acl}Tensor`` / ``aclnn{_acl}Scalar``): ``y`` "
                "an array broadcast with ``x`` or a Python number; compared in the operands' promoted dtype (an "
                "integer array against a float number as float64); NaN compares unequal to everything. Any dtype "
@@ -101,7 +100,7 @@ for _name, _acl, _red, _pick in (("maximum", "Maximum", "max", lambda ops, x, y:
                   TorchFn(f"{_T}{_name}", ("input", "other:y")),
                   (f"torch.{_red}", "input, other:y", _other_is_a_tensor),
                   (f"{_T}{_red}", "input, other:y", _other_is_a_tensor)),
-           aten=((f"aten::{_name}", "self:x, other:y"),), elementwise=True,
+           elementwise=True,
            doc=f"The elementwise {_name} of ``x`` and ``y`` (``torch.{_name}``, ``torch.{_red}(x, y)``; "
                f"``aclnn{_acl}``), broadcast, in their promoted dtype; a NaN in either gives NaN. Its gradient "
                "goes to the operand chosen, half to each where they are equal. Floating, int32 and int64 "
@@ -128,7 +127,6 @@ define("where", inputs=(Tensor("condition", (C.BOOL,), diff=False), Tensor("x", 
                         Tensor("y", C.ARITH, scalar=True)),
        shape=_where_shape, forward=Aclnn("SWhere"), save=("condition",), backward=_where_backward,
        torch=(TorchFn("torch.where", ("condition", "input:x", "other:y")),),
-       aten=(("aten::where.self", "condition, self:x, other:y"),),
        doc="``x`` where ``condition`` is True, else ``y`` (``torch.where(condition, input, other)``; "
            "``aclnnSWhere``): the three broadcast together; ``x`` or ``y`` may be a Python number (a weak scalar in "
            "PyTorch's promotion); the result has their promoted dtype. ``condition`` bool; ``x``, ``y`` floating, "
