@@ -458,7 +458,8 @@ class TorchFn:
         reflected: the torch function takes the op's first two inputs swapped
             (``Tensor.__rsub__(self, other)`` is ``sub(other, self)``).
         inplace: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
-            with ``out=x``; reported as ``<name>_``).
+            with ``out=x``; reported as ``<name>_``). An aten item writes the op argument its
+            schema's first argument binds (``aten::masked_fill_.Scalar``'s ``self``: where's ``y``).
         report: an aten item's row in the offload report when it is not the op's name: the
             function level's row of the same computation (``aten::native_layer_norm`` in
             ``layer_norm``'s). A backward kernel's items (``api`` ``kernels.backward.<forward>``)

@@ -76,8 +76,33 @@ def _binary(name):
             f"aten::{name}_.Tensor": lambda: ((rn(3, 4), rn(3, 4, seed=1, pos=name == "div")), {})}
 
 
+def _ties(*shape, seed=0):   # (values that compare equal now and then)
+    return torch.round(rn(*shape, seed=seed))
+
+
+def _comparisons():
+    out = {}
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        out[f"aten::{name}.Tensor"] = lambda: ((_ties(3, 4), _ties(4, seed=1)), {})
+        out[f"aten::{name}.Scalar"] = lambda: ((_ties(3, 4), 1.0), {})
+    return out
+
+
+def _logical(name):
+    return {f"aten::{name}": lambda: ((rn(3, 4) > 0.5,), {}),
+            f"aten::{name}.dim": lambda: ((rn(3, 4) > -0.5, 1, True), {}),
+            f"aten::{name}.dims": lambda: ((rn(2, 3, 4) > -1, [0, 2], False), {})}
+
+
 #: aten overload -> () -> (args, kwargs) of one call (the first argument of an in-place one is written)
 CASES = {
+    **_comparisons(), **_logical("all"), **_logical("any"),
+    "aten::minimum": lambda: ((rn(3, 4), rn(4, seed=1)), {}),
+    "aten::maximum": lambda: ((rn(3, 4), rn(4, seed=1)), {}),
+    "aten::where.self": lambda: ((rn(3, 4, seed=2) > 0, rn(3, 4), rn(4, seed=1)), {}),
+    "aten::masked_fill.Scalar": lambda: ((rn(2, 3, 4), rn(2, 1, 4, seed=2) > 0, -1e9), {}),
+    "aten::masked_fill_.Scalar": lambda: ((rn(2, 3, 4), rn(3, 4, seed=2) > 0, 0.5), {}),
+    "aten::logical_not": lambda: ((_ties(3, 4),), {}),
     **_binary("add"), **_binary("sub"), **_binary("mul"), **_binary("div"),
     "aten::neg": lambda: ((rn(3, 4),), {}),
     "aten::abs": lambda: ((rn(3, 4),), {}),
@@ -200,7 +225,7 @@ def test_aten_item_matches_pytorch(name):
 
 
 #: items with a direct call whose signature here the memo does not replay (a temporary)
-NOT_DIRECT = frozenset()
+NOT_DIRECT = frozenset({"aten::masked_fill.Scalar"})   # (aclnnSWhere has no scalar form: the value is a 0-d temporary)
 #: items whose direct call here takes the Python objects' route, and why
 NOT_DIRECT_C = {}
 
@@ -595,6 +620,38 @@ HOSTILE = {
     "(-0) ** -0.5, (-inf) ** -0.5": lambda: torch.tensor([-0.0, float("-inf"), 4.0]) ** -0.5,
     "float16 (-inf) ** 0.5": lambda: torch.tensor([float("-inf"), -0.0, 4.0]).half() ** 0.5,
     "1e20 ** -2 overflows to 0": lambda: torch.tensor([1e20, -1e20, 2.0]) ** -2,
+    # comparisons: aten converts both operands to their common dtype first (BinaryOps.cpp comparison_op)
+    "float16 == 0.1 (aten rounds the number)": lambda: torch.tensor([0.1, 2.0]).half() == 0.1,
+    "bfloat16 < 0.1": lambda: torch.tensor([0.1, 2.0]).bfloat16() < 0.1,
+    "float16 == 70000 (inf in float16)": lambda: torch.tensor([float("inf"), 2.0]).half() == 70000,
+    "int64 == 16777216.0 (compared in float32)": lambda: torch.tensor([16777217, 3]) == 16777216.0,
+    "int8 == 1.00000001 (compared in float32)": lambda: torch.tensor([1, 3], dtype=torch.int8) == 1.00000001,
+    "float32 == a float64 0-d tensor": lambda: torch.tensor([0.1, 0.2]) == torch.tensor(0.1, dtype=torch.float64),
+    "int16 == float16 tensors": lambda: torch.tensor([2049, 3], dtype=torch.int16) == torch.tensor([2048., 3.]).half(),
+    "bool == 2": lambda: torch.tensor([True, False]) == 2,
+    "bool < 0.5": lambda: torch.tensor([True, False]) < 0.5,
+    "uint8 == -1 (aten wraps it to 255)": lambda: torch.tensor([255, 1], dtype=torch.uint8) == -1,
+    "int32 > 2**40": lambda: torch.tensor([3, -3], dtype=torch.int32) > 2 ** 40,
+    "float32 == 2**60 + 1": lambda: torch.tensor([2.0 ** 60, 1.0]) == 2 ** 60 + 1,
+    "a transposed comparison": lambda: torch.randn(3, 4).T > 0,
+    "eq of a complex tensor": lambda: torch.tensor([1 + 1j, 2]) == 2,
+    # masked_fill: the value converted to self's dtype (TensorAdvancedIndexing.cpp)
+    "int64.masked_fill_ with a float value (truncated)": lambda: torch.arange(4).masked_fill_(
+        torch.tensor([True, False, True, False]), 2.7),
+    "float16 masked_fill with -1e9 (overflows)": lambda: torch.randn(4).half().masked_fill(torch.rand(4) > 0.5, -1e9),
+    "int8 masked_fill with 300 (overflows)": lambda: torch.zeros(4, dtype=torch.int8).masked_fill(
+        torch.rand(4) > 0.5, 300),
+    "masked_fill with a uint8 mask": lambda: torch.randn(4).masked_fill((torch.rand(4) > 0.5).to(torch.uint8), 1.0),
+    "masked_fill_ with a mask larger than self": lambda: torch.randn(4).masked_fill_(torch.rand(3, 4) > 0.5, 1.0),
+    "masked_fill of a transposed tensor": lambda: torch.randn(3, 4).T.masked_fill(torch.rand(4, 3) > 0.5, 1.0),
+    "masked_fill of a bool tensor": lambda: (torch.rand(4) > 0.5).masked_fill(torch.rand(4) > 0.5, True),
+    "where of float32 and a float64 0-d tensor": lambda: torch.where(torch.rand(4) > 0.5, torch.randn(4),
+                                                                       torch.tensor(2.5, dtype=torch.float64)),
+    "where of a uint8 condition": lambda: torch.where((torch.rand(4) > 0.5).to(torch.uint8), torch.randn(4), 0.0),
+    "minimum of int32 and float16": lambda: torch.minimum(torch.tensor([2049, -3], dtype=torch.int32),
+                                                          torch.tensor([2048., 1.]).half()),
+    "all over dim=()": lambda: torch.ops.aten.all.dims(torch.rand(3, 4) > 0.5, [], False),
+    "any of a uint8 tensor": lambda: torch.tensor([[0, 2], [0, 0]], dtype=torch.uint8).any(1),
 }
 
 

@@ -198,13 +198,17 @@ def _handler(op, spec):
     except (TypeError, ValueError):
         positional = False
 
+    # an in-place overload writes its first schema argument: the op argument bound to it (the op's
+    # first input but for aten::masked_fill_, where's y)
+    w = src.index(0) if inplace else 0
+
     def run(v):
         args = op_arguments(v, src, dflt, convert)
         if positional:
-            r = kernel(*args, out=args[0]) if inplace else kernel(*args)
+            r = kernel(*args, out=args[w]) if inplace else kernel(*args)
         else:
             kw = dict(zip(own, args))
-            r = kernel(**kw, out=args[0]) if inplace else kernel(**kw)
+            r = kernel(**kw, out=args[w]) if inplace else kernel(**kw)
         if result is not None:
             r = result(r, *args)
         return r if output is None else r[output]

@@ -38,6 +38,7 @@ _INT_MAX = 2147483647
 define("logical_not", inputs=(Tensor("x", F + C.INTS + MASKS, diff=False),),
        shape=lambda x, **k: Spec(x.shape, BOOL), forward=Aclnn("LogicalNot"),
        torch=("torch.logical_not", "torch.Tensor.logical_not"),
+       aten=(("aten::logical_not", "self:x"),),   # (native_functions.yaml; its composite reaches canna's key as logical_not.out)
        doc="``not x`` elementwise, a bool array (``torch.logical_not``; ``aclnnLogicalNot``): True where ``x`` is "
            "0 (NaN is true, so gives False). Dtypes: floats, int32, int64, bool, uint8.")
 

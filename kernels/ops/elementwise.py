@@ -46,21 +46,29 @@ def _pow_shape(x, exponent):
     return Spec(x.shape, dt)
 
 
-#: the range a pow exponent must convert to in the tensor's dtype: PyTorch converts it with an
-#: overflow check (c10::checked_convert: "value cannot be converted to type c10::Half without
-#: overflow"; infinities pass; float32 and float64 are not checked)
-_POW_RANGE = {"float16": (-65504.0, 65504.0), "bfloat16": (-3.3895313892515355e38, 3.3895313892515355e38),
-              "int8": (-2 ** 7, 2 ** 7 - 1), "uint8": (0, 2 ** 8 - 1), "int16": (-2 ** 15, 2 ** 15 - 1),
-              "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
+#: the range a Python number must lie in to convert to a tensor's dtype where aten converts it
+#: with an overflow check (``c10::checked_convert``, ``c10/util/TypeCast.h``: "value cannot be
+#: converted to type c10::Half without overflow"; infinities and NaN pass; float32 and float64 are
+#: not checked): pow's exponent, masked_fill's value
+CHECKED_RANGE = {"float16": (-65504.0, 65504.0), "bfloat16": (-3.3895313892515355e38, 3.3895313892515355e38),
+                 "int8": (-2 ** 7, 2 ** 7 - 1), "uint8": (0, 2 ** 8 - 1), "int16": (-2 ** 15, 2 ** 15 - 1),
+                 "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
+
+
+def checked_convert_overflows(dt_name, v) -> bool:
+    """Whether aten's ``checked_convert`` of the Python number ``v`` to dtype ``dt_name`` raises
+    (see :data:`CHECKED_RANGE`)."""
+    lo_hi = CHECKED_RANGE.get(dt_name)
+    return (lo_hi is not None and v == v and abs(v) != float("inf")
+            and not lo_hi[0] <= v <= lo_hi[1])
 
 
 def _pow_aten(x, exponent):   # below the dispatcher aten's scalar conversion has not run yet
-    lo_hi = _POW_RANGE.get(_dt(x))
-    if lo_hi is None or isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+    if _dt(x) not in CHECKED_RANGE or isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
         return None
     if _dt(x).startswith(("int", "uint")) and not isinstance(exponent, int):
         return None   # (a float power of an integer tensor is float32)
-    if exponent == exponent and abs(exponent) != float("inf") and not lo_hi[0] <= exponent <= lo_hi[1]:
+    if checked_convert_overflows(_dt(x), exponent):
         return Rejected(f"the exponent {exponent!r} overflows {_dt(x)} (aten::pow rejects it)")
 
 
