@@ -56,6 +56,8 @@ CASES = {
     "log_softmax": lambda g: ((f32(g, 4, 6),), dict(dim=-1)),
     "layer_norm": lambda g: ((f32(g, 4, 6), (6,), f32(g, 6), f32(g, 6)), dict(eps=1e-3)),
     "native_layer_norm": lambda g: ((f32(g, 2, 3, 6), (3, 6), f32(g, 3, 6), f32(g, 3, 6)), {}),
+    "layer_norm_backward": lambda g: ((f32(g, 2, 3, 6), f32(g, 2, 3, 6), (3, 6), f32(g, 2, 1, 1),
+                                       abs(f32(g, 2, 1, 1)) + 0.5, f32(g, 3, 6), f32(g, 3, 6)), {}),
     "rms_norm": lambda g: ((f32(g, 4, 6), (6,), f32(g, 6)), {}),
     "native_rms_norm": lambda g: ((f32(g, 4, 6), (6,), f32(g, 6)), dict(eps=1e-4)),
     "conv2d": lambda g: ((f32(g, 2, 3, 6, 6), f32(g, 4, 3, 3, 3), f32(g, 4)), dict(padding=1, stride=(2, 1))),
