@@ -102,9 +102,10 @@ def test_torch(ops):
         forward=Launch(kernels.RawModule(SQUARE).get_function("square"), _blocks),
         backward=lambda ops, g, x: ops[f"{NS}::square_grad"](g, x), save=("x",), torch=[torch.square])
     from canna_dl.torch import _aten
-    for level in ("function", "aten") if _aten.available() else ("function",):
+    levels = ("function", "aten") if _aten.available() else ("function",)
+    for level, only in [(lv, o) for lv in levels for o in (["square_mapped"], None)]:   # (None: every row)
         xm = torch.tensor(_x(), requires_grad=True)
-        with ct.offload(ops=["square_mapped"], level=level) as rep:
+        with ct.offload(ops=only, level=level) as rep:
             y = torch.square(xm)
             y.sum().backward()
         torch.testing.assert_close(y, xm.detach() ** 2)

@@ -115,11 +115,14 @@ struct Expect {
     int8_t what = 0;               // 0: not checked (a written argument, a list), 1: undefined, 2: a tensor
     at::ScalarType dtype = at::kFloat;
     std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;  // (2) PyTorch's layout when it is not contiguous, else empty
 };
 struct Verdict {
     int8_t what = 0;               // 0: canna runs it, 1: refused (reason), 2: PyTorch rejects it
     PyObject *reason = nullptr;    // (1) the reason, a str (owned)
     std::vector<Expect> outs;      // (0) per schema return
+    bool strided = false;          // (0) a result has PyTorch's non-contiguous layout: the handler
+                                   // writes it into an output allocated so (its out= argument)
     ~Verdict()
     {
         if (reason && Py_IsInitialized()) {   // (the last holder may run without the GIL)
@@ -479,6 +482,21 @@ void sig_key(const c10::IValue &v, std::string *k)
     }
 }
 
+// a tuple of ints into *out; false (a Python exception set) when it is not one
+bool int_tuple(PyObject *t, std::vector<int64_t> *out, const char *what)
+{
+    if (!PyTuple_Check(t)) {
+        PyErr_Format(PyExc_TypeError, "canna_dl.torch: an aten check's %s are not a tuple", what);
+        return false;
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(t); j++) {
+        out->push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(t, j)));
+        if (PyErr_Occurred())
+            return false;
+    }
+    return true;
+}
+
 // the check's answer as a Verdict; false (a Python exception set) when it is malformed
 bool parse_verdict(PyObject *o, Verdict *v)
 {
@@ -502,18 +520,20 @@ bool parse_verdict(PyObject *o, Verdict *v)
         Expect x;
         if (e == Py_None) {
             x.what = 1;
-        } else if (PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 2 && THPDtype_Check(PyTuple_GET_ITEM(e, 1))) {
+        } else if (PyTuple_Check(e) && (PyTuple_GET_SIZE(e) == 2 || PyTuple_GET_SIZE(e) == 3) &&
+                   THPDtype_Check(PyTuple_GET_ITEM(e, 1))) {
             x.what = 2;
             x.dtype = reinterpret_cast<THPDtype *>(PyTuple_GET_ITEM(e, 1))->scalar_type;
-            PyObject *sz = PyTuple_GET_ITEM(e, 0);
-            if (!PyTuple_Check(sz)) {
-                PyErr_SetString(PyExc_TypeError, "canna_dl.torch: an aten check's sizes are not a tuple");
+            if (!int_tuple(PyTuple_GET_ITEM(e, 0), &x.sizes, "sizes"))
                 return false;
-            }
-            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sz); j++) {
-                x.sizes.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(sz, j)));
-                if (PyErr_Occurred())
+            if (PyTuple_GET_SIZE(e) == 3) {   // (sizes, dtype, strides): a non-contiguous result
+                if (!int_tuple(PyTuple_GET_ITEM(e, 2), &x.strides, "strides"))
                     return false;
+                if (x.strides.size() != x.sizes.size()) {
+                    PyErr_SetString(PyExc_ValueError, "canna_dl.torch: an aten check's strides and sizes differ in length");
+                    return false;
+                }
+                v->strided = true;
             }
         }
         v->outs.push_back(std::move(x));
@@ -540,8 +560,9 @@ std::string mismatch(const std::vector<Expect> &exp, const std::vector<c10::IVal
         if (t.scalar_type() != e.dtype || t.sizes() != c10::IntArrayRef(e.sizes))
             return at + "canna's is " + c10::toString(t.scalar_type()) + " " + c10::str(t.sizes()) + ", PyTorch's " +
                    c10::toString(e.dtype) + " " + c10::str(c10::IntArrayRef(e.sizes));
-        if (!t.is_contiguous())
-            return at + "canna's is not contiguous";
+        if (e.strides.empty() ? !t.is_contiguous() : t.strides() != c10::IntArrayRef(e.strides))
+            return at + "canna's layout is " + c10::str(t.strides()) + ", PyTorch's " +
+                   (e.strides.empty() ? std::string("contiguous") : c10::str(c10::IntArrayRef(e.strides)));
     }
     return std::string();
 }
@@ -708,6 +729,31 @@ int direct_c(const Direct &d, const Verdict &vd, const std::vector<int8_t> &kind
     return rc;
 }
 
+// {"out": a new tensor laid out as PyTorch lays out the verdict's strided result} (a new
+// reference), or nullptr with a Python exception set
+PyObject *strided_out(const Verdict &vd)
+{
+    for (const Expect &e : vd.outs) {
+        if (e.what != 2 || e.strides.empty())
+            continue;
+        at::Tensor t;
+        try {
+            KeyOff off;
+            t = at::Tensor(at::detail::empty_strided_cpu(e.sizes, e.strides, e.dtype));
+        } catch (const std::exception &ex) {
+            PyErr_SetString(PyExc_MemoryError, ex.what());
+            return nullptr;
+        }
+        PyObject *o = THPVariable_Wrap(t);
+        if (!o)
+            return nullptr;
+        PyObject *kw = Py_BuildValue("{sN}", "out", o);
+        return kw;
+    }
+    PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a strided verdict without a strided result");
+    return nullptr;
+}
+
 struct MemoOuts {
     at::Tensor t[CANNA_MEMO_MAXRESULTS];
 };
@@ -827,7 +873,7 @@ struct CannaKernel final : public c10::OperatorKernel {
         std::shared_ptr<const Verdict> vd;
         if (ent.d.kind) {   // a known signature canna runs: the C route first (no Python object)
             auto it = ent.verdicts.find(key);
-            if (it != ent.verdicts.end() && it->second->what == 0) {
+            if (it != ent.verdicts.end() && it->second->what == 0 && !it->second->strided) {
                 KeyOff off;
                 if (direct_ready(ent.d)) {
                     int rc = ent.d.kind == 2 ? direct_c(ent.d, *it->second, kinds, *stack, base, &c_results)
@@ -862,7 +908,11 @@ struct CannaKernel final : public c10::OperatorKernel {
         if (!c_done) {
             KeyOff off;
             vd = verdict(ent, key, tup);
-            if (vd && vd->what == 0) {
+            if (vd && vd->what == 0 && vd->strided) {   // the handler writes PyTorch's layout
+                PyObject *kw = strided_out(*vd);
+                r = kw ? PyObject_Call(handler, tup, kw) : nullptr;
+                Py_XDECREF(kw);
+            } else if (vd && vd->what == 0) {
                 if (ent.d.kind) {
                     bool ran;
                     r = direct_call(ent.d, tup, &ran);

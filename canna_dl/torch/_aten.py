@@ -202,13 +202,15 @@ def _handler(op, spec):
     # first input but for aten::masked_fill_, where's y)
     w = src.index(0) if inplace else 0
 
-    def run(v):
+    def run(v, out=None):
         args = op_arguments(v, src, dflt, convert)
+        if inplace:
+            out = args[w]
         if positional:
-            r = kernel(*args, out=args[w]) if inplace else kernel(*args)
+            r = kernel(*args) if out is None else kernel(*args, out=out)
         else:
             kw = dict(zip(own, args))
-            r = kernel(**kw, out=args[w]) if inplace else kernel(**kw)
+            r = kernel(**kw) if out is None else kernel(**kw, out=out)
         if result is not None:
             r = result(r, *args)
         return r if output is None else r[output]
@@ -231,12 +233,12 @@ def _counted(row, name, run, backward=False):
     from ._offload import _CAUGHT, _Fallback, refusal_reason
     refusals = (_Fallback,) + _CAUGHT
 
-    def h(*v):
+    def h(*v, **out):   # (out=: the output the C++ kernel laid out as PyTorch would: see _checker)
         blk = getattr(_tls, "block", None)
         if blk is None or row not in blk.enabled:
             return FALLBACK
         try:
-            r = run(v)
+            r = run(v, **out)
         except refusals as exc:
             _refuse(blk, row, name, refusal_reason(exc))
             return FALLBACK
@@ -275,7 +277,7 @@ def _meta(v):
     return v
 
 
-def _checker(ov, refusal=None, unchecked=()):
+def _checker(ov, refusal=None, unchecked=(), strided=False, elementwise=False, inplace=False):
     """``check(*arguments)``: what PyTorch's own rules say of a call signature, from the operator's
     meta kernel (PyTorch's shape and dtype checks and result shapes, without data; run once per
     signature by the C++ kernel, which caches the answer). Below the dispatcher none of aten's
@@ -285,23 +287,39 @@ def _checker(ov, refusal=None, unchecked=()):
     contiguous; otherwise the shape and dtype each result must have (``(sizes, dtype)`` or None per
     return: the C++ kernel compares canna's result with them and refuses the signature on a
     difference; not the ``unchecked`` ones, where the meta kernel's shapes are not the CPU
-    kernel's). None: the operator has no meta kernel (nothing to check). ``refusal(arguments)``:
+    kernel's). ``strided`` (an item whose one result the handler can write through ``out=``): a
+    result PyTorch lays out non-contiguously is expected as ``(sizes, dtype, strides)`` instead, and
+    the C++ kernel hands the handler an output laid out so (aclnn kernels write strided outputs);
+    with a channels-last input, the layout of an operator that is not ``elementwise`` (whose meta
+    kernel may not give the CPU kernel's: ``aten::convolution``'s is contiguous) is that of
+    PyTorch's own kernel run once on the signature's first call, where that changes nothing (no
+    written argument, no random draw; else the signature is refused). An ``inplace`` item writes
+    its argument in its own layout. None: the operator has no meta kernel (nothing to check). ``refusal(arguments)``:
     the item's own rules of the signature (fixed values, its guard), a reason or None; a
     :class:`kernels.Rejected` reason is PyTorch's rejection."""
     rets = ov._schema.returns
     args = ov._schema.arguments
     npos = next((i for i, a in enumerate(args) if a.kwarg_only), len(args))
     kw = [a.name for a in args[npos:]]
+    # (running PyTorch's kernel in a check must change nothing: no written argument, no random draw)
+    probe = not ov._schema.is_mutable and torch.Tag.nondeterministic_seeded not in ov.tags
 
     def check(*v):
         if not any(map(_has_tensor, v)):   # (only this key made the dispatcher call it: PyTorch raises)
             return False
-        for a in v:
-            if isinstance(a, torch.Tensor) and a.dim() in (4, 5) and not a.is_contiguous() and a.is_contiguous(
-                    memory_format=torch.channels_last if a.dim() == 4 else torch.channels_last_3d):
-                return "a channels-last input (PyTorch's kernels keep its layout; canna's results are contiguous)"
+        # a channels-last input: PyTorch's kernels keep its layout, which the meta kernel of an
+        # operator that is not elementwise may not say (aten::convolution's is contiguous)
+        cl = not inplace and any(isinstance(a, torch.Tensor) and a.dim() in (4, 5) and not a.is_contiguous() and
+                                 a.is_contiguous(memory_format=torch.channels_last if a.dim() == 4
+                                                 else torch.channels_last_3d) for a in v)
+        cl_why = "a channels-last input (PyTorch's kernels keep its layout; canna's results are contiguous)"
+        if cl and not (strided and (elementwise or probe)):
+            return cl_why
         try:
-            m = ov(*[_meta(a) for a in v[:npos]], **{k: _meta(a) for k, a in zip(kw, v[npos:])})
+            if cl and not elementwise:   # the layout of PyTorch's own CPU kernel (once per signature)
+                m = ov(*v[:npos], **dict(zip(kw, v[npos:])))
+            else:
+                m = ov(*[_meta(a) for a in v[:npos]], **{k: _meta(a) for k, a in zip(kw, v[npos:])})
         except NotImplementedError:
             return None
         except Exception:   # PyTorch's own checks reject it: PyTorch raises its error
@@ -315,8 +333,10 @@ def _checker(ov, refusal=None, unchecked=()):
             elif o is None:
                 exp.append(None)
             elif o.numel() > 1 and not o.is_contiguous():
-                return (f"PyTorch's result keeps the input's layout (strides {tuple(o.stride())}); canna's results "
-                        f"are contiguous")
+                if not strided or len(rets) != 1 or _overlaps(o):
+                    return (f"PyTorch's result keeps the input's layout (strides {tuple(o.stride())}); canna's "
+                            f"results are contiguous")
+                exp.append((tuple(o.shape), o.dtype, tuple(o.stride())))
             else:
                 exp.append((tuple(o.shape), o.dtype))
         why = refusal(v) if refusal is not None else None
@@ -324,6 +344,11 @@ def _checker(ov, refusal=None, unchecked=()):
             return False if isinstance(why, R.Rejected) else str(why)
         return tuple(exp)
     return check
+
+
+def _overlaps(t):
+    """Whether a layout maps two elements to one address (a broadcast's zero stride: no output)."""
+    return any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
 
 
 def _has_tensor(v):
@@ -350,8 +375,10 @@ def _register(dll, op):
         qual, _, overload = spec.fn.partition(".")
         row = report_name(op, spec)
         handler, refusal = _handler(op, spec)
-        eid = dll.canna_aten_register(qual.encode(), overload.encode(), handler, _checker(ov, refusal, spec.unchecked),
-                                      _refuser(row, spec.fn))
+        # (the handler writes a single result through out= where the kernel-level function takes it)
+        strided = not spec.inplace and spec.output is None and spec.result is None and _takes_out(op.kernel)
+        check = _checker(ov, refusal, spec.unchecked, strided=strided, elementwise=op.elementwise, inplace=spec.inplace)
+        eid = dll.canna_aten_register(qual.encode(), overload.encode(), handler, check, _refuser(row, spec.fn))
         if eid < 0:
             raise R.RegistrationError(f"{op.qualname}: cannot route {spec.fn}")
         _set_row(eid, row)
@@ -361,6 +388,14 @@ def _register(dll, op):
             raise R.RegistrationError(f"{op.qualname}: cannot set the direct call of {spec.fn}")
         rows.add(row)
     ATEN_OPS = tuple(sorted(rows))
+
+
+def _takes_out(fn):
+    try:
+        p = inspect.signature(fn).parameters.get("out")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.kind is p.KEYWORD_ONLY
 
 
 #: the report row of each C++ entry id (the blocks' masks are built from it)
@@ -425,8 +460,9 @@ def _route(dll, name, row, run):
 
 
 def _aten_rows():
+    """The aten level's report rows: its items' and those it routes as torch functions."""
     _dll()
-    return ATEN_OPS
+    return tuple(sorted(set(ATEN_OPS) | _function_rows()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,10 +493,12 @@ class AtenOffload:
                                                              exclude, report, known=OFFLOAD_OPS)
         self.strict = bool(strict)
         self._token = None
-        user = _user_rows() & self.enabled
-        # user ops map torch functions (register_op(torch=...)), not aten operators: those functions
-        # reach them through a function-level mode that routes only them and counts nothing else
-        self._fn = None if not user else _offload_mode(ops=sorted(user), strict=strict, report=self.report)
+        fn = _function_rows() & self.enabled
+        # user ops map torch functions (register_op(torch=...)), not aten operators, and some of
+        # canna's torch functions reach the aten level as operators canna has no item for (at_aten):
+        # those functions reach their ops through a function-level mode that routes only them and
+        # counts nothing else
+        self._fn = None if not fn else _offload_mode(ops=sorted(fn), strict=strict, report=self.report)
 
     def __enter__(self):
         if self._token is not None:
@@ -493,9 +531,11 @@ class AtenOffload:
         return False
 
 
-def _user_rows():
-    """The report rows of the user ops that map torch functions (``register_op(torch=...)``)."""
-    return {op.name for op in R.registered_ops() if op.namespace != "canna" and op.generate and op.torch}
+def _function_rows():
+    """The report rows the aten level routes as torch functions: the user ops that map torch
+    functions (``register_op(torch=...)``) and the ops with an ``at_aten`` torch function."""
+    return {op.name for op in R.registered_ops() if op.torch and op.generate and
+            (op.namespace != "canna" or any(t.at_aten for t in op.torch))}
 
 
 def _offload_mode(**kw):

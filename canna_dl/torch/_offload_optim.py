@@ -231,11 +231,12 @@ _local = threading.local()     # .steered: parameter groups whose "fused" this t
 
 
 def _active_offload():
-    """The innermost offload block of this thread: a function-level mode, else an aten-level block."""
+    """The innermost offload block of this thread: a function-level mode, else an aten-level block
+    (a quiet function-level mode is part of an aten-level block: it routes only a few torch functions)."""
     from ._offload import Offload
     for i in range(torch._C._len_torch_function_stack()):
         mode = torch._C._get_function_stack_at(i)
-        if isinstance(mode, Offload):
+        if isinstance(mode, Offload) and not mode._quiet:
             return mode
     aten = sys.modules.get("canna_dl.torch._aten")
     return getattr(aten._tls, "block", None) if aten is not None else None
