@@ -460,10 +460,12 @@ class TorchFn:
         inplace: it writes the result into its first argument (``Tensor.add_``, ``x += y``: the op
             with ``out=x``; reported as ``<name>_``). An aten item writes the op argument its
             schema's first argument binds (``aten::masked_fill_.Scalar``'s ``self``: where's ``y``).
-        at_aten: a ``torch=`` item the aten level routes too, as a torch function (a function-level
-            mode inside its block): PyTorch runs it as backend-specific aten operators canna has no
-            item for (``torch.lstm`` on the CPU: ``aten::mkldnn_rnn_layer`` and its backward), so
-            the op's own composition and gradient serve it there as at the function level.
+        at_aten: for a ``torch=`` item PyTorch runs as backend-specific aten operators canna has
+            no item for (``torch.lstm`` on the CPU: ``aten::mkldnn_rnn_layer`` and its backward), the
+            CompositeImplicitAutograd aten operator the torch function dispatches to, whose
+            arguments are the function's (``"aten::lstm.input"``): the aten level takes it at the
+            autograd key and runs the op's function-level form there (its composition and
+            gradient), as the function level does.
         report: an aten item's row in the offload report when it is not the op's name: the
             function level's row of the same computation (``aten::native_layer_norm`` in
             ``layer_norm``'s). A backward kernel's items (``api`` ``kernels.backward.<forward>``)
@@ -477,7 +479,7 @@ class TorchFn:
                  "guard_kw", "result", "unchecked", "report", "at_aten")
 
     def __init__(self, fn, args=None, *, fixed=None, guard=None, identity=None, output=None, reflected=False,
-                 inplace=False, convert=None, result=None, unchecked=(), report=None, at_aten=False):
+                 inplace=False, convert=None, result=None, unchecked=(), report=None, at_aten=None):
         if not (isinstance(fn, str) or callable(fn)):
             raise RegistrationError(f"TorchFn: fn must be a dotted name or a callable, not {fn!r}")
         self.fn = fn
@@ -495,7 +497,10 @@ class TorchFn:
         if report is not None and not (isinstance(report, str) and report.isidentifier()):
             raise RegistrationError(f"TorchFn({fn!r}): report must be a row name, not {report!r}")
         self.report = report
-        self.at_aten = builtins.bool(at_aten)
+        if at_aten is not None and not (isinstance(at_aten, str) and at_aten.count("::") == 1):
+            raise RegistrationError(f"TorchFn({fn!r}): at_aten must name an aten operator (\"aten::lstm.input\"), "
+                                    f"not {at_aten!r}")
+        self.at_aten = at_aten
         if not all(isinstance(i, int) and not isinstance(i, builtins.bool) and i >= 0 for i in self.unchecked):
             raise RegistrationError(f"TorchFn({fn!r}): unchecked must be result indices, not {unchecked!r}")
         if any(not callable(f) for f in self.convert.values()):

@@ -103,3 +103,12 @@ def kernel_cache(tmp_path_factory):
         os.environ.pop("CANNA_KERNEL_CACHE", None)
     else:
         os.environ["CANNA_KERNEL_CACHE"] = old
+
+
+@pytest.fixture
+def function_level(monkeypatch):
+    """``offload()`` without ``level=`` runs the function level (``CANNA_OFFLOAD_LEVEL=function``,
+    inherited by subprocesses): for the tests of what that level maps (torch functions, canna's
+    autograd); the default level's, the aten level's, are ``tests/test_offload_aten.py`` and the
+    tests that name no level."""
+    monkeypatch.setenv("CANNA_OFFLOAD_LEVEL", "function")

@@ -94,6 +94,7 @@ def test_backward_kernel_refuses_shapes_that_do_not_broadcast():
         kernels.backward.hardswish(torch.ones(2, 3), torch.ones(3, 2))
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_runs_mobilenet_v3_activations_on_canna():
     """A MobileNetV3 block (hardswish, squeeze-excitation with hardsigmoid), its backward, and the
     rsqrt / sin / cos of a rotary embedding: every call on canna, the same values and gradients."""
@@ -134,6 +135,7 @@ def test_offload_runs_mobilenet_v3_activations_on_canna():
                    for n in rep.pytorch_calls), rep.pytorch_calls
 
 
+@pytest.mark.usefixtures("function_level")
 def test_in_place_forms_fall_back_to_pytorch():
     import canna_dl.torch as ct
     x = torch.linspace(-4, 4, 9)

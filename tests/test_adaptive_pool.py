@@ -71,6 +71,7 @@ def test_bad_input_is_refused_clearly():
     torch.testing.assert_close(kernels.adaptive_avg_pool2d(x, 1), x.mean((2, 3), keepdim=True))
 
 
+@pytest.mark.usefixtures("function_level")
 def test_under_offload():
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d((2, 3)))
     x = torch.randn(2, 3, 9, 8)

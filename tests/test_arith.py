@@ -160,6 +160,7 @@ def test_inplace_fast_path_and_out_aliasing():
     assert kernels.sub(y, w, out=w) is w and torch.equal(w, torch.ones(4))   # out= the second input
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_inplace_and_reflected_forms():
     x = torch.rand(3, 4) + 0.5
     y = torch.rand(4) + 0.5
@@ -181,6 +182,7 @@ def test_offload_inplace_and_reflected_forms():
     assert rep.ops["add_"].canna == 1 and rep.ops["sub_"].canna == 1 and rep.ops["pow_"].canna == 1
 
 
+@pytest.mark.usefixtures("function_level")
 def test_inplace_autograd_refused_where_the_gradient_needs_the_overwritten_input():
     p = torch.rand(3, requires_grad=True)
     h = p * 1.0

@@ -255,6 +255,7 @@ def test_torch_compile_fullgraph():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_maps_sdpa_and_falls_back_for_dropout():
     q, k, v = _qkv()
     m = _bool_mask(37, 50)
@@ -270,6 +271,7 @@ def test_offload_maps_sdpa_and_falls_back_for_dropout():
     torch.testing.assert_close(gq, torch.autograd.grad(ref.sum(), q)[0])
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_transformer_encoder_layer_reaches_canna_attention():
     torch.manual_seed(1)
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).double()
@@ -287,6 +289,7 @@ def test_offload_transformer_encoder_layer_reaches_canna_attention():
         torch.testing.assert_close(p2.grad, p.grad, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.usefixtures("function_level")
 def test_huggingface_bert_sdpa_step_under_offload():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -368,6 +371,7 @@ def test_jax_grad_and_jit():
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama-gqa"])
 @pytest.mark.parametrize("padded", [False, True], ids=["causal", "causal+padding"])
+@pytest.mark.usefixtures("function_level")
 def test_huggingface_causal_lm_sdpa_step_under_offload(arch, padded):
     T = pytest.importorskip("transformers")
     torch.manual_seed(0)

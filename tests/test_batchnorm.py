@@ -199,6 +199,7 @@ def _train(m, x, y, offload):
 
 
 @pytest.mark.parametrize("momentum", [0.1, None])    # None: the cumulative average over num_batches_tracked
+@pytest.mark.usefixtures("function_level")
 def test_ten_training_steps_under_offload_match_pytorch(momentum):
     torch.manual_seed(0)
     m0 = _Net(momentum).double()
@@ -219,6 +220,7 @@ def test_ten_training_steps_under_offload_match_pytorch(momentum):
     assert reps[0].ops["adaptive_avg_pool2d"].canna == 1
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_falls_back_for_what_canna_refuses():
     x = torch.randn(1, 3, 1, 1)
     bn = nn.BatchNorm2d(3)

@@ -23,9 +23,11 @@ ROWS = {
     "add": ["large add 32x1024x1024 (torch tensors)", "large add 32x1024x1024 vs best framework",
             "large add 32x1024x1024 out= (torch tensors)", "large add 32x1024x1024 out= bandwidth vs copy bandwidth"],
     "overhead": ["1-element add, per call", "1-element add, per call (autograd op)",
-                 "1-element F.relu in offload(), per call", "1-element F.relu in offload(level=aten), per call",
+                 "1-element F.relu in offload(level=function), per call",
+                 "1-element F.relu in offload() (aten level, the default), per call",
                  "1-element F.relu, PyTorch's mode dispatch alone",
-                 "1-element torch.add in offload(), per call", "1-element torch.add in offload(level=aten), per call",
+                 "1-element torch.add in offload(level=function), per call",
+                 "1-element torch.add in offload() (aten level, the default), per call",
                  "1-element torch.add, PyTorch's mode dispatch alone",
                  "empty RawKernel launch + sync",
                  "add RawKernel launch + sync, 1 element", "aclnnAdd 1 element (C level, cffi)"],
@@ -37,7 +39,7 @@ ROWS = {
     "conv": [f"conv {name}" for name in bench_conv.QUICK],   # the rows of a --quick run
     "train": ["SimpleCNN step, batch 64x1x28x28", "Dense 64-128-10 step, eager GradientTape"],
     "models": [f"{m} {step} step, {n} thread{'s' if n > 1 else ''}{lv}" for n in (1, 2) for m in bench_models.MODELS
-               for step in bench_models.STEPS for lv in ("", ", aten level")],
+               for step in bench_models.STEPS for lv in (", function level", ", aten level (default)")],
     "custom": [f"registered custom add {size} ({fw})" for size in ("1M elements", "1024x1024", "32x1024x1024")
                for fw in ("torch", "tf")],
     "hccl": ["all-reduce 64 MiB fp32, 2 processes vs gloo", "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth"],
@@ -114,7 +116,7 @@ def test_quick_run_json_and_plot(tmp_path):
     # the targets of issues 3, 4, 5, 7 are all checked
     targeted = {r["name"] for r in rows if r["target"] is not None}
     assert {"large add 32x1024x1024 (torch tensors)", "matmul 1024^3 vs torch", "1-element add, per call",
-            "1-element F.relu in offload(), per call",
+            "1-element F.relu in offload() (aten level, the default), per call",
             "SimpleCNN step, batch 64x1x28x28", "alloc+free 1 MiB vs raw",
             "all-reduce 64 MiB fp32 bandwidth vs copy bandwidth"} <= targeted
     assert doc["details"]["offload_per_call"]["fast_share"] > 0.9   # the C per-call fast path serves them

@@ -62,6 +62,7 @@ def test_bad_input_is_refused_clearly():
     torch.testing.assert_close(kernels.pad(x, (1, 1)), F.pad(x, (1, 1)))
 
 
+@pytest.mark.usefixtures("function_level")
 def test_under_offload():
     x = torch.randn(2, 3, 4, 4, requires_grad=True)
     with ct.offload() as rep:
@@ -198,6 +199,7 @@ def test_cat_bad_input():
     torch.testing.assert_close(kernels.cat([a, a], 1), torch.cat([a, a], 1))
 
 
+@pytest.mark.usefixtures("function_level")
 def test_cat_under_offload():
     a = torch.randn(2, 3, requires_grad=True)
     b = torch.randn(2, 3, requires_grad=True)

@@ -78,6 +78,7 @@ def test_sum_of_a_bool_array_counts():
     torch.testing.assert_close(kernels.sum(m, dim=1), m.sum(dim=1), rtol=0, atol=0)
 
 
+@pytest.mark.usefixtures("function_level")
 def test_gradients_of_clone_and_cast():
     x = _rand(3, 4).t().requires_grad_()
     assert torch.autograd.gradcheck(lambda a: kernels.get_op("clone").torch_fn(a) * a, (x,))
@@ -101,6 +102,7 @@ def test_bad_input_is_a_clear_error():
         kernels.get_op("cast")(torch.zeros(2), "not-a-dtype")
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_maps_conversions_and_leaves_no_ops_uncounted():
     x = _rand(4, 3)
     with ct.offload() as rep:
@@ -121,6 +123,7 @@ def test_offload_maps_conversions_and_leaves_no_ops_uncounted():
 
 
 @pytest.mark.parametrize("name", ["maximum", "minimum"])
+@pytest.mark.usefixtures("function_level")
 def test_maximum_minimum_and_their_gradients(name):
     x, y = _ties(4, 5, seed=3), _ties(5, seed=4)
     torch.testing.assert_close(getattr(kernels, name)(x, y), getattr(torch, name)(x, y), rtol=0, atol=0,
@@ -143,6 +146,7 @@ def test_maximum_minimum_and_their_gradients(name):
     assert name not in rep.ops or rep.ops[name].canna == 0
 
 
+@pytest.mark.usefixtures("function_level")
 def test_where_matches_torch_and_its_gradient():
     c = _rand(4, 1, 5, seed=8) > 0
     x, y = _rand(3, 5, seed=9).requires_grad_(), _rand(5, seed=10).requires_grad_()
@@ -162,6 +166,7 @@ def test_where_matches_torch_and_its_gradient():
         kernels.where(c, 1.0, 2.0)
 
 
+@pytest.mark.usefixtures("function_level")
 def test_cumsum_matches_torch_and_its_gradient():
     x = _rand(3, 4, 5, seed=12)
     for d in (0, 1, -1):

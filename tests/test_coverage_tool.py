@@ -109,6 +109,7 @@ def test_usage_errors_are_clear(args, msg):
     assert msg in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.usefixtures("function_level")
 def test_report_coverage_counts_backward_nodes_and_skips_views():
     import torch
     import canna_dl.torch as ct
@@ -126,6 +127,7 @@ def test_report_coverage_counts_backward_nodes_and_skips_views():
     assert cov["canna"] == 4 and cov["total"] == 6 and cov["share"] == 4 / 6
 
 
+@pytest.mark.usefixtures("function_level")
 def test_conversions_to_the_same_dtype_are_not_compute():
     import torch
     import canna_dl.torch as ct

@@ -179,6 +179,7 @@ def test_bad_inputs_raise_and_leave_canna_usable():
     torch.testing.assert_close(y, kernels.dropout_do_mask(x, mask, 0.5))
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_dropout_train_eval_and_p0():
     import canna_dl.torch as ct
     torch.manual_seed(0)

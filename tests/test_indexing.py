@@ -103,6 +103,7 @@ def test_embedding_bad_input():
     torch.testing.assert_close(kernels.embedding(torch.tensor([4, 0]), w), w[[4, 0]])
 
 
+@pytest.mark.usefixtures("function_level")
 def test_embedding_under_offload():
     emb = torch.nn.Embedding(11, 6, padding_idx=0)
     i = torch.randint(0, 11, (4, 7))
@@ -189,6 +190,7 @@ def test_gather_scatter_bad_input():
     torch.testing.assert_close(kernels.gather(x, torch.tensor([[3, 0]]), 1), x[:1, [3, 0]])
 
 
+@pytest.mark.usefixtures("function_level")
 def test_gather_scatter_under_offload():
     x = torch.randn(3, 5, requires_grad=True)
     idx = torch.randint(0, 5, (3, 2))

@@ -100,6 +100,7 @@ def test_bad_inputs_raise_and_leave_canna_usable():
     torch.testing.assert_close(kernels.addmm(x, a, b), torch.addmm(x, a, b))
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_runs_gpt2_conv1d_on_canna():
     """Hugging Face GPT-2's Conv1D: ``torch.addmm(bias, x.view(-1, nx), weight)``."""
     import canna_dl.torch as ct

@@ -113,6 +113,7 @@ def test_bad_inputs_raise_and_leave_canna_usable():
     torch.testing.assert_close(kernels.mse_loss(a, b), F.mse_loss(a, b))
 
 
+@pytest.mark.usefixtures("function_level")
 def test_offload_runs_mse_loss_on_canna():
     import canna_dl.torch as ct
     torch.manual_seed(0)

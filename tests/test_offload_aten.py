@@ -71,6 +71,16 @@ def _nll():
     return torch.log_softmax(rn(5, 7), 1), torch.tensor([0, 3, 6, 2, 1])
 
 
+def _nll2d():
+    return torch.log_softmax(rn(2, 7, 3, 4), 1), torch.randint(0, 7, (2, 3, 4), generator=_g(3))
+
+
+def _nll_backward(inputs, forward, reduction=1, weight=None):
+    x, t = inputs
+    loss, total = forward(x, t, weight, reduction, -100)
+    return (rn(max(loss.numel(), 1), seed=8).reshape(loss.shape), x, t, weight, reduction, -100, total), {}
+
+
 def _binary(name):
     return {f"aten::{name}.Tensor": lambda: ((rn(3, 4), rn(4, seed=1, pos=name == "div")), {}),
             f"aten::{name}_.Tensor": lambda: ((rn(3, 4), rn(3, 4, seed=1, pos=name == "div")), {})}
@@ -146,7 +156,12 @@ CASES = {
     "aten::max_pool2d_with_indices": lambda: ((rn(2, 3, 6, 6), [2, 2], [], [0, 0], [1, 1], False), {}),
     "aten::max_pool2d_with_indices_backward": lambda: ((rn(2, 3, 3, 3, seed=4), _pool()[0], [2, 2], [2, 2], [0, 0],
                                                         [1, 1], False, _pool()[1]), {}),
+    "aten::mse_loss": lambda: ((rn(3, 4), rn(3, 4, seed=1), 1), {}),
+    "aten::mse_loss_backward": lambda: ((rn(1, seed=2)[0], rn(3, 4), rn(3, 4, seed=1), 2), {}),
     "aten::nll_loss_forward": lambda: ((*_nll(), None, 1, -100), {}),
+    "aten::nll_loss2d_forward": lambda: ((*_nll2d(), rn(7, pos=True), 2, -100), {}),
+    "aten::nll_loss_backward": lambda: _nll_backward(_nll(), torch.ops.aten.nll_loss_forward, 1, rn(7, pos=True)),
+    "aten::nll_loss2d_backward": lambda: _nll_backward(_nll2d(), torch.ops.aten.nll_loss2d_forward, 0),
     "aten::sum.dim_IntList": lambda: ((rn(3, 4, 5), [0, 2], True), {}),
     "aten::mean.dim": lambda: ((rn(3, 4, 5), [1], False), {}),
     "aten::embedding": lambda: ((rn(10, 4), torch.tensor([[1, 9], [0, 3]]), -1, False, False), {}),
@@ -546,6 +561,11 @@ def _ln_half(dt):
 #: name -> a call; plain PyTorch either raises (the block must raise the same type, every time) or
 #: gives results the block must give with the same shape, dtype, strides and values
 HOSTILE = {
+    "sum of a bool mask (int64)": lambda: (torch.rand(3, 4, generator=_g(1)) > 0.5).sum(-1),
+    "sum of int32 past 2**31 (int64 accumulation)": lambda: torch.full((3, 5), 2 ** 30, dtype=torch.int32).sum(1),
+    "sum of int64 into an int32 dtype": lambda: torch.full((4,), 2 ** 40).sum(0, dtype=torch.int32),
+    "mse_loss reduction code 3 (PyTorch asserts)": lambda: A.mse_loss(torch.randn(3, 2), torch.randn(3, 2), 3),
+    "mse_loss of shapes that broadcast": lambda: A.mse_loss(torch.randn(3, 2), torch.randn(2), 1),
     "nll_loss reduction code -2 (sums)": lambda: A.nll_loss_forward(torch.randn(4, 3).log_softmax(1),
                                                                     torch.tensor([0, 1, 2, 1]), None, -2, -100),
     "nll_loss reduction code 5 (sums)": lambda: A.nll_loss_forward(torch.randn(4, 3).log_softmax(1),
@@ -782,7 +802,25 @@ def test_the_default_level_comes_from_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="CANNA_OFFLOAD_LEVEL must be 'function' or 'aten', not 'fast'"):
         ct.offload()
     monkeypatch.delenv("CANNA_OFFLOAD_LEVEL")
-    assert isinstance(ct.offload(), Offload)
+    assert isinstance(ct.offload(), _aten.AtenOffload)   # (the default where it builds)
+
+
+def test_without_the_aten_level_the_default_warns_and_runs_the_function_level(monkeypatch):
+    from canna_dl.torch import _offload
+    monkeypatch.delenv("CANNA_OFFLOAD_LEVEL", raising=False)
+    monkeypatch.setattr(_offload, "_default", {})
+    monkeypatch.setattr(_aten, "available", lambda: False)
+    monkeypatch.setattr(_aten, "why_unavailable", lambda: "no C++ compiler (a test)")
+    with pytest.warns(RuntimeWarning, match=r"level='aten' is not available here \(no C\+\+ compiler \(a test\)\)"):
+        blk = ct.offload()
+    assert isinstance(blk, _offload.Offload)
+    with blk as rep:   # (it works: the function level's rows)
+        torch.relu(torch.randn(3))
+    assert rep.ops["relu"].canna == 1
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # once per process
+        assert isinstance(ct.offload(), _offload.Offload)
 
 
 @pytest.mark.parametrize("mask", [(True, False, True), (False, True, False), (False, False, True)])
@@ -883,8 +921,9 @@ def test_layout_probe_changes_nothing():
 
 def test_lstm_runs_its_composition_at_the_aten_level():
     """torch.lstm reaches the aten level as aten::mkldnn_rnn_layer, which canna has no item for:
-    the block routes the torch function itself (the registry's at_aten), so the LSTM runs on canna's
-    composition with canna's gradients, and the optimizer still takes its fused step."""
+    the block takes aten::lstm.input at the autograd key (the registry's at_aten), so the LSTM runs
+    on canna's composition with canna's gradients, and the optimizer still takes its fused step;
+    outside a block the same call is PyTorch's."""
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(6, 5, num_layers=2, batch_first=True).double()
     ref = torch.nn.LSTM(6, 5, num_layers=2, batch_first=True).double()
@@ -895,7 +934,9 @@ def test_lstm_runs_its_composition_at_the_aten_level():
         out, (h, c) = lstm(x)
         (out.sum() + h.sum() + c.sum()).backward()
         opt.step()
-    r_out, (r_h, r_c) = ref(x)
+    r_out, (r_h, r_c) = ref(x)   # (outside a block: PyTorch's own composite, through canna's autograd kernel)
+    assert type(r_out.grad_fn).__name__ == type(torch.nn.LSTM(6, 5, 2, batch_first=True).double()(x)[0].grad_fn).__name__
+    assert "canna" in type(out.grad_fn).__name__, out.grad_fn
     (r_out.sum() + r_h.sum() + r_c.sum()).backward()
     for a, b in ((out, r_out), (h, r_h), (c, r_c)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
@@ -904,3 +945,53 @@ def test_lstm_runs_its_composition_at_the_aten_level():
     torch.optim.AdamW(ref.parameters()).step()
     for p, q in zip(lstm.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-10)
+
+
+SDPA = {
+    "no mask": {},
+    "causal": {"is_causal": True},
+    "a bool mask": {"attn_mask": "bool"},
+    "a float mask and a scale": {"attn_mask": "float", "scale": 0.3},
+    "grouped-query heads": {"enable_gqa": True, "kv_heads": 1},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SDPA))
+def test_attention_runs_canna_fused_kernel_at_the_aten_level(name):
+    """F.scaled_dot_product_attention reaches the CPU as aten::_scaled_dot_product_flash_attention_for_cpu,
+    which canna has no item for: the block takes aten::scaled_dot_product_attention at the autograd
+    key, so canna's fused attention and its gradient run (float64 against PyTorch's)."""
+    kw = dict(SDPA[name])
+    hk = kw.pop("kv_heads", 2)
+    g = _g(4)
+    q = torch.randn(2, 2, 5, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, hk, 7 if "mask" in name else 5, 4, dtype=torch.float64, generator=g, requires_grad=True)
+            for _ in range(2))
+    if kw.get("attn_mask") == "bool":
+        kw["attn_mask"] = torch.rand(2, 1, 5, 7, generator=g) > 0.3
+    elif kw.get("attn_mask") == "float":
+        kw["attn_mask"] = torch.randn(5, 7, dtype=torch.float64, generator=g)
+
+    def run():
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+        grads = torch.autograd.grad((out * torch.arange(out.numel(), dtype=out.dtype).view(out.shape)).sum(), (q, k, v))
+        return out, grads
+    want, want_g = run()
+    with ct.offload(strict=True) as rep:
+        got, got_g = run()
+    assert "canna" in type(got.grad_fn).__name__ and rep.ops["scaled_dot_product_attention"].canna == 1, rep
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    for a, b in zip(got_g, want_g):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_attention_with_dropout_runs_on_pytorch():
+    q = torch.randn(1, 2, 4, 8)
+    with ct.offload() as rep:
+        torch.manual_seed(0)
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    torch.manual_seed(0)
+    want = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)   # (PyTorch's own random stream and mask)
+    st = rep.ops["scaled_dot_product_attention"]
+    assert st.canna == 0 and st.fallback == 1 and "dropout_p" in next(iter(st.reasons)), st

@@ -320,6 +320,7 @@ ADAMW_CASES = {
 
 @pytest.mark.parametrize("case", list(ADAMW_CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.usefixtures("function_level")
 def test_adam_family_ten_steps_on_canna(case, dtype):
     kw = dict(EXACT_ADAMW) if dtype == torch.float64 else dict(lr=1e-2, weight_decay=0.05)
     err, reps, o1, o2 = _train(lambda p: ADAMW_CASES[case](p, **kw), dtype)
@@ -357,6 +358,7 @@ def test_explicit_fused_true_runs_on_canna():
     assert err < 1e-6 and all(r.ops["apply_adamw"].canna == 1 for r in reps)
 
 
+@pytest.mark.usefixtures("function_level")
 def test_unsupported_options_fall_back_with_the_reason():
     # a tensor lr: the group keeps PyTorch's implementation, the report says why, the values match
     err, reps, o1, o2 = _train(lambda p: torch.optim.AdamW(p, lr=torch.tensor(1e-2)), torch.float32, steps=3)
@@ -376,6 +378,7 @@ def test_unsupported_options_fall_back_with_the_reason():
     assert "fused_sgd" not in rep.ops and opt.param_groups[0]["fused"] is None
 
 
+@pytest.mark.usefixtures("function_level")
 def test_fused_call_with_tensor_lr_falls_back():
     p, g = torch.randn(3), torch.randn(3)
     s = [torch.zeros(3), torch.zeros(3)]

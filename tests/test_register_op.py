@@ -196,6 +196,13 @@ def test_refused_at_registration(kw, match):
     assert "regtest::refused" not in {op.qualname for op in kernels.registered_ops()}
 
 
+@pytest.mark.parametrize("bad", ["lstm.input", 3, "aten::a::b"])
+def test_at_aten_names_an_aten_operator(bad):
+    with pytest.raises(kernels.RegistrationError, match="at_aten must name an aten operator"):
+        kernels.TorchFn("torch.square", at_aten=bad)
+    assert kernels.TorchFn("torch.lstm", at_aten="aten::lstm.input").at_aten == "aten::lstm.input"
+
+
 def test_name_taken_is_refused(ops):
     with pytest.raises(kernels.RegistrationError, match="already registered"):
         kernels.register_op("square", namespace=NS, inputs=[Tensor("x", "float64")], shape=_same_shape,

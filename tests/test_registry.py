@@ -230,6 +230,7 @@ _OFFLOAD_ARGS = {"softmax": (0,), "log_softmax": (0,)}
 
 
 @pytest.mark.parametrize("op", _GEN, ids=_GEN_IDS)
+@pytest.mark.usefixtures("function_level")
 def test_offload_maps_the_entry_torch_functions(op):
     torch = pytest.importorskip("torch")
     import importlib

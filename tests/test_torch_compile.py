@@ -11,11 +11,14 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 import canna_dl.torch as ct  # noqa: E402
 import canna_dl.torch.nn as cnn  # noqa: E402
 import canna_dl.torch.nn.functional as CF  # noqa: E402
+
+#: the function level's tests (see conftest.function_level)
+pytestmark = [pytest.mark.usefixtures("function_level"),
+              pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")]
 
 
 class Net(torch.nn.Module):

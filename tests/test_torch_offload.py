@@ -10,6 +10,9 @@ torch = pytest.importorskip("torch")
 
 import canna_dl.torch as ct  # noqa: E402
 
+#: the function level's tests (see conftest.function_level)
+pytestmark = pytest.mark.usefixtures("function_level")
+
 nn = torch.nn
 F = torch.nn.functional
 

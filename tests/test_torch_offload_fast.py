@@ -13,6 +13,9 @@ import canna_dl.torch as ct  # noqa: E402
 from canna_dl.torch import _offload  # noqa: E402
 from kernels import _native  # noqa: E402
 
+#: the function level's tests (see conftest.function_level)
+pytestmark = pytest.mark.usefixtures("function_level")
+
 F = torch.nn.functional
 rng = np.random.default_rng(15)
 

@@ -8,10 +8,13 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 import canna_dl.torch as ct  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+#: the function level's tests (see conftest.function_level)
+pytestmark = [pytest.mark.usefixtures("function_level"),
+              pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")]
 
 nn = torch.nn
 F = torch.nn.functional

@@ -172,18 +172,18 @@ def section_overhead(run, st):
     o = bench_kernels.measure_offload_per_call(budget=st["one_budget"] * 3)
     run.details["offload_per_call"] = o
     share = "" if o["fast_share"] is None else f"; {o['fast_share']:.0%} on the C fast path"
-    run.row("overhead", "1-element F.relu in offload(), per call", "offload() F.relu", o["relu_offload"],
+    run.row("overhead", "1-element F.relu in offload(level=function), per call", "offload(level=function) F.relu", o["relu_offload"],
             "F.relu", o["relu_torch"], target=0.5,
             note=f"+{(o['relu_offload'] - o['relu_kernel']) * 1e6:.1f} us over kernels.relu{share}")
-    run.row("overhead", "1-element F.relu in offload(level=aten), per call", "offload(level=aten) F.relu",
+    run.row("overhead", "1-element F.relu in offload() (aten level, the default), per call", "offload() F.relu",
             o["relu_aten"], "F.relu", o["relu_torch"], target=0.5,
             note=f"+{(o['relu_aten'] - o['relu_kernel']) * 1e6:.1f} us over kernels.relu")
     run.row("overhead", "1-element F.relu, PyTorch's mode dispatch alone", "empty TorchFunctionMode",
             o["relu_floor"], "F.relu", o["relu_torch"], note="the floor of any torch-function mode")
-    run.row("overhead", "1-element torch.add in offload(), per call", "offload() torch.add", o["add_offload"],
+    run.row("overhead", "1-element torch.add in offload(level=function), per call", "offload(level=function) torch.add", o["add_offload"],
             "torch.add", o["add_torch"],
             note=f"+{(o['add_offload'] - o['add_kernel']) * 1e6:.1f} us over kernels.add")
-    run.row("overhead", "1-element torch.add in offload(level=aten), per call", "offload(level=aten) torch.add",
+    run.row("overhead", "1-element torch.add in offload() (aten level, the default), per call", "offload() torch.add",
             o["add_aten"], "torch.add", o["add_torch"],
             note=f"+{(o['add_aten'] - o['add_kernel']) * 1e6:.1f} us over kernels.add")
     run.row("overhead", "1-element torch.add, PyTorch's mode dispatch alone", "empty TorchFunctionMode",
@@ -267,8 +267,8 @@ def section_conv(run, st):
 
 def section_models(run, st):
     """One training step (forward, backward, AdamW) and one eval step of a ResNet-18-shaped CNN,
-    BERT-tiny and GPT-2-tiny (tools/bench_models.py) inside ``offload()`` (a row per level: the
-    function level and ``level="aten"``) against plain PyTorch,
+    BERT-tiny and GPT-2-tiny (tools/bench_models.py) inside ``offload()`` (a row per level:
+    ``level="aten"``, the default, and the function level) against plain PyTorch,
     at 1 and 2 threads (torch and simulator, each count in a fresh interpreter); target 1.0x
     (issue 15). The canna column gives the relative error of the loss (train) or of the output
     (eval) against plain PyTorch."""
@@ -284,8 +284,8 @@ def section_models(run, st):
             what = "loss" if "loss_rel_error" in r else "out"
             aten = r.get("level") == "aten"
             run.row("models", f"{r['model']} {r['step']} step, {threads} thread{'s' if threads > 1 else ''}"
-                    + (", aten level" if aten else ""),
-                    f"offload({'level=aten' if aten else ''}); {what} err {err:.0e}", r["canna_s"], "plain PyTorch",
+                    + (", aten level (default)" if aten else ", function level"),
+                    f"offload({'' if aten else 'level=function'}); {what} err {err:.0e}", r["canna_s"], "plain PyTorch",
                     r["torch_s"],
                     target=r["target"], spread=(r["ratio_min"], r["ratio_max"]),
                     note=f"fallbacks: {r['fallbacks'] or 'none'}")

@@ -219,9 +219,9 @@ def measure_offload_per_call(*, budget: float, batch: int = 20, inner: int = 100
     """The per-call cost of a supported op inside ``canna_dl.torch.offload()`` (issue 15) on a
     1-element float32 tensor: seconds per call of ``F.relu(x)`` and ``torch.add(x, x)`` plain
     (``*_torch``), in an empty ``TorchFunctionMode`` whose ``__torch_function__`` only calls the
-    function (``*_floor``: PyTorch's own mode dispatch, the least a mode can cost), in ``offload()``
-    (``*_offload``), in ``offload(level="aten")`` (``*_aten``: no mode, PyTorch's dispatcher reaches
-    canna's handler below autograd) and as canna's kernel called directly (``*_kernel``: ``kernels.relu`` /
+    function (``*_floor``: PyTorch's own mode dispatch, the least a mode can cost), in
+    ``offload(level="function")`` (``*_offload``), in ``offload(level="aten")``, the default
+    (``*_aten``: no mode, PyTorch's dispatcher reaches canna's kernel below autograd) and as canna's kernel called directly (``*_kernel``: ``kernels.relu`` /
     ``kernels.add``); ``fast_share`` is the share of the offload calls the C per-call fast path
     served (None when the tree has none). Each timed call is one of ``inner`` calls made inside one
     ``with`` block (entering the mode is spread over them)."""
@@ -254,7 +254,7 @@ def measure_offload_per_call(*, budget: float, batch: int = 20, inner: int = 100
         return fn
 
     def offload():
-        return ctorch.offload(report=rep)
+        return ctorch.offload(report=rep, level="function")
 
     def aten():
         return ctorch.offload(level="aten")

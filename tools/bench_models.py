@@ -15,8 +15,9 @@ The models (random weights, no download; built by ``tools/coverage.py``'s ``reso
 Dropout is off (canna cannot reproduce PyTorch's random stream). A **training step** is
 ``zero_grad; loss = model(...); loss.backward(); AdamW.step()``; an **eval step** is a forward
 under ``torch.no_grad()`` in eval mode. The columns run the same code on copies of the model —
-plain, inside ``offload()`` (the function level) and inside ``offload(level="aten")`` (canna's
-kernels for the aten operators below PyTorch's autograd) —, in interleaved rounds
+plain, inside ``offload(level="aten")`` (``offload()``'s default: canna's kernels for the aten
+operators below PyTorch's autograd) and inside ``offload(level="function")`` (canna's ops for the
+torch functions, with canna's autograd) —, in interleaved rounds
 (tools/_benchutil.py): each figure is the median over rounds, the spread the lowest and highest
 per-round speed ratio; a row per level (:data:`LEVELS`).
 Speed ratio = plain time / canna time (above 1x canna is faster); target 1.0x (issue 15).

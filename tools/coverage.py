@@ -340,10 +340,13 @@ def _errors(torch, canna, plain):
     return (num / den if den else num), worst, wname
 
 
-def measure(target, *, seed=0, keep_dropout=False, progress=None, level="function"):
-    """Both runs and the report (``level``: offload()'s). Returns a JSON-ready dict (see the module doc)."""
+def measure(target, *, seed=0, keep_dropout=False, progress=None, level=None):
+    """Both runs and the report (``level``: offload()'s; None: its default). Returns a JSON-ready dict (see the
+    module doc)."""
     import torch
     import canna_dl.torch as ct
+    from canna_dl.torch._offload import resolve_level
+    level = resolve_level(level)[0]
     step = progress or (lambda msg: None)
     step("building the model")
     torch.manual_seed(seed)
@@ -399,7 +402,7 @@ def _train_losses(torch, target, model, seed, steps, ctx):
     return losses
 
 
-def track(target, *, steps=10, seed=0, keep_dropout=False, progress=None, level="function"):
+def track(target, *, steps=10, seed=0, keep_dropout=False, progress=None, level=None):
     """``steps`` AdamW training steps plain and under ``offload()`` from the same weights:
     ``{"pytorch": [losses], "canna": [losses], "max_rel_diff": max |canna - plain| / |plain|}``."""
     import torch
@@ -473,8 +476,9 @@ def main(argv=None):
     ap.add_argument("--hf-config", action="append", default=[], metavar="KEY=VALUE",
                     help="override a Hugging Face config value (repeatable), e.g. attn_implementation=eager")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--level", choices=("function", "aten"), default="function",
-                    help="offload()'s level (aten: canna's kernels for the aten operators below PyTorch's autograd)")
+    ap.add_argument("--level", choices=("function", "aten"), default=None,
+                    help="offload()'s level (aten: canna's kernels for the aten operators below PyTorch's autograd; "
+                         "function: canna's ops for torch functions, with canna's autograd); default: offload()'s")
     ap.add_argument("--keep-dropout", action="store_true", help="leave dropout probabilities as the model has them")
     ap.add_argument("--steps", type=int, default=0, metavar="N",
                     help="also run N AdamW training steps plain and under offload() and compare their losses")

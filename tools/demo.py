@@ -241,6 +241,8 @@ def torch_runs(data, order, args, progress):
                           for k, v in d["ops"].items()}
             res["fallback_reasons"] = {k: v["reasons"] for k, v in d["ops"].items() if v["reasons"]}
             res["framework_only"] = d["pytorch"]
+            from canna_dl.torch._offload import resolve_level
+            res["offload_level"] = resolve_level()[0]   # (offload()'s: aten operators or torch functions)
         results[name] = res
     return results
 

@@ -1039,6 +1039,21 @@ int64_t canna_aten_enter(PyObject *mask)
     return t_tokens;
 }
 
+// include (1) or leave out (0) this thread's key; returns whether it was included (canna's own
+// torch calls run with it off: a torch function an aten block routes as a function, _aten.py)
+int canna_aten_set_key(int on)
+{
+    bool was = c10::impl::tls_is_dispatch_key_included(kKey);
+    c10::impl::tls_set_dispatch_key_included(kKey, on != 0);
+    return was;
+}
+
+// whether this thread's key is included (a block routes its calls and canna's own code is not running)
+int canna_aten_key_included()
+{
+    return c10::impl::tls_is_dispatch_key_included(kKey);
+}
+
 // the block `token` of this thread ends, wherever it is among the thread's blocks (blocks may end
 // in any order: the innermost that is left routes the thread's calls); the key is off again when
 // the last one ends
@@ -1215,12 +1230,16 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
     return id;
 }
 
-// Views skip canna's key: every operator known now whose results all alias an argument without
-// writing (aten::view, transpose, slice, expand, as_strided, ...: no computation, nothing canna
-// could run, left out of the report) and that is not routed gets a fallthrough kernel for it, so
-// the dispatcher goes straight to PyTorch's kernel instead of boxing the call into the fallback
-// (~1.5 us a call). Operators registered later keep the fallback. The number of operators, or -1
-// with a Python exception set. GIL held.
+// Views and composites skip canna's key: every operator known now that is not routed and whose
+// results all alias an argument without writing (aten::view, transpose, slice, expand,
+// as_strided, ...: no computation, nothing canna could run, left out of the report) gets a
+// fallthrough kernel for it, so the dispatcher goes straight to PyTorch's kernel instead of
+// boxing the call into the fallback (~1.5 us a call); so does every CompositeImplicitAutograd
+// operator, which reaches the key only below its autograd (inference mode, torch.func's
+// transforms): its decomposition then runs with the key on, its parts on canna, instead of in
+// the fallback with the key off (where torch.func's grad lost the parts' gradients). Operators
+// registered later keep the fallback. The number of operators, or -1 with a Python exception
+// set. GIL held.
 int canna_aten_pass_views(void)
 {
     int n = 0;
@@ -1238,7 +1257,8 @@ int canna_aten_pass_views(void)
                 view = view && r.alias_info() && !r.alias_info()->isWrite();
             for (const auto &a : schema.arguments())
                 view = view && !(a.alias_info() && a.alias_info()->isWrite());
-            if (!view || name.name.find("::") == std::string::npos)
+            if (!(view || h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) ||
+                name.name.find("::") == std::string::npos)
                 continue;
             impl_for_key(name.name, name.overload_name, torch::CppFunction::makeFallthrough());
             n++;

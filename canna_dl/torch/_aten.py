@@ -98,6 +98,10 @@ def _load():
     dll.canna_aten_direct.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.py_object] * 9 + [ctypes.c_char_p]
     dll.canna_aten_configure_direct.argtypes = [ctypes.py_object] * 7
     dll.canna_aten_pass_views.argtypes = []
+    dll.canna_aten_set_key.argtypes = [ctypes.c_int]
+    dll.canna_aten_set_key.restype = ctypes.c_int
+    dll.canna_aten_key_included.argtypes = []
+    dll.canna_aten_key_included.restype = ctypes.c_int
     from kernels import _native
     from kernels._registry import _CAP, _FS, _L, _S
     try:
@@ -110,6 +114,12 @@ def _load():
     from . import _offload_optim
     for name, row, run in _offload_optim.aten_entries():
         _route(dll, name, row, run)
+    try:
+        for op in R.registered_ops():
+            _route_functions(dll, op)
+    except Exception as e:
+        return None, f"{type(e).__name__}: {e}"
+
     try:
         dll.canna_aten_pass_views()   # (after the routes: a routed operator keeps canna's kernel)
     except Exception as e:
@@ -459,10 +469,72 @@ def _route(dll, name, row, run):
     ATEN_OPS = tuple(sorted(set(ATEN_OPS) | {row}))
 
 
+#: the torch.library registrations of the torch functions routed as functions (kept alive)
+_LIBS: list = []
+
+
+def _route_functions(dll, op):
+    """Route the entry's ``at_aten`` torch functions: PyTorch runs them as backend-specific aten
+    operators canna has no item for (``torch.lstm`` on the CPU: ``aten::mkldnn_rnn_layer``), so the
+    aten level takes the CompositeImplicitAutograd operator the function dispatches to
+    (``aten::lstm.input``) at the autograd key, above its decomposition: in a block that routes the
+    row, the op's function-level form runs it (canna's composition and autograd: the same handler as
+    ``offload(level="function")``, with this level's key off), counted in the row; anywhere else,
+    and for a call canna refuses, the operator redispatches below autograd to PyTorch's own
+    composite kernel, exactly as without canna."""
+    from ._generated import _offload_entry, _resolve, function
+    from ._offload import _CAUGHT, _Fallback, refusal_reason
+    refusals = (_Fallback,) + _CAUGHT
+    for spec in op.torch:
+        if not spec.at_aten:
+            continue
+        f = _resolve(spec.fn)
+        if f is None:
+            continue
+        _f, names, defaults, _fixed, h, row = _offload_entry(op, function(op), f, spec)
+        ov, schema_names = _schema(spec.at_aten)
+        if list(names) != schema_names:
+            raise R.RegistrationError(f"{op.qualname}: {spec.fn}'s parameters {list(names)} are not {spec.at_aten}'s "
+                                      f"arguments {schema_names}")
+        below = torch._C._after_autograd_keyset
+        # (torch.library passes the keyword-only arguments by name and leaves out trailing defaults:
+        # the handler takes every argument in the schema's order)
+        schema = tuple((a.name, a.default_value) for a in ov._schema.arguments)
+
+        def kernel(keyset, *v, _ov=ov, _h=h, _row=row, _name=spec.at_aten, _schema=schema, **kw):
+            blk = getattr(_tls, "block", None)
+            if torch._C._are_functorch_transforms_active() or getattr(_tls, "functorch", 0):
+                # under torch.func's transforms (grad, vmap, ...) canna's autograd.Functions cannot
+                # run: PyTorch's, also for the call the transform makes again one level down
+                _tls.functorch = getattr(_tls, "functorch", 0) + 1
+                try:
+                    return _ov.redispatch(keyset & below, *v, **kw)
+                finally:
+                    _tls.functorch -= 1
+            if blk is not None and _row in blk.enabled and dll.canna_aten_key_included():
+                prev = dll.canna_aten_set_key(0)
+                try:
+                    r = _h(v + tuple(kw.get(n, d) for n, d in _schema[len(v):]))
+                except refusals as exc:
+                    _refuse(blk, _row, _name, refusal_reason(exc))
+                else:
+                    blk.report._stat(_row).canna += 1
+                    return r
+                finally:
+                    dll.canna_aten_set_key(prev)
+            return _ov.redispatch(keyset & below, *v, **kw)
+        qual = spec.at_aten.partition("::")[2]
+        lib = torch.library.Library(spec.at_aten.partition("::")[0], "IMPL")
+        lib.impl(qual, kernel, "AutogradCPU", with_keyset=True)
+        _LIBS.append(lib)
+        global ATEN_OPS
+        ATEN_OPS = tuple(sorted(set(ATEN_OPS) | {row}))
+
+
 def _aten_rows():
-    """The aten level's report rows: its items' and those it routes as torch functions."""
+    """The aten level's report rows: its items', its ``at_aten`` functions' and the user ops'."""
     _dll()
-    return tuple(sorted(set(ATEN_OPS) | _function_rows()))
+    return tuple(sorted(set(ATEN_OPS) | _user_rows()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -493,12 +565,10 @@ class AtenOffload:
                                                              exclude, report, known=OFFLOAD_OPS)
         self.strict = bool(strict)
         self._token = None
-        fn = _function_rows() & self.enabled
-        # user ops map torch functions (register_op(torch=...)), not aten operators, and some of
-        # canna's torch functions reach the aten level as operators canna has no item for (at_aten):
-        # those functions reach their ops through a function-level mode that routes only them and
-        # counts nothing else
-        self._fn = None if not fn else _offload_mode(ops=sorted(fn), strict=strict, report=self.report)
+        user = _user_rows() & self.enabled
+        # user ops map torch functions (register_op(torch=...)), not aten operators: those functions
+        # reach them through a function-level mode that routes only them and counts nothing else
+        self._fn = None if not user else _offload_mode(ops=sorted(user), strict=strict, report=self.report)
 
     def __enter__(self):
         if self._token is not None:
@@ -531,11 +601,9 @@ class AtenOffload:
         return False
 
 
-def _function_rows():
-    """The report rows the aten level routes as torch functions: the user ops that map torch
-    functions (``register_op(torch=...)``) and the ops with an ``at_aten`` torch function."""
-    return {op.name for op in R.registered_ops() if op.torch and op.generate and
-            (op.namespace != "canna" or any(t.at_aten for t in op.torch))}
+def _user_rows():
+    """The report rows of the user ops that map torch functions (``register_op(torch=...)``)."""
+    return {op.name for op in R.registered_ops() if op.namespace != "canna" and op.generate and op.torch}
 
 
 def _offload_mode(**kw):

@@ -943,6 +943,36 @@ class Offload(TorchFunctionMode):
         return func(*args, **kwargs) if kwargs else func(*args)
 
 
+_default = {}
+
+
+def default_level() -> str:
+    """The level of :func:`offload` without ``level=`` and ``CANNA_OFFLOAD_LEVEL``: ``"aten"``
+    where it is available (:func:`canna_dl.torch._aten.available`: a C++ compiler and PyTorch's
+    C++ headers, the unified memory model; compiles its library on the first call), else
+    ``"function"``, with a :class:`RuntimeWarning` saying why (once per process)."""
+    lv = _default.get("level")
+    if lv is None:
+        from . import _aten
+        lv = _default["level"] = "aten" if _aten.available() else "function"
+        if lv == "function":
+            import warnings
+            warnings.warn(f"canna_dl.torch.offload(): level='aten' is not available here ({_aten.why_unavailable()}); "
+                          "the function level runs instead (set CANNA_OFFLOAD_LEVEL=function to choose it)",
+                          RuntimeWarning, stacklevel=3)
+    return lv
+
+
+def resolve_level(level=None):
+    """``(level, where it came from)``: the ``level`` :func:`offload` runs at for its ``level=``
+    argument (None: ``CANNA_OFFLOAD_LEVEL``, else :func:`default_level`)."""
+    if level is not None:
+        return level, "level"
+    import os
+    env = os.environ.get("CANNA_OFFLOAD_LEVEL")
+    return (env, "CANNA_OFFLOAD_LEVEL") if env else (default_level(), "level")
+
+
 def offload(*, ops=None, exclude=(), strict=False, report=None, level=None):
     """Run the supported PyTorch ops of a block on canna, the others on PyTorch::
 
@@ -959,20 +989,24 @@ def offload(*, ops=None, exclude=(), strict=False, report=None, level=None):
             supported (for tests and debugging; other torch functions still run on PyTorch).
         report: an :class:`OffloadReport` to add to (e.g. one per training run, across blocks);
             default: a new one.
-        level: ``"function"`` (torch functions, canna's own autograd) or ``"aten"`` (aten
-            operators below PyTorch's autograd; see below); default: the ``CANNA_OFFLOAD_LEVEL``
-            environment variable, else ``"function"``.
+        level: ``"aten"`` (aten operators below PyTorch's autograd; see below) or
+            ``"function"`` (torch functions, canna's own autograd); default: the
+            ``CANNA_OFFLOAD_LEVEL`` environment variable, else :func:`default_level` (``"aten"``
+            where it is available).
 
     Returns:
         An :class:`Offload` (a ``torch.overrides.TorchFunctionMode``; ``level="aten"``: an
         ``AtenOffload``); ``with`` gives its :class:`OffloadReport`.
 
-    The mode applies to the thread that enters it, and to the backward passes started in the
-    block (keep ``loss.backward()`` inside it when the model uses activation checkpointing: the
-    recomputation must run canna's ops again). Inside ``torch.compile`` the routed ops are the
-    ``torch.ops.canna`` custom ops (in-place ops fall back there).
+    A block applies to the thread that enters it, and to the backward passes started in it.
 
-    ``level="aten"`` routes below PyTorch's autograd instead: the aten operators PyTorch's
+    ``level="function"`` routes torch functions (``F.relu``, ``torch.add``, ``Tensor.add_``) to
+    canna's ops with canna's own autograd (keep ``loss.backward()`` inside the block when the model
+    uses activation checkpointing: the recomputation must run canna's ops again). Inside
+    ``torch.compile`` the routed ops are the ``torch.ops.canna`` custom ops (in-place ops fall
+    back there).
+
+    ``level="aten"`` (the default where available) routes below PyTorch's autograd: the aten operators PyTorch's
     dispatcher runs for the forward *and* for PyTorch's own backward formulas (``aten::mm``,
     ``aten::threshold_backward``, ...) run on canna's kernels where a registry entry names them
     (:data:`canna_dl.torch._aten.ATEN_OPS` rows), everything else on PyTorch's kernels, with no
@@ -988,10 +1022,7 @@ def offload(*, ops=None, exclude=(), strict=False, report=None, level=None):
         ValueError: an unknown op name or level. TypeError: ``report`` is not an OffloadReport.
         RuntimeError: ``level="aten"`` is not available here (the message says why).
     """
-    source = "level"
-    if level is None:
-        import os
-        level, source = os.environ.get("CANNA_OFFLOAD_LEVEL") or "function", "CANNA_OFFLOAD_LEVEL"
+    level, source = resolve_level(level)
     if level == "aten":
         from ._aten import AtenOffload
         return AtenOffload(ops=ops, exclude=exclude, strict=strict, report=report)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from .. import _core as C
 from .._registry import Aclnn, Attr, Spec, Tensor, TorchFn, define
+from .nn import aten_reduction
+
+_reduction = aten_reduction(None)   # (another code: PyTorch's mse_loss kernel asserts; canna refuses it)
 
 F = C.FLOATS
 REDUCTIONS = ("none", "mean", "sum")   # aclnn's reduction codes are the indices
@@ -48,6 +51,7 @@ define("mse_loss", inputs=(Tensor("input", F), Tensor("target", F)), attrs=_RED,
                       ("input", "target", ("size_average", None), ("reduce", None), ("reduction", "mean"),
                        ("weight", None)),
                       fixed={"size_average": None, "reduce": None, "weight": None}),),
+       aten=(TorchFn("aten::mse_loss", "self:input, target, reduction", convert={"reduction": _reduction}),),
        doc="Mean squared error (``torch.nn.functional.mse_loss``; ``aclnnMseLoss``): ``(input - target)²`` over "
            "their broadcast shape with ``reduction=\"none\"``, its mean (``\"mean\"``: NaN for no elements) or sum "
            "as a 0-dim array. Floating dtypes, one dtype for both; the mean and sum accumulate in float64.\n\n"
@@ -56,6 +60,8 @@ define("mse_loss_backward", inputs=(Tensor("grad_out", F), Tensor("input", F, di
                                     Tensor("target", F, diff=False)),
        attrs=_RED, shape=_mse_bw_shape, forward=Aclnn("MseLossBackward", params=_code),
        api="kernels.backward.mse_loss",
+       aten=(TorchFn("aten::mse_loss_backward", "grad_output:grad_out, self:input, target, reduction",
+                     convert={"reduction": _reduction}),),
        doc="Gradient of :func:`kernels.mse_loss` with respect to ``input``: ``2 grad_out (input - target)``, divided "
            "by the number of elements for ``reduction=\"mean\"``; ``grad_out`` is 0-dim for mean and sum "
            "(``aclnnMseLossBackward``).")

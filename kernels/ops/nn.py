@@ -141,6 +141,15 @@ def _nll_aten(input, target, weight, *a):   # aten/src/ATen/native/LossNLL.cpp's
         return Rejected(f"a {weight.dtype} weight for {input.dtype} input (aten::nll_loss_forward rejects it)")
 
 
+def _nll_bw_aten(grad_out, input, target, weight, total_weight, *a):   # (LossNLL.cpp's checks, and canna's one dtype)
+    why = _nll_aten(input, target, weight)
+    if why is None:
+        for name, t in (("grad_output", grad_out), ("total_weight", total_weight)):
+            if t is not None and t.dtype != input.dtype:
+                return f"a {t.dtype} {name} for {input.dtype} input (canna's kernel takes one dtype)"
+    return why
+
+
 def _ln_aten(x, weight, bias, *a):
     return mixed_param_dtypes("aten::native_layer_norm", x, weight, bias)
 
@@ -174,10 +183,6 @@ def _bw_dtype(g, y, dim, *, input_dtype):   # aten::_softmax_backward_data's res
     return None if input_dtype == g.dtype else f"input_dtype {input_dtype} (the gradient is {g.dtype})"
 
 
-def _float_only(x, *a):
-    return None if x.is_floating_point() else f"a {x.dtype} reduction (aten accumulates integers in int64)"
-
-
 def _pool_stride(stride):   # aten's empty stride: the kernel size (the op's None)
     return stride if stride else None
 
@@ -186,11 +191,17 @@ def _all_dims(dim):   # aten's empty (or absent) dim list: every dim (the op's N
     return dim if dim else None
 
 
-def _reduction(code):
-    """aten's reduction code (``at::Reduction``: 0 None, 1 Mean, 2 Sum) as the op's ``reduction``:
-    PyTorch's CPU loss kernels test for None and Mean only, so any other code sums
-    (``aten/src/ATen/native/LossNLL.cpp``)."""
-    return {0: "none", 1: "mean"}.get(code, "sum")
+def aten_reduction(other):
+    """``f(code)``: aten's reduction code (``at::Reduction``: 0 None, 1 Mean, 2 Sum) as an op's
+    ``reduction``, ``other`` for any other code, as the aten kernel treats it: the NLL kernels test
+    for None and Mean only, so they sum (``aten/src/ATen/native/LossNLL.cpp``); ``mse_loss``
+    asserts Mean or Sum (``aten/src/ATen/native/Loss.cpp``), so None there: the call falls back
+    and PyTorch raises."""
+    codes = {0: "none", 1: "mean", 2: "sum"}
+    return lambda code: codes.get(code, other)
+
+
+_reduction = aten_reduction("sum")
 
 
 _MM = "input, other:b, out=None"
@@ -291,12 +302,13 @@ define("native_nll_loss", inputs=(Tensor("input", F), Tensor("target", C.INTS, d
        attrs=_loss_attrs, outputs=("loss", "total_weight"),
        shape=lambda input, *a, **k: (_loss_shape(input, *a, **k), Spec((), input.dtype)),
        forward=Impl(N.native_nll_loss), generate=False,
-       aten=(TorchFn("aten::nll_loss_forward", "self:input, target, weight, reduction, ignore_index",
-                     convert={"reduction": _reduction}, guard=_nll_aten, report="nll_loss"),))
+       aten=tuple(TorchFn(f"aten::{fn}", "self:input, target, weight, reduction, ignore_index",
+                          convert={"reduction": _reduction}, guard=_nll_aten, report="nll_loss")
+                  for fn in ("nll_loss_forward", "nll_loss2d_forward")))
 define("sum", inputs=(Tensor("x", ARITH + (C.BOOL,)),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
        shape=_reduced, forward=Impl(RD.sum), generate=False,
        aten=(TorchFn("aten::sum.dim_IntList", "self:x, dim, keepdim, dtype", fixed={"dtype": None},
-                     convert={"dim": _all_dims}, guard=_float_only),))
+                     convert={"dim": _all_dims}),))   # (integers and bools: int64, as aten accumulates them)
 define("mean", inputs=(Tensor("x", F),), attrs=(Attr("dim", _o, None), Attr("keepdim", _o, False)),
        shape=_reduced, forward=Impl(RD.mean), generate=False,
        aten=(TorchFn("aten::mean.dim", "self:x, dim, keepdim, dtype", fixed={"dtype": None},
@@ -391,6 +403,15 @@ define("layer_norm_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Ten
        aten=(TorchFn("aten::native_layer_norm_backward", "grad_out, input:x, normalized_shape, mean, rstd, weight, "
                      "bias, output_mask", guard=_ln_bw_aten),),
        doc=N.layer_norm_backward.__doc__)
+define("nll_loss_backward", inputs=(Tensor("grad_out", F), Tensor("input", F, diff=False),
+                                    Tensor("target", C.INTS, diff=False), Tensor("weight", F, optional=True, diff=False),
+                                    Tensor("total_weight", F, optional=True, diff=False)),
+       attrs=_loss_attrs, shape=lambda g, input, *a, **k: Spec(input.shape, input.dtype),
+       forward=Impl(N.nll_loss_backward), generate=False, api="kernels.backward.nll_loss",
+       aten=tuple(TorchFn(f"aten::{fn}", "grad_output:grad_out, self:input, target, weight, reduction, ignore_index, "
+                          "total_weight", convert={"reduction": _reduction}, guard=_nll_bw_aten)
+                  for fn in ("nll_loss_backward", "nll_loss2d_backward")),
+       doc=N.nll_loss_backward.__doc__)
 define("max_pool2d_backward", inputs=(Tensor("grad_out", F), Tensor("x", F), Tensor("indices", C.INTS)),
        attrs=_pool_attrs, shape=lambda g, x, *a, **k: Spec(x.shape, g.dtype), forward=Impl(N.max_pool2d_backward),
        generate=False, api="kernels.backward.max_pool2d",

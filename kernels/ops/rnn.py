@@ -82,7 +82,7 @@ define("lstm", inputs=(Tensor("input", F), TensorList("hx", F), TensorList("para
               Attr("bidirectional", bool), Attr("batch_first", bool)),
        outputs=("out", "h_n", "c_n"), shape=_lstm_shape, forward=_lstm,
        torch=(TorchFn("torch.lstm", ("input", "hx", "params", "has_biases", "num_layers", "dropout", "train",
-                                     "bidirectional", "batch_first"), at_aten=True),),
+                                     "bidirectional", "batch_first"), at_aten="aten::lstm.input"),),
        doc="A multi-layer LSTM (``torch.lstm``, as ``nn.LSTM`` calls it), composed of registered ops (see the "
            "module doc): ``input`` ``(batch, seq, feature)`` with ``batch_first`` else ``(seq, batch, feature)``; "
            "``hx`` = ``(h_0, c_0)``, each ``(num_layers * directions, batch, hidden)``; ``params`` per layer and "
