@@ -796,10 +796,10 @@ def nll_loss_backward(grad_out, input, target, weight=None, ignore_index=-100, r
     None)."""
     api = "kernels.backward.nll_loss"
     kind = C.result_kind(grad_out, input)
+    (g,) = _float_arrays(api, ("grad_out", grad_out))
     a, t, w = _loss_inputs(api, input, target, weight)
     _reduction(api, reduction)
     ignore_index = _ignore_index(api, ignore_index)
-    (g,) = _float_arrays(api, ("grad_out", grad_out))
     gshape = t.shape if reduction == "none" else ()
     if g.shape != gshape and not (reduction != "none" and g.size == 1):
         raise ValueError(f"{api}: grad_out has shape {g.shape}, expected {gshape}")

@@ -42,7 +42,7 @@ def _json(*args):
 def test_tiny_cnn_json(tmp_path):
     f = tmp_path / "cnn.py"
     f.write_text(CNN)
-    res = _json("--model", f"{f}:tiny_cnn", "--input-shape", "2,3,8,8")
+    res = _json("--model", f"{f}:tiny_cnn", "--input-shape", "2,3,8,8", "--level", "function")
     # conv2d, relu, max_pool2d, linear, cross_entropy and their backward, AdamW: all on canna
     assert res["coverage"] == 1.0, res
     assert res["canna_calls"] == res["compute_calls"] > 0

@@ -67,6 +67,8 @@ CASES = {
     "native_cross_entropy": lambda g: ((f32(g, 4, 5), idx(g, 5, 4), pos(g, 5)), dict(reduction="sum")),
     "nll_loss": lambda g: ((f32(g, 4, 5), idx(g, 5, 4)), dict(ignore_index=2)),
     "native_nll_loss": lambda g: ((f32(g, 4, 5), idx(g, 5, 4)), {}),
+    "nll_loss_backward": lambda g: ((f32(g), torch.log_softmax(f32(g, 4, 5), 1), idx(g, 5, 4), pos(g, 5)),
+                                    dict(reduction="sum", ignore_index=1, total_weight=pos(g))),
     "sum": lambda g: ((f32(g, 4, 5, 3),), dict(dim=(0, 2), keepdim=True)),
     "mean": lambda g: ((f32(g, 4, 5),), dict(dim=1)),
     "amax": lambda g: ((f32(g, 4, 5),), dict(dim=0)),

@@ -463,14 +463,18 @@ NOT_COMPUTE = frozenset(
 #: the compute calls by :meth:`OffloadReport.coverage`
 ALLOCATION = frozenset(
     [f"torch.{n}" for n in ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "tensor", "as_tensor",
-                            "arange", "scalar_tensor", "eye", "linspace", "empty", "empty_like", "empty_strided")]
+                            "arange", "scalar_tensor", "eye", "linspace", "empty", "empty_like", "empty_strided",
+                            "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm")]
     + [f"torch.Tensor.{n}" for n in ("new_zeros", "new_ones", "new_full", "new_tensor", "zero_", "fill_")]
     # the aten level's names (the factories' composite kernels reach it as their parts: ``torch.zeros_like``
     # as ``aten::zero_``, ``torch.arange`` as ``aten::arange.start_out``)
     + [f"aten::{n}" for n in ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "scalar_tensor",
                               "arange", "eye", "linspace", "empty", "empty_like", "empty_strided", "new_zeros",
                               "new_ones", "new_full", "new_empty", "new_empty_strided", "zero_", "fill_",
-                              "lift_fresh_copy")])
+                              "lift_fresh_copy", "randperm",
+                              # (the random factories' fills: torch.randint is aten::random_, rand uniform_,
+                              # randn normal_)
+                              "random_", "uniform_", "normal_")])
 
 #: autograd nodes of PyTorch's backward pass that compute nothing (views and the leaves'
 #: accumulation): left out of the compute-call count; matched by prefix of the node's class name
