@@ -957,10 +957,10 @@ SDPA = {
 
 
 @pytest.mark.parametrize("name", sorted(SDPA))
-def test_attention_runs_canna_fused_kernel_at_the_aten_level(name):
-    """F.scaled_dot_product_attention reaches the CPU as aten::_scaled_dot_product_flash_attention_for_cpu,
-    which canna has no item for: the block takes aten::scaled_dot_product_attention at the autograd
-    key, so canna's fused attention and its gradient run (float64 against PyTorch's)."""
+def test_attention_is_pytorchs_at_the_aten_level(name):
+    """The aten level leaves F.scaled_dot_product_attention to PyTorch's CPU flash attention (faster
+    than canna's fused kernel on the simulator: kernels/ops/attention.py): results and gradients
+    (float64) are PyTorch's, its node is PyTorch's, and the report says where it ran."""
     kw = dict(SDPA[name])
     hk = kw.pop("kv_heads", 2)
     g = _g(4)
@@ -977,21 +977,10 @@ def test_attention_runs_canna_fused_kernel_at_the_aten_level(name):
         grads = torch.autograd.grad((out * torch.arange(out.numel(), dtype=out.dtype).view(out.shape)).sum(), (q, k, v))
         return out, grads
     want, want_g = run()
-    with ct.offload(strict=True) as rep:
+    with ct.offload() as rep:
         got, got_g = run()
-    assert "canna" in type(got.grad_fn).__name__ and rep.ops["scaled_dot_product_attention"].canna == 1, rep
+    assert type(got.grad_fn) is type(want.grad_fn), (got.grad_fn, want.grad_fn)
+    assert "scaled_dot_product_attention" not in rep.ops and rep.pytorch_calls, rep
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
     for a, b in zip(got_g, want_g):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
-
-
-def test_attention_with_dropout_runs_on_pytorch():
-    q = torch.randn(1, 2, 4, 8)
-    with ct.offload() as rep:
-        torch.manual_seed(0)
-        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
-    torch.manual_seed(0)
-    want = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
-    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)   # (PyTorch's own random stream and mask)
-    st = rep.ops["scaled_dot_product_attention"]
-    assert st.canna == 0 and st.fallback == 1 and "dropout_p" in next(iter(st.reasons)), st
