@@ -984,3 +984,43 @@ def test_attention_is_pytorchs_at_the_aten_level(name):
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
     for a, b in zip(got_g, want_g):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_forward_mode_ad_works_in_a_block():
+    """torch.func.jvp and forward-mode dual tensors: PyTorch redispatches some composites with
+    another operator's keys (ZeroTensor's add calls aten::to.dtype_layout's redispatch), which
+    would run a per-operator fallthrough kernel (an internal assert): composites pass on instead."""
+    from torch.func import jvp
+    import torch.autograd.forward_ad as fwAD
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+                            torch.nn.Linear(4 * 6 * 6, 5)).double().eval()
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    t = torch.randn_like(x)
+    cases = [(lambda a: a * 2, (x,), (t,)), (lambda a: a + 1, (x,), (t,)), (lambda a: a.clone().mul_(2), (x,), (t,)),
+             (m, (x,), (t,))]
+    for f, p, tg in cases:
+        want = jvp(f, p, tg)
+        with ct.offload(level="aten"):
+            got = jvp(f, p, tg)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with fwAD.dual_level():
+        d = fwAD.make_dual(torch.randn(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+        want = fwAD.unpack_dual(d * 3 + d.exp()).tangent
+        with ct.offload(level="aten"):
+            got = fwAD.unpack_dual(d * 3 + d.exp()).tangent
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_inference_mode_runs_composites_parts_on_canna():
+    """Under torch.inference_mode the autograd keys are off, so composites (aten::linear) reach the
+    key themselves: they pass on to their parts (aten::addmm), which run on canna."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    x = torch.randn(5, 8)
+    want = m(x)
+    with torch.inference_mode(), ct.offload(level="aten", strict=True) as rep:
+        y = m(x)
+    torch.testing.assert_close(y, want)
+    assert rep.ops["addmm"].canna == 2 and rep.coverage()["share"] == 1.0, rep

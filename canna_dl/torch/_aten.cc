@@ -81,6 +81,13 @@ void to_pytorch(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::ji
     op.redispatchBoxed(ks.remove(kKey), stack);
 }
 
+// a CompositeImplicitAutograd operator below its autograd: PyTorch's composite, with the key on (its
+// parts are the operators canna may take)
+void pass_on(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *stack)
+{
+    op.redispatchBoxed(ks.remove(kKey), stack);
+}
+
 void fallback(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *stack)
 {
     count_other(op);
@@ -1234,10 +1241,10 @@ int canna_aten_register(const char *name, const char *overload, PyObject *handle
 // results all alias an argument without writing (aten::view, transpose, slice, expand,
 // as_strided, ...: no computation, nothing canna could run, left out of the report) gets a
 // fallthrough kernel for it, so the dispatcher goes straight to PyTorch's kernel instead of
-// boxing the call into the fallback (~1.5 us a call); so does every CompositeImplicitAutograd
-// operator, which reaches the key only below its autograd (inference mode, torch.func's
-// transforms): its decomposition then runs with the key on, its parts on canna, instead of in
-// the fallback with the key off (where torch.func's grad lost the parts' gradients). Operators
+// boxing the call into the fallback (~1.5 us a call). A CompositeImplicitAutograd operator, which
+// reaches the key only below its autograd (inference mode, torch.func's transforms, another
+// operator's redispatch), passes on to its composite with the key on (pass_on), so its parts run
+// on canna, instead of running in the fallback with the key off. Operators
 // registered later keep the fallback. The number of operators, or -1 with a Python exception
 // set. GIL held.
 int canna_aten_pass_views(void)
@@ -1257,10 +1264,14 @@ int canna_aten_pass_views(void)
                 view = view && r.alias_info() && !r.alias_info()->isWrite();
             for (const auto &a : schema.arguments())
                 view = view && !(a.alias_info() && a.alias_info()->isWrite());
-            if (!(view || h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) ||
-                name.name.find("::") == std::string::npos)
+            bool composite = h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+            if (!(view || composite) || name.name.find("::") == std::string::npos)
                 continue;
-            impl_for_key(name.name, name.overload_name, torch::CppFunction::makeFallthrough());
+            // (a composite gets a kernel, not a fallthrough: PyTorch redispatches some of them with
+            // another operator's keys -- ZeroTensor's add to aten::to --, which runs a per-operator
+            // fallthrough kernel instead of skipping it: an internal assert)
+            impl_for_key(name.name, name.overload_name, composite ? torch::CppFunction::makeFromBoxedFunction<&pass_on>()
+                                                                  : torch::CppFunction::makeFallthrough());
             n++;
         }
     } catch (const std::exception &e) {
