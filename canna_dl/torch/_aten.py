@@ -483,7 +483,7 @@ def _route_functions(dll, op):
     and for a call canna refuses, the operator redispatches below autograd to PyTorch's own
     composite kernel, exactly as without canna."""
     from ._generated import _offload_entry, _resolve, function
-    from ._offload import _CAUGHT, _Fallback, refusal_reason
+    from ._offload import _CAUGHT, _Fallback, count_backward_in, refusal_reason
     refusals = (_Fallback,) + _CAUGHT
     for spec in op.torch:
         if not spec.at_aten:
@@ -518,7 +518,9 @@ def _route_functions(dll, op):
                 except refusals as exc:
                     _refuse(blk, _row, _name, refusal_reason(exc))
                 else:
-                    blk.report._stat(_row).canna += 1
+                    st = blk.report._stat(_row)
+                    st.canna += 1
+                    count_backward_in(r, st)   # (canna's backward node: the row's backward column)
                     return r
                 finally:
                     dll.canna_aten_set_key(prev)

@@ -707,6 +707,16 @@ def _saved_tensors(ctx):
     return _SAVED_TENSORS.__get__(ctx) if s is None else s
 
 
+def count_backward_in(r, st):
+    """Count the backward of a routed call's result ``r`` (a tensor or a tuple, first its first
+    tensor) in the report row ``st``: its node, when it is one of canna's, counts there when it runs."""
+    t = r if type(r) is Tensor else (r[0] if type(r) is tuple else None)
+    if t is not None:
+        gf = t.grad_fn
+        if gf is not None and type(gf) in _NODES:
+            gf._canna_stat = st
+
+
 def _count_backward(cls):
     """Wrap the backward of canna's autograd Function ``cls``: count the call in the report of
     the ``offload()`` block that made the node, and unpack the saved tensors before the backward
@@ -872,11 +882,7 @@ class Offload(TorchFunctionMode):
             st.canna += 1
             if okey is not None:
                 _fast_register(okey)
-            t = r if type(r) is Tensor else (r[0] if type(r) is tuple else None)
-            if t is not None:
-                gf = t.grad_fn
-                if gf is not None and type(gf) in _NODES:
-                    gf._canna_stat = st
+            count_backward_in(r, st)
             return r
         st.refused(reason)
         if self.strict:
