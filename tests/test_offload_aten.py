@@ -1024,3 +1024,8 @@ def test_inference_mode_runs_composites_parts_on_canna():
         y = m(x)
     torch.testing.assert_close(y, want)
     assert rep.ops["addmm"].canna == 2 and rep.coverage()["share"] == 1.0, rep
+
+
+def test_aten_ops_lists_the_rows_before_any_block():
+    r = run_python("from canna_dl.torch import _aten\nprint('add' in _aten.ATEN_OPS, 'lstm' in _aten.ATEN_OPS)")
+    assert r.stdout.split() == ["True", "True"], r.stdout

@@ -365,14 +365,16 @@ def _has_tensor(v):
     return isinstance(v, torch.Tensor) or isinstance(v, tuple) and any(map(_has_tensor, v))
 
 
-#: report rows of the aten level (registry op names, ``<name>_`` for in-place overloads)
-ATEN_OPS: tuple = ()
+#: report rows of the aten level's items (registry op names, ``<name>_`` for in-place overloads);
+#: ``ATEN_OPS`` (module attribute) is :func:`_aten_rows`: these and the user ops' rows, the library
+#: loaded on first access
+_ITEM_ROWS: tuple = ()
 
 
 def _register(dll, op):
     """Route the entry's aten items to canna (at load, and for an op registered later)."""
-    global ATEN_OPS
-    rows = set(ATEN_OPS)
+    global _ITEM_ROWS
+    rows = set(_ITEM_ROWS)
     for spec in op.aten:
         ov, schema_names = _schema(spec.fn)
         names = spec.bind(op)[0]
@@ -397,7 +399,7 @@ def _register(dll, op):
         if d is not None and dll.canna_aten_direct(eid, *d, hits.encode()) != 0:
             raise R.RegistrationError(f"{op.qualname}: cannot set the direct call of {spec.fn}")
         rows.add(row)
-    ATEN_OPS = tuple(sorted(rows))
+    _ITEM_ROWS = tuple(sorted(rows))
 
 
 def _takes_out(fn):
@@ -459,14 +461,14 @@ def _direct(op, spec):
 
 def _route(dll, name, row, run):
     """Route one aten overload to a hand-written ``run(arguments)`` (the optimizers' fused steps)."""
-    global ATEN_OPS
+    global _ITEM_ROWS
     qual, _, overload = name.partition(".")
     eid = dll.canna_aten_register(qual.encode(), overload.encode(), _counted(row, name, run), _checker(_schema(name)[0]),
                                   _refuser(row, name))
     if eid < 0:
         raise R.RegistrationError(f"cannot route {name}")
     _set_row(eid, row)
-    ATEN_OPS = tuple(sorted(set(ATEN_OPS) | {row}))
+    _ITEM_ROWS = tuple(sorted(set(_ITEM_ROWS) | {row}))
 
 
 #: the torch.library registrations of the torch functions routed as functions (kept alive)
@@ -529,14 +531,20 @@ def _route_functions(dll, op):
         lib = torch.library.Library(spec.at_aten.partition("::")[0], "IMPL")
         lib.impl(qual, kernel, "AutogradCPU", with_keyset=True)
         _LIBS.append(lib)
-        global ATEN_OPS
-        ATEN_OPS = tuple(sorted(set(ATEN_OPS) | {row}))
+        global _ITEM_ROWS
+        _ITEM_ROWS = tuple(sorted(set(_ITEM_ROWS) | {row}))
+
+
+def __getattr__(name):   # (ATEN_OPS: the rows as they are now, the library loaded on first use)
+    if name == "ATEN_OPS":
+        return _aten_rows()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _aten_rows():
     """The aten level's report rows: its items', its ``at_aten`` functions' and the user ops'."""
     _dll()
-    return tuple(sorted(set(ATEN_OPS) | _user_rows()))
+    return tuple(sorted(set(_ITEM_ROWS) | _user_rows()))
 
 
 # ---------------------------------------------------------------------------------------------
