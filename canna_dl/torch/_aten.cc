@@ -75,17 +75,18 @@ void count_other(const c10::OperatorHandle &op)
     t_other[&op.schema()]++;
 }
 
-void to_pytorch(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *stack)
-{
-    KeyOff off;
-    op.redispatchBoxed(ks.remove(kKey), stack);
-}
-
-// a CompositeImplicitAutograd operator below its autograd: PyTorch's composite, with the key on (its
-// parts are the operators canna may take)
+// PyTorch's kernel below the key, the key left on (a CompositeImplicitAutograd operator below its
+// autograd: its parts are operators canna may take)
 void pass_on(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *stack)
 {
     op.redispatchBoxed(ks.remove(kKey), stack);
+}
+
+// PyTorch's kernel, with the key off (its internal calls are not routed)
+void to_pytorch(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *stack)
+{
+    KeyOff off;
+    pass_on(op, ks, stack);
 }
 
 void fallback(const c10::OperatorHandle &op, c10::DispatchKeySet ks, torch::jit::Stack *stack)

@@ -115,12 +115,6 @@ def _load():
     for name, row, run in _offload_optim.aten_entries():
         _route(dll, name, row, run)
     try:
-        for op in R.registered_ops():
-            _route_functions(dll, op)
-    except Exception as e:
-        return None, f"{type(e).__name__}: {e}"
-
-    try:
         dll.canna_aten_pass_views()   # (after the routes: a routed operator keeps canna's kernel)
     except Exception as e:
         return None, f"{type(e).__name__}: {e}"
@@ -372,7 +366,7 @@ _ITEM_ROWS: tuple = ()
 
 
 def _register(dll, op):
-    """Route the entry's aten items to canna (at load, and for an op registered later)."""
+    """Route the entry's aten items (and its ``at_aten`` torch functions) to canna, at load."""
     global _ITEM_ROWS
     rows = set(_ITEM_ROWS)
     for spec in op.aten:
@@ -400,6 +394,7 @@ def _register(dll, op):
             raise R.RegistrationError(f"{op.qualname}: cannot set the direct call of {spec.fn}")
         rows.add(row)
     _ITEM_ROWS = tuple(sorted(rows))
+    _route_functions(dll, op)
 
 
 def _takes_out(fn):

@@ -141,13 +141,18 @@ def _nll_aten(input, target, weight, *a):   # aten/src/ATen/native/LossNLL.cpp's
         return Rejected(f"a {weight.dtype} weight for {input.dtype} input (aten::nll_loss_forward rejects it)")
 
 
+def _one_dtype(x, *named):
+    """The first of ``(name, tensor or None)`` whose dtype is not ``x``'s, as a reason (canna's backward
+    kernels take one dtype for the gradient, the input and the statistics), or None."""
+    for name, t in named:
+        if t is not None and t.dtype != x.dtype:
+            return f"a {t.dtype} {name} for {x.dtype} input (canna's kernel takes one dtype)"
+    return None
+
+
 def _nll_bw_aten(grad_out, input, target, weight, total_weight, *a):   # (LossNLL.cpp's checks, and canna's one dtype)
-    why = _nll_aten(input, target, weight)
-    if why is None:
-        for name, t in (("grad_output", grad_out), ("total_weight", total_weight)):
-            if t is not None and t.dtype != input.dtype:
-                return f"a {t.dtype} {name} for {input.dtype} input (canna's kernel takes one dtype)"
-    return why
+    return _nll_aten(input, target, weight) or _one_dtype(input, ("grad_output", grad_out),
+                                                           ("total_weight", total_weight))
 
 
 def _ln_aten(x, weight, bias, *a):
@@ -158,9 +163,9 @@ def _ln_bw_aten(g, x, mean, rstd, weight, bias, *a):
     """aten::native_layer_norm_backward's operands: canna's kernel takes one dtype for the gradient, the
     input and the statistics (PyTorch's ``layer_norm_backward_cpu``, ``aten/src/ATen/native/layer_norm.cpp``,
     takes float32 statistics of a reduced-precision input too); the parameters by aten's rule."""
-    for name, t in (("grad_out", g), ("mean", mean), ("rstd", rstd)):
-        if t.dtype != x.dtype:
-            return f"a {t.dtype} {name} for {x.dtype} input (canna's kernel takes one dtype)"
+    why = _one_dtype(x, ("grad_out", g), ("mean", mean), ("rstd", rstd))
+    if why:
+        return why
     if x.numel() == 0:
         return "an empty input (PyTorch zero-fills grad_weight / grad_bias)"
     return mixed_param_dtypes("aten::native_layer_norm_backward", x, weight, bias)
