@@ -1009,10 +1009,27 @@ def memoizable(op: OpDef) -> bool:
     """Whether calls of ``op`` on torch tensors may take the memo fast path (kernels/_native/fast.c
     ``memo``): its forward is an aclnn call or one of canna's own kernel functions (nothing but plan
     launches, on shapes and attributes alone: checked per signature when it is first recorded, see
-    kernels._core._memo_entry), without a random seed drawn per call or list inputs."""
+    kernels._core._memo_entry), without a random seed drawn per call; an aclnn op's list input
+    (required, read only) is keyed as its length and then its tensors (:data:`MEMO_LIST`)."""
     f = op.forward
-    return ((isinstance(f, Aclnn) or (isinstance(f, Impl) and op.namespace == "canna")) and op.seed is None
-            and not op.lists)
+    if op.seed is not None:
+        return False
+    if isinstance(f, Aclnn):
+        return not any(t.list and (t.optional or t.mutated) for t in op.inputs)
+    return isinstance(f, Impl) and op.namespace == "canna" and not op.lists
+
+
+#: the mark of a list input among a memo call's argument names (op.memo's; the call passes the
+#: list's length, then each of its tensors: ``len(x), *x``)
+MEMO_LIST = "*"
+
+
+def _memo_arg(name):
+    """The source of one memo argument (a list input: its length, then its items)."""
+    if name.startswith(MEMO_LIST):
+        n = name[len(MEMO_LIST):]
+        return f"len({n}), *{n}"
+    return name
 
 
 def has_fast_path(op: OpDef) -> bool:
@@ -1031,12 +1048,16 @@ def _memo_source(op, vals, call, guard, defaults=None):
     own = {t.name for t in op.inputs} | {a.name for a in op.attrs}
     # (what offload(level="aten") calls the memo with directly)
     op.memo = (_memo_ids[0], tuple(vals), {n: d for n, d in (defaults or {}).items() if n in vals and n not in own})
+    lists = [v[len(MEMO_LIST):] for v in vals if v.startswith(MEMO_LIST)]
+    if lists:   # (a list input of another type is the Python path's: its error)
+        guard += "".join(f" and (type({n}) is list or type({n}) is tuple)" for n in lists)
+    args = ", ".join(_memo_arg(v) for v in vals)
     return (f"    if {guard} and (_FS['on'] or _memo_setup()) and _CAP.memo is None and _CAP.rec is None and _L.gen == _S.generation:\n"
-            f"        k = _memo({_memo_ids[0]}, _OP.api, {', '.join(vals)})\n"
+            f"        k = _memo({_memo_ids[0]}, _OP.api, {args})\n"
             f"        if k is not None:\n"
             f"            if type(k) is not bytes:\n"
             f"                return None if k is ... else k\n"
-            f"            return _memo_call(k, {call[0]}, ({', '.join(vals)},), {call[1]}, {call[2]})\n")
+            f"            return _memo_call(k, {call[0]}, ({args},), {call[1]}, {call[2]})\n")
 
 
 def _scalar_key(v):
@@ -1087,7 +1108,7 @@ def _make_kernel(op: OpDef):
     else:
         tail = "None"
         if memoizable(op):
-            names = [t.name for t in op.inputs] + [a.name for a in op.attrs]
+            names = [MEMO_LIST + t.name if t.list else t.name for t in op.inputs] + [a.name for a in op.attrs]
             fast = _memo_source(op, names, ("_call", f"(_OP, ({ins}{',' if len(op.inputs) == 1 else ''}), {{{attrs}}}, "
                                                      "None, None)", "{}"), "out is None and stream is None")
     src = (f"def {op.name}({', '.join(params + ['*', 'out=None', 'stream=None'])}):\n"

@@ -113,6 +113,7 @@ CASES = {
     "where": lambda g: ((f32(g, 4, 5) > 0, f32(g, 4, 5), f32(g, 5)), {}),
     "cumsum": lambda g: ((f32(g, 4, 5),), dict(dim=1)),
     "cumsum_v2": lambda g: ((f32(g, 4, 5),), dict(dim=0, exclusive=True, reverse=True)),
+    "cat": lambda g: (([f32(g, 2, 3, 4), f32(g, 2, 1, 4), f32(g, 2, 5, 4)],), dict(dim=1)),
 }
 
 
@@ -135,6 +136,8 @@ def test_every_memoizable_op_has_a_case():
 def _np(v):
     if type(v) is torch.Tensor:
         return v.numpy().copy()
+    if type(v) is list:   # a list input: NumPy arrays too
+        return [_np(x) for x in v]
     return v
 
 
@@ -360,4 +363,30 @@ def test_cleared_cache_and_new_plans(gen):
     assert not _memo_entries(kernels.linear)
     for _ in range(3):
         torch.testing.assert_close(kernels.linear(x, w), x @ w.T, rtol=1e-5, atol=1e-5)
+    assert_usable()
+
+
+def test_a_list_input_is_keyed_by_its_length_and_tensors(gen):
+    """``kernels.cat`` (a list input): the memo keys the list's length and each tensor, so other
+    lengths, shapes or dtypes are other signatures; a list holding an alias, a NumPy array or a
+    non-array, or a generator, is still served right (the Python path: its result or its error)."""
+    a, b, c = f32(gen, 2, 3), f32(gen, 4, 3), f32(gen, 1, 3)
+    for _ in range(3):
+        kernels.cat([a, b, c], 0)
+    h = _python_path()
+    for xs in ([a, b, c], (a, b, c), [f32(gen, 2, 3), f32(gen, 4, 3), f32(gen, 1, 3)]):
+        torch.testing.assert_close(kernels.cat(xs, 0), torch.cat(xs, 0), rtol=0, atol=0)
+    assert _python_path() == h                                 # replayed: a tuple keys as a list
+    for xs in ([a, b], [a, b, c, a], [a, a, a], [a, b.double(), c], [a.t(), a.t()]):
+        torch.testing.assert_close(kernels.cat(xs, 0), torch.cat(xs, 0), rtol=0, atol=0)
+        torch.testing.assert_close(kernels.cat(xs, 0), torch.cat(xs, 0), rtol=0, atol=0)   # (replayed or not: right)
+    got = kernels.cat([a, b.numpy(), c], 0)
+    np.testing.assert_array_equal(np.asarray(got), torch.cat([a, b, c], 0).numpy())
+    with pytest.raises(TypeError):
+        kernels.cat([a, "b", c], 0)
+    with pytest.raises(TypeError):
+        kernels.cat(x for x in (a, b))
+    with pytest.raises(ValueError):
+        kernels.cat([a, f32(gen, 2, 4)], 0)                    # sizes differ off dim
+    torch.testing.assert_close(kernels.cat([a, b, c], 0), torch.cat([a, b, c], 0), rtol=0, atol=0)
     assert_usable()

@@ -264,14 +264,27 @@ PyObject *direct_call(const Direct &d, PyObject *tup, bool *ran)
         if (PyTuple_GET_ITEM(tup, i) == Py_None)
             return nullptr;
     constexpr size_t kMax = 40;
-    size_t na = 2 + d.src.size();
-    if (na > kMax)
-        return nullptr;
     PyObject *argv[kMax];
     Refs<kMax + 1> refs;
-    for (size_t j = 0; j < d.src.size(); j++)
-        if (!(argv[2 + j] = convert_arg(d, j, d.src[j] >= 0 ? PyTuple_GET_ITEM(tup, d.src[j]) : d.dflt[j], refs)))
+    size_t na = 2;
+    for (size_t j = 0; j < d.src.size(); j++) {
+        if (d.src[j] <= -2) {   // a list argument: its length, then its items
+            PyObject *l = PyTuple_GET_ITEM(tup, -2 - d.src[j]);
+            if (!PyList_Check(l) && !PyTuple_Check(l))
+                return nullptr;
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(l);
+            if (na + 1 + (size_t)n > kMax || !(argv[na] = refs.keep(PyLong_FromSsize_t(n))))
+                return nullptr;
+            na++;
+            for (Py_ssize_t q = 0; q < n; q++)
+                argv[na++] = PySequence_Fast_GET_ITEM(l, q);
+            continue;
+        }
+        if (na + 1 > kMax)
             return nullptr;
+        if (!(argv[na++] = convert_arg(d, j, d.src[j] >= 0 ? PyTuple_GET_ITEM(tup, d.src[j]) : d.dflt[j], refs)))
+            return nullptr;
+    }
     if (d.codes && !(argv[na - 1] = refs.keep(attr_code(d, argv[na - 1]))))
         return nullptr;
     argv[0] = d.id;
@@ -791,8 +804,7 @@ int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch
                   size_t nrets, std::vector<c10::IValue> *results)
 {
     constexpr size_t kMax = 24;
-    size_t na = d.src.size();
-    if (!g_fast_api || d.kind != 1 || d.result || d.codes || na > kMax || nrets > CANNA_MEMO_MAXRESULTS)
+    if (!g_fast_api || d.kind != 1 || d.result || d.codes || d.src.size() > kMax || nrets > CANNA_MEMO_MAXRESULTS)
         return 0;
     for (int i : d.nonone)
         if (stack[base + i].isNone())
@@ -800,22 +812,47 @@ int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch
     DLTensor t[kMax];
     int is_t[kMax];
     PyObject *a[kMax];
+    int back[kMax];   // per memo argument: the schema index of a tensor argument, else -1
     Refs<2 * kMax> refs;
-    for (size_t j = 0; j < na; j++) {
-        is_t[j] = 0;
+    size_t na = 0;
+    for (size_t j = 0; j < d.src.size(); j++) {
         int src = d.src[j];
+        if (src <= -2) {   // a list argument: its length, then its tensors
+            const c10::IValue &lv = stack[base + (-2 - src)];
+            if (!lv.isTensorList())
+                return 0;
+            auto l = lv.toTensorList();
+            if (na + 1 + l.size() > kMax || !(a[na] = refs.keep(PyLong_FromSize_t(l.size()))))
+                return PyErr_Occurred() ? -1 : 0;
+            is_t[na] = 0;
+            back[na++] = -1;
+            for (size_t q = 0; q < l.size(); q++) {
+                at::Tensor e = l.get(q);
+                if (!e.defined() || e.unsafeGetTensorImpl()->is_wrapped_number() || !to_dl(e, &t[na]))
+                    return 0;
+                is_t[na] = 1;
+                back[na++] = -1;
+            }
+            continue;
+        }
+        if (na + 1 > kMax)
+            return 0;
+        is_t[na] = 0;
+        back[na] = -1;
         const c10::IValue *v = src >= 0 ? &stack[base + src] : nullptr;
         if (v && v->isTensor() && v->toTensor().defined() && !v->toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
-            if (d.conv[j] || !to_dl(v->toTensor(), &t[j]))
+            if (d.conv[j] || !to_dl(v->toTensor(), &t[na]))
                 return 0;   // (a tensor converted, or one the C route does not take: the Python route)
-            is_t[j] = 1;
+            is_t[na] = 1;
+            back[na++] = src;
             continue;
         }
         if (v && (v->isTensorList() || v->isOptionalTensorList()))
-            return 0;   // (the memo takes no tensor list)
+            return 0;   // (a list the memo is not told of)
         PyObject *o = v ? refs.keep(to_py(*v, kinds[src])) : d.dflt[j];
-        if (!o || !(a[j] = convert_arg(d, j, o, refs)))
+        if (!o || !(a[na] = convert_arg(d, j, o, refs)))
             return PyErr_Occurred() ? -1 : 0;
+        na++;
     }
     if (!fixed_ok(d, kinds, stack, base))
         return 0;
@@ -836,8 +873,8 @@ int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch
             continue;
         if (r < 128) {
             (*results)[k] = c10::IValue(mo.t[r]);
-        } else if (r - 128 < (int)na && d.src[r - 128] >= 0) {
-            (*results)[k] = stack[base + d.src[r - 128]];
+        } else if (r - 128 < (int)na && back[r - 128] >= 0) {
+            (*results)[k] = stack[base + back[r - 128]];
         } else {
             PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a memo result names no argument");
             return -1;

@@ -417,7 +417,8 @@ def _set_row(eid, row):
 
 def _direct(op, spec):
     """The C++ direct call of an aten item: ``(kind, op id, API name, src, dflt, fixed, nonone,
-    codes, result, convert)`` — the C function the op's kernel-level function tries first (kind 1:
+    codes, result, convert)`` (src -2 - i: the schema's list argument i, passed as its length and
+    then its tensors) — the C function the op's kernel-level function tries first (kind 1:
     the memo path ``memo(id, stream, *args)``, 2: the elementwise fast path ``fast(id, stream, x,
     y, p)``) with each of its arguments' schema index (or -1 and a constant), the item's fixed
     values and not-None attributes, its result adapter (applied to a hit's result, as the handler
@@ -447,6 +448,13 @@ def _direct(op, spec):
         return None   # (the elementwise fast paths' items convert nothing)
     srcs, dflts = [], []
     for nm in order:   # (a parameter of the function no op argument names: its default, as the kernel passes it)
+        if nm is not None and nm.startswith(R.MEMO_LIST):   # a list input: -2 - its schema index
+            i = slot.get(nm[len(R.MEMO_LIST):], (None, None))[0]
+            if i is None or conv.get(nm[len(R.MEMO_LIST):]) is not None:
+                return None
+            srcs.append(-2 - i)
+            dflts.append(None)
+            continue
         i, d = slot.get(nm, (None, hidden.get(nm))) if nm is not None else (None, None)
         srcs.append(-1 if i is None else i)
         dflts.append(d)

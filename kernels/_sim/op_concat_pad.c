@@ -85,7 +85,7 @@ static aclError cat_block(uint32_t bi, uint32_t nb, void *arg)
         const nn_view_t *v = &p->in[i];
         int64_t r = g - pre[i];
         int64_t len = v->shape[last];
-        nn_load(ct, buf, cp_ptr(v, cp_row_off(v, r, -1, 0)), v->stride[last], v->dtype, len);
+        const char *src = cp_ptr(v, cp_row_off(v, r, -1, 0));
         /* the row's coordinates in v, with start added along dim, at out's strides */
         int64_t ooff = p->dim == last ? start * o->stride[last] : 0;
         for (int32_t d = last - 1; d >= 0; d--) {
@@ -93,6 +93,11 @@ static aclError cat_block(uint32_t bi, uint32_t nb, void *arg)
             r /= v->shape[d];
             ooff += (c + (d == p->dim ? start : 0)) * o->stride[d];
         }
+        if (v->dtype == o->dtype && (len == 1 || (v->stride[last] == 1 && o->stride[last] == 1))) {
+            memcpy(cp_ptr(o, ooff), src, (size_t)len * nn_dtype_size(o->dtype));   /* same dtype, dense rows */
+            continue;
+        }
+        nn_load(ct, buf, src, v->stride[last], v->dtype, len);
         nn_store(ct, cp_ptr(o, ooff), o->stride[last], o->dtype, buf, len);
     }
     free(buf);

@@ -1994,6 +1994,11 @@ static aclError loss_run(nn_exec_t *ex)
     /* cross entropy's gradient from float32 log_prob rows [N, C] into float32 rows, classes contiguous */
     bool bfast = p->kind == 3 && p->vw < 0 && p->smoothing == 0 && p->S == 1 && x->dtype == ACL_FLOAT &&
                  o->dtype == ACL_FLOAT && p->xs[1] == 1 && p->oxs[1] == 1;
+    /* NLL's gradient is zero but at each row's target: a contiguous out is zeroed at once (all-zero
+     * bytes are 0.0 in every float dtype) and only the target entries are written */
+    bool nfast = p->kind == 1 && nn_view_contiguous(o);
+    if (nfast)
+        memset(o->data, 0, (size_t)o->numel * osz);
     for (int64_t r = 0; r < rows; r++) {
         int64_t n = r / p->S, s = r % p->S;
         int64_t tg = nn_get_i64(t->data + (n * p->ts[0] + s * p->ts[1]) * (int64_t)tsz, t->dtype);
@@ -2009,6 +2014,14 @@ static aclError loss_run(nn_exec_t *ex)
                 memset(orow, 0, (size_t)p->C * sizeof(float));
             else
                 ce_row_grad(orow, lr, p->C, tg, gr);
+            continue;
+        }
+        if (nfast) {
+            if (tg != p->ignore) {
+                double v = -tw_at(ex, p, tg) * gr;
+                nn_store(CT_F64, o->data + (n * p->oxs[0] + tg * p->oxs[1] + s * p->oxs[2]) * (int64_t)osz, 1,
+                         o->dtype, &v, 1);
+            }
             continue;
         }
         for (int64_t c = 0; c < p->C; c++)
