@@ -439,6 +439,62 @@ NN_CLONES static void sub_f32(float *restrict o, const float *restrict x, int64_
         o[k] = x[k] - v;
 }
 
+/* one line of the layer / rms norm backward in float32 (x, g and w contiguous; w may be NULL; mean
+ * 0 for rms norm): the line's sums of g' = g w and g' xhat in float lanes per chunk of 256
+ * elements, the chunks summed on in double (as pow_sum_f32); the weight / bias gradient partials
+ * gw, gb (NULL: not asked for) accumulate g xhat and g in double; then, where o is not NULL,
+ * o = rstd (g' - mean(g') - xhat mean(g' xhat)) (rms norm: without mean(g')) */
+NN_CLONES static void ln_bw_row_f32(const float *restrict x, const float *restrict g, const float *restrict w,
+                                    float *restrict o, int64_t D, float mean, float rstd, bool rms,
+                                    double *restrict gw, double *restrict gb)
+{
+    vd8 tsg = {0}, tsgx = {0};
+    double sg = 0, sgx = 0;
+    for (int64_t c = 0; c < D; c += 256) {
+        int64_t len = D - c < 256 ? D - c : 256;
+        vf asg = {0}, asgx = {0};
+        int64_t k = 0;
+        for (; k + VW <= len; k += VW) {
+            vf xv, gv, gg;
+            memcpy(&xv, x + c + k, sizeof xv);
+            memcpy(&gv, g + c + k, sizeof gv);
+            vf xh = (xv - mean) * rstd;
+            gg = gv;
+            if (w) {
+                vf wv;
+                memcpy(&wv, w + c + k, sizeof wv);
+                gg = gv * wv;
+            }
+            asg += gg;
+            asgx += gg * xh;
+        }
+        tsg += __builtin_convertvector(asg, vd8);
+        tsgx += __builtin_convertvector(asgx, vd8);
+        for (; k < len; k++) {
+            float xh = (x[c + k] - mean) * rstd, gg = w ? g[c + k] * w[c + k] : g[c + k];
+            sg += (double)gg;
+            sgx += (double)(gg * xh);
+        }
+    }
+    if (gw)   /* (elementwise: the loops vectorize as they are) */
+        for (int64_t k = 0; k < D; k++)
+            gw[k] += (double)(g[k] * ((x[k] - mean) * rstd));
+    if (gb)
+        for (int64_t k = 0; k < D; k++)
+            gb[k] += (double)g[k];
+    sg += NN_HSUM(tsg, VW);
+    sgx += NN_HSUM(tsgx, VW);
+    if (!o)
+        return;
+    const float mg = rms || !D ? 0.0f : (float)(sg / (double)D), mgx = D ? (float)(sgx / (double)D) : 0.0f;
+    if (w)
+        for (int64_t k = 0; k < D; k++)
+            o[k] = rstd * (g[k] * w[k] - mg - (x[k] - mean) * rstd * mgx);
+    else
+        for (int64_t k = 0; k < D; k++)
+            o[k] = rstd * (g[k] - mg - (x[k] - mean) * rstd * mgx);
+}
+
 /* ------------------------------------------------------------------ generic line job */
 
 enum { LN_SOFTMAX, LN_LOGSOFTMAX, LN_SOFTMAX_BW, LN_LOGSOFTMAX_BW, LN_LAYERNORM, LN_LAYERNORM_BW, LN_RMSNORM,
@@ -654,6 +710,12 @@ static aclError ln_block(uint32_t bi, uint32_t nb, void *arg)
                 mean = nn_get_f64(elem_ptr(&ex->v[p->vmean], i), ex->v[p->vmean].dtype);
             rstd = nn_get_f64(elem_ptr(&ex->v[p->vrstd], i), ex->v[p->vrstd].dtype);
             void *op = p->mask[0] ? line_dst(&p->L[p->vout], &ex->v[p->vout], ct, b2, i) : NULL;
+            if (ct == CT_F32) {   /* the fast path: vectorized sums and row */
+                ln_bw_row_f32(xp, gp, j->w, op, D, (float)mean, (float)rstd, p->kind == LN_RMSNORM_BW, gw, gb);
+                if (op)
+                    line_put(&p->L[p->vout], &ex->v[p->vout], i, ct, b2, op);
+                break;
+            }
             CT_LOOP(ct, {
                 const T *x = xp, *g = gp;
                 const T *w = j->w;
