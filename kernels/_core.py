@@ -426,7 +426,9 @@ def clear_plan_cache() -> None:
 @contextlib.contextmanager
 def capture_plans():
     """Record the plans the calling thread launches in the block: a list of ``(plan, stream,
-    addresses)`` (the plan's operand addresses, inputs then outputs). Each plan is built afresh and
+    addresses, tasks)`` (the plan's operand addresses, inputs then outputs; the device tasks its
+    launch ran, on the simulator — an aclnn call may run several — else None: each captured launch
+    waits for its stream). Each plan is built afresh and
     left out of the cache, so it belongs to the caller alone: how a framework's native op gets the
     plans it launches without Python (canna_dl.jax's XLA FFI route, canna_dl.tf's ``CannaCall``).
     Other threads run as usual; captures do not nest."""
@@ -437,6 +439,18 @@ def capture_plans():
         yield rec
     finally:
         _capture.rec = None
+
+
+def device_tasks(device_id):
+    """The stream tasks the simulated device ``device_id`` has run so far
+    (``aclsimGetDeviceStats``' ``tasksExecuted``), or None off the simulator."""
+    b = backend()
+    if not getattr(b, "is_sim", False):
+        return None
+    st = ffi.new("aclsimDeviceStats *")
+    if b.lib.aclsimGetDeviceStats(device_id, st):
+        return None
+    return int(st.tasksExecuted)
 
 
 def get_plan(key):
@@ -835,8 +849,11 @@ def launch(plan, s, addrs, outs, keep):
             sync = True
             break
     h = s._handle(plan.name)   # validates the stream and makes its context current
-    if _capture.rec is not None:
-        _capture.rec.append((plan, s, list(addrs)))
+    tasks0 = None
+    if _capture.rec is not None:   # (the launch waited for, so the tasks it ran are counted)
+        s.synchronize()
+        tasks0 = device_tasks(s.device.device_id)
+        sync = True
     sh = s._id
     if _capture.memo is not None:   # (with the memory the call writes: its outputs, the inputs updated in place)
         _capture.memo.append((plan, sh, tuple(addrs), tuple(o.arr.ptr for o in outs)))
@@ -853,6 +870,9 @@ def launch(plan, s, addrs, outs, keep):
     finally:
         if wbuf is not None:
             wbuf.close()   # stream-ordered: reused only after the op
+    if _capture.rec is not None:
+        tasks1 = device_tasks(s.device.device_id) if tasks0 is not None else None
+        _capture.rec.append((plan, s, list(addrs), None if tasks1 is None else tasks1 - tasks0))
     if sync:
         for o in outs:
             finish_out(o, s)

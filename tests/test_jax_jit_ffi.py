@@ -222,3 +222,22 @@ def test_no_compiler_warns_and_falls_back(py, tmp_path):
         print(np.asarray(y), _ffi.stats()["available"], [str(x.message)[:80] for x in w if x.category is RuntimeWarning])
     """, env={"PATH": str(tmp_path), "CXX": None, "CANNA_KERNEL_CACHE": str(tmp_path / "cache")}).stdout
     assert "[0. 2.] False" in out and "use jax.pure_callback" in out, out
+
+
+def test_an_asynchronous_kernel_takes_the_route(no_callback):
+    """matmul's gradient launches its two aclnn calls without waiting (NumPy results of the
+    stream): the tasks that keep a launch's operands alive are not "other work" of the op (the
+    capture waits for each launch and counts its own tasks), so a dense layer's gradient under jit
+    is custom calls only, with jnp's values."""
+    x, w, b = R(256, 512, dtype=np.float32), R(512, 512, dtype=np.float32) * 0.05, R(512, dtype=np.float32)
+
+    def loss(ops):
+        return lambda x, w, b: jnp.sum(ops[2](ops[1](ops[0](x, w), b)) ** 2)
+    before = _ffi.stats()["launches"]
+    got = jax.block_until_ready(jax.jit(jax.grad(loss((cjax.matmul, cjax.add, cjax.relu)), (0, 1, 2)))(x, w, b))
+    assert _ffi.stats()["launches"] - before >= 5
+    ref = jax.grad(loss((jnp.matmul, jnp.add, jax.nn.relu)), (0, 1, 2))(x.astype(np.float64), w.astype(np.float64),
+                                                                        b.astype(np.float64))
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(r), rtol=2e-4,
+                                   atol=2e-4 * float(jnp.abs(r).max()))

@@ -14,7 +14,7 @@ op's kernel runs on host arrays of ones of the traced shapes inside
 left out of the plan cache, so the entry owns its executors). The route is taken only when every
 address of every plan is one of the arrays given or one of the op's results (contiguous), every
 result is written by a plan or is None (zeroed by the handler), and (on the simulator) the
-device ran exactly one task per plan, so no other work (a copy, a fill) is part of the op.
+device ran only the tasks of the plans' own launches, so no other work (a copy, a fill) is part of the op.
 Anything else -- a temporary operand, a RawKernel, an op with a mutated input, a random op, the
 discrete memory model, a JAX backend other than CPU -- keeps the ``jax.pure_callback`` path.
 
@@ -159,16 +159,6 @@ def _fns():
     return f
 
 
-def _tasks(dev):
-    b = rt.backend()
-    if not getattr(b, "is_sim", False):
-        return None
-    st = rt.ffi.new("aclsimDeviceStats *")
-    if b.lib.aclsimGetDeviceStats(dev, st):
-        return None
-    return int(st.tasksExecuted)
-
-
 def _ones(shape, dtype):
     return np.ones(shape, dtype=np.dtype(dtype))
 
@@ -181,15 +171,15 @@ def _make_entry(op, attrs, full, avals, nres):
     s = jit_stream(dev)
     s.synchronize()
     dummies = [_ones(shape, dt) for shape, dt in avals]
-    t0 = _tasks(dev)
+    t0 = C.device_tasks(dev)
     with C.capture_plans() as rec:
         res = op.kernel(*full(dummies), **attrs, stream=s)
     s.synchronize()
-    t1 = _tasks(dev)
+    t1 = C.device_tasks(dev)
     res = res if isinstance(res, tuple) else (res,)
     if not rec or len(rec) > MAX_CHAIN or len(res) != nres:
         return None
-    if t0 is not None and t1 - t0 != len(rec):   # other work (a copy, a fill) belongs to the op
+    if t0 is not None and t1 - t0 != sum(r[3] or 0 for r in rec):   # other work (a copy, a fill) belongs to the op
         return None
     base = {}
     for k, a in enumerate(dummies):
@@ -215,7 +205,7 @@ def _make_entry(op, attrs, full, avals, nres):
         base[v.ptr] = (1, j)
     written = set()
     specs = []
-    for plan, _s, addrs in rec:
+    for plan, _s, addrs, _t in rec:
         if not plan.repeatable or plan.closed:
             return None
         executor, run, nin, nout, tensors = plan.raw()

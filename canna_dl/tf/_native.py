@@ -155,7 +155,7 @@ def _plan(op, params, shapes, dtypes):
         raise NotImplementedError(f"{op.qualname}: two outputs share memory")
     steps, written = [], set()
     stream = None
-    for plan, s, addrs in rec:
+    for plan, s, addrs, _tasks in rec:
         if stream is not None and s is not stream:
             raise NotImplementedError(f"{op.qualname}: its calls run on two streams")
         stream = s
