@@ -83,7 +83,7 @@ def _settings(quick: bool) -> dict:
     return dict(add_budget=1.5, add_big_budget=4.0, add_batch=50, add_big_batch=2, op_budget=2.0,
                 one_budget=1.0, launch_inner=2000, launch_rounds=9, opsc_repeat=9, pool_budget=0.5,
                 dlpack_number=5000, dlpack_repeat=15, train_steps=40, train_warmup=5, train_block=5,
-                tf_budget=1.0, tf_rows=("dense eager", "dense keras"), conv_quick=False, models_quick=False,
+                tf_budget=1.0, tf_rows=("dense eager", "dense keras", "keras fit"), conv_quick=False, models_quick=False,
                 hccl_rounds=5, hccl_batch=3)
 
 
@@ -329,10 +329,12 @@ def section_train(run, st, tf):
         run.details["tf_train"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in t.items()}
         labels = {"dense eager": ("Dense 64-128-10 step, eager GradientTape", "canna_dl.tf ops", "tf ops"),
                   "dense keras": ("Dense 64-128-10 step, Keras train_on_batch", "canna_dl.tf.keras.Dense",
-                                  "keras.layers.Dense")}
+                                  "keras.layers.Dense"),
+                  "keras fit": (f"Dense 64-128-10, one Keras fit epoch ({bench_tf_train.FIT_BATCHES} batches)",
+                                "canna_dl.tf.keras.Dense", "keras.layers.Dense")}
         for k in st["tf_rows"]:
             name, cl, rl = labels[k]
-            run.row("train", name, cl, t[k][0], rl, t[k][1])
+            run.row("train", name, cl, t[k][0], rl, t[k][1], target=1.0 if k == "keras fit" else None)
 
 
 def section_jax(run, st):

@@ -1,11 +1,13 @@
 """Benchmark: one training step through canna's TensorFlow / JAX ops against the frameworks' own
 ops, measured side by side in one run (medians of repeated batches after a warm-up).
 
-Rows (float32, batch 64):
+Rows (float32, batch 64; "keras fit" is per epoch):
 
   dense keras    Keras model 64 -> Dense(128, relu) -> Dense(10), SparseCategoricalCrossentropy,
                  SGD: ``model.train_on_batch`` with canna_dl.tf.keras.Dense vs keras.layers.Dense
                  (tf.function; canna's ops are native CannaCall nodes; CANNA_TF_NATIVE=0: tf.py_function nodes)
+  keras fit      one ``model.fit`` epoch of that network over 16 batches of 64 (no shuffling, no output):
+                 Keras's own training loop, its train step a tf.function
   dense eager    the same network as a GradientTape step in eager mode: canna_dl.tf.dense / relu /
                  cross_entropy vs tf.matmul / tf.nn.relu / sparse_softmax_cross_entropy_with_logits
                  (canna's zero-copy eager path), SGD update by assign_sub
@@ -29,7 +31,9 @@ from _benchutil import bench_many  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-ROWS = ("dense keras", "dense eager", "dense tf.fn", "cnn keras", "jax mlp jit")
+#: the batches of one "keras fit" epoch
+FIT_BATCHES = 16
+ROWS = ("dense keras", "keras fit", "dense eager", "dense tf.fn", "cnn keras", "jax mlp jit")
 
 
 def _pair(canna, native, *, budget, batch):
@@ -60,11 +64,19 @@ def measure(*, budget: float = 2.0, rows=ROWS) -> dict:
     mc, mn = dense_model(ctf.keras), dense_model(keras.layers)
     mn.set_weights(mc.get_weights())
     init = [w.copy() for w in mc.get_weights()]
-    if "dense keras" in rows:
+    if "dense keras" in rows or "keras fit" in rows:
         for m in (mc, mn):
             m.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    if "dense keras" in rows:
         out["dense keras"] = _pair(lambda: mc.train_on_batch(x, y), lambda: mn.train_on_batch(x, y),
                                    budget=budget, batch=10)
+    if "keras fit" in rows:
+        xf = rng.standard_normal((64 * FIT_BATCHES, 64)).astype(np.float32)
+        yf = rng.integers(0, 10, 64 * FIT_BATCHES).astype(np.int32)
+
+        def fit(m):
+            return lambda: m.fit(xf, yf, batch_size=64, epochs=1, verbose=0, shuffle=False)
+        out["keras fit"] = _pair(fit(mc), fit(mn), budget=budget, batch=1)
 
     # -- the same network as an explicit GradientTape step ----------------------------------
     def params():
@@ -158,7 +170,7 @@ def main():
     eager_copies = res.pop("eager_copies")
     rows = [(name, tc, tn) for name, (tc, tn) in res.items()]
 
-    print(f"{'training step (batch 64)':26} {'canna':>12} {'native':>12} {'ratio':>7}")
+    print(f"{'training step (batch 64)':26} {'canna':>12} {'native':>12} {'ratio':>7}   (keras fit: per epoch)")
     for name, tc, tn in rows:
         print(f"{name:26} {fmt(tc)} {fmt(tn)} {tc / tn:6.2f}x")
     print(f"copies canna made in the eager steps: {eager_copies} (canna_dl.copy_stats)")
