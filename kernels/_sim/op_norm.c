@@ -193,7 +193,7 @@ MK_VEXP(vexp16, vf16, vi16, AVX512)
 #endif
 
 /* sum of exp(x[k] - m) into o (when o != NULL); lanes accumulate in float over chunks of 256
- * elements (256 / W terms per lane), the chunks' lanes in double (a vector of W doubles, summed
+ * elements (256 / W terms per lane, in two accumulators), the chunks' lanes in double (a vector of W doubles, summed
  * once at the end) */
 #define MK_EXP_SUM(NAME, VF, VD, W, EXP, ATTR)                                                     \
     ATTR static double NAME(const float *restrict x, float *restrict o, int64_t n, float m)        \
@@ -201,8 +201,22 @@ MK_VEXP(vexp16, vf16, vi16, AVX512)
         VD total = {0};                                                                            \
         for (int64_t c = 0; c < n; c += 256) {                                                     \
             int64_t len = n - c < 256 ? n - c : 256;                                               \
-            VF acc = {0};                                                                          \
+            VF acc = {0}, acc1 = {0};                                                              \
             int64_t k = 0;                                                                         \
+            for (; k + 2 * W <= len; k += 2 * W) { /* two vectors a step: independent chains */     \
+                VF v, v1;                                                                          \
+                memcpy(&v, x + c + k, sizeof v);                                                   \
+                memcpy(&v1, x + c + k + W, sizeof v1);                                             \
+                v = EXP(v - m);                                                                    \
+                v1 = EXP(v1 - m);                                                                  \
+                if (o) {                                                                           \
+                    memcpy(o + c + k, &v, sizeof v);                                               \
+                    memcpy(o + c + k + W, &v1, sizeof v1);                                         \
+                }                                                                                  \
+                acc += v;                                                                          \
+                acc1 += v1;                                                                        \
+            }                                                                                      \
+            acc += acc1;                                                                           \
             for (; k + W <= len; k += W) {                                                         \
                 VF v;                                                                              \
                 memcpy(&v, x + c + k, sizeof v);                                                   \
@@ -305,6 +319,17 @@ MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
         }                                                                                          \
         const float sf = (float)(total + NN_HSUM(totv, W));                                        \
         int64_t k = 0;                                                                             \
+        for (; k + 2 * W <= n; k += 2 * W) { /* two vectors a step: independent chains */           \
+            VF a0, b0, a1, b1;                                                                     \
+            memcpy(&a0, g + k, sizeof a0);                                                         \
+            memcpy(&b0, y + k, sizeof b0);                                                         \
+            memcpy(&a1, g + k + W, sizeof a1);                                                     \
+            memcpy(&b1, y + k + W, sizeof b1);                                                     \
+            VF r0 = log_form ? a0 - EXP(b0) * sf : b0 * (a0 - sf);                                 \
+            VF r1 = log_form ? a1 - EXP(b1) * sf : b1 * (a1 - sf);                                 \
+            memcpy(o + k, &r0, sizeof r0);                                                         \
+            memcpy(o + k + W, &r1, sizeof r1);                                                     \
+        }                                                                                          \
         for (; k < n; k += W) {                                                                    \
             VF a, b;                                                                               \
             int64_t m = n - k < W ? n - k : W;                                                     \
