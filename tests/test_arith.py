@@ -235,3 +235,29 @@ def test_user_op_with_a_number_input_and_a_scalar_attribute():
     torch.testing.assert_close(op.torch_fn(t, 2.0, 3), t * 6)
     assert torch.autograd.gradcheck(lambda u: op.torch_fn(u, 2.0, 3), (t,))
     assert "Scalar y" in G.schema(op, (1,)) and "Scalar scale=1" in G.schema(op)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_outputs_beyond_the_cache_are_streamed_exactly(dtype):
+    """Outputs larger than the last-level cache are written with non-temporal stores (the
+    simulator's elementwise engine): the same values as PyTorch, bit for bit, out of place, in
+    place (the output is an input) and into an output whose address is not 16-byte aligned."""
+    n = (48 << 20) // torch.empty((), dtype=dtype).element_size() + 3   # 48 MiB: past a 32 MiB L3
+    g = torch.Generator().manual_seed(5)
+    if dtype.is_floating_point:
+        a, b = torch.randn(n, generator=g, dtype=dtype), torch.randn(n, generator=g, dtype=dtype)
+        a[7], b[n - 2] = float("nan"), float("-inf")
+    else:
+        a, b = torch.randint(-1000, 1000, (n,), generator=g, dtype=dtype), torch.randint(-9, 9, (n,), generator=g,
+                                                                                        dtype=dtype)
+    def same(x, y):   # bit for bit, NaN where PyTorch has NaN
+        torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+    same(kernels.add(a, b), a + b)
+    same(kernels.mul(a, b), a * b)
+    buf = torch.empty(n + 1, dtype=dtype)
+    out = buf[1:]                                               # 4 or 8 bytes past an aligned block
+    kernels.sub(a, b, out=out)
+    same(out, a - b)
+    want = a + b
+    kernels.add(a, b, out=a)                                    # in place
+    same(a, want)

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
+#include <unistd.h>
 
 #pragma GCC optimize("O3")
 
@@ -433,9 +434,56 @@ typedef struct ew_job {
     char *base[3];
     ew_kern k;
     int64_t per;
+    bool stream;                /* the output bypasses the caches (ew_stream_out) */
 } ew_job_t;
 
-static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, int64_t lo, int64_t hi)
+/* ------------------------------------------------------------------ non-temporal output
+ * An output larger than the last-level cache is written with non-temporal (streaming) stores:
+ * the cache lines are not read before they are overwritten (no read-for-ownership) and the
+ * output does not evict the inputs, so a large binary op moves 3 arrays' bytes instead of 4 --
+ * the threshold glibc's memcpy uses too (the shared cache's size). Each chunk is computed into
+ * the block's buffer and streamed into the output; a block ends with a store fence. */
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <immintrin.h>
+#define EW_NT 1
+#else
+#define EW_NT 0
+#endif
+
+/* the output size (bytes) from which ew_run streams it: the last-level cache, at least 8 MiB */
+static int64_t ew_stream_min(void)
+{
+    static int64_t v = -1;
+    int64_t x = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (x < 0) {
+        long l3 = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+        l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+        x = l3 > (8L << 20) ? (int64_t)l3 : (int64_t)8 << 20;
+        __atomic_store_n(&v, x, __ATOMIC_RELAXED);
+    }
+    return x;
+}
+
+/* n bytes from src (the block's buffer) to dst with streaming stores where dst is 16-byte aligned */
+static void ew_stream_out(char *restrict dst, const char *restrict src, size_t n)
+{
+#if EW_NT
+    size_t head = (size_t)(-(uintptr_t)dst & 15);
+    if (head > n)
+        head = n;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    for (; n >= 16; n -= 16, dst += 16, src += 16)
+        _mm_stream_si128((__m128i *)(void *)dst, _mm_loadu_si128((const __m128i *)(const void *)src));
+#endif
+    memcpy(dst, src, n);
+}
+
+static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, int64_t lo, int64_t hi, bool stream)
 {
     const int32_t nd = p->ndim, in = nd - 1, nops = 1 + p->nin;
     const int ct = p->ct;
@@ -490,9 +538,11 @@ static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, in
             }
         }
         bool direct = p->dt[0] == cdt && p->st[0][in] == 1;
-        void *dst = direct ? (void *)ptr[0] : (void *)buf[2];
+        void *dst = direct && !stream ? (void *)ptr[0] : (void *)buf[2];
         kern(n, dst, src[0], src[1], p);
-        if (!direct)
+        if (direct && stream)
+            ew_stream_out(ptr[0], (const char *)buf[2], (size_t)n * csz);
+        else if (!direct)
             nn_store(ct, ptr[0], p->st[0][in], p->dt[0], buf[2], n);
         pos += n;
         idx[in] += n;
@@ -512,7 +562,11 @@ static aclError ew_block(uint32_t bi, uint32_t nb, void *arg)
     if (hi > j->p->numel)
         hi = j->p->numel;
     if (lo < hi)
-        ew_range(j->p, j->base, j->k, lo, hi);
+        ew_range(j->p, j->base, j->k, lo, hi, j->stream);
+#if EW_NT
+    if (j->stream)
+        _mm_sfence();   /* the streamed stores are visible before the block reports done */
+#endif
     return ACL_SUCCESS;
 }
 
@@ -530,6 +584,10 @@ static aclError ew_run(nn_exec_t *ex)
     int64_t per = (p->numel + nb - 1) / nb;
     per = (per + 63) & ~(int64_t)63;
     j.per = per;
+    /* a large contiguous output of the compute type: streamed (the inputs may be it: each chunk
+     * is computed before it is stored) */
+    j.stream = EW_NT && p->dt[0] == ct_dtype(p->ct) && p->ndim == 1 && p->st[0][0] == 1 &&
+               p->numel * (int64_t)nn_ct_size(p->ct) >= ew_stream_min();
     nb = (uint32_t)((p->numel + per - 1) / per);
     return nn_parallel(ex, nb, ew_block, &j);
 }
