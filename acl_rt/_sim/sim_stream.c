@@ -253,10 +253,13 @@ static inline void stream_run_locked(sim_stream_t *s, sim_task_t *t)
 {
     uint64_t seq = t->seq;
     s->running = true;
-    if (t->what)
-        snprintf(s->running_what, sizeof s->running_what, "%s", t->what);
-    else
+    if (t->what) {   /* (a bounded copy, not snprintf: every task passes here) */
+        size_t n = strnlen(t->what, sizeof s->running_what - 1);
+        memcpy(s->running_what, t->what, n);
+        s->running_what[n] = 0;
+    } else {
         s->running_what[0] = 0;
+    }
     pthread_mutex_unlock(&s->lock);
     stream_exec(s, t);
     pthread_mutex_lock(&s->lock);

@@ -883,6 +883,24 @@ int direct_memo_c(const Direct &d, const std::vector<int8_t> &kinds, const torch
     return 1;
 }
 
+// A call's signature key (sig_key) in a buffer this thread reuses: one per nesting depth (a
+// handler's own aten calls reach the kernel again), cleared, its capacity kept.
+thread_local std::vector<std::unique_ptr<std::string>> t_keybufs;
+thread_local size_t t_keydepth = 0;
+struct KeyBuf {
+    std::string *s;
+    KeyBuf()
+    {
+        if (t_keybufs.size() <= t_keydepth)
+            t_keybufs.emplace_back(new std::string());
+        s = t_keybufs[t_keydepth++].get();
+        s->clear();
+    }
+    ~KeyBuf() { t_keydepth--; }
+    KeyBuf(const KeyBuf &) = delete;
+    KeyBuf &operator=(const KeyBuf &) = delete;
+};
+
 struct CannaKernel final : public c10::OperatorKernel {
     int id;
     explicit CannaKernel(int i) : id(i) {}
@@ -909,7 +927,8 @@ struct CannaKernel final : public c10::OperatorKernel {
         }
         const std::vector<int8_t> &kinds = ent.kinds;
         PyObject *handler = ent.handler;
-        std::string key;
+        KeyBuf kb;   // (this thread's buffer for its nesting depth: no allocation once grown)
+        std::string &key = *kb.s;
         for (size_t i = 0; i < n; i++)
             sig_key((*stack)[base + i], &key);
         PyObject *r = nullptr;
