@@ -16,6 +16,7 @@ import atexit
 import math
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -323,6 +324,20 @@ def exit_timeout() -> float:
     return t
 
 
+def _ctrl_c_hint() -> str:
+    """What Ctrl-C does to the exit wait in this process: it stops it, unless SIGINT is ignored or
+    blocked here (inherited from the parent process: a child started with SIGINT ignored keeps it
+    ignored, POSIX ``execve``)."""
+    try:
+        handler = signal.getsignal(signal.SIGINT)
+        blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    except (ValueError, OSError, AttributeError):
+        return "Ctrl-C stops waiting"
+    if handler in (signal.SIG_IGN, None) or blocked:
+        return "SIGINT is ignored or blocked in this process, so Ctrl-C cannot stop the wait"
+    return "Ctrl-C stops waiting"
+
+
 def _drain_at_exit(timeout: float) -> str | None:
     """Wait at most ``timeout`` s for the queued work of every device (in short slices, so Ctrl-C
     is delivered). None when everything finished, else what is still running (the runtime's
@@ -354,7 +369,7 @@ def _drain_at_exit(timeout: float) -> str | None:
                 if not told and time.monotonic() - start >= 1.0:
                     told = True
                     print(f"acl_rt: at exit, waiting up to {timeout:g} s (CANNA_EXIT_TIMEOUT) for queued work "
-                          f"({what}); Ctrl-C stops waiting", file=sys.stderr, flush=True)
+                          f"({what}); {_ctrl_c_hint()}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         return f"{what}; Ctrl-C stopped the wait"
     return None

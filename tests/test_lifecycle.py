@@ -73,6 +73,12 @@ def test_exit_with_a_never_ending_kernel_waits_a_bounded_time_and_names_it():
     assert "kernel 'spin_forever' is running" in proc.stderr and "CANNA_EXIT_TIMEOUT" in proc.stderr
 
 
+#: the child takes Ctrl-C as a terminal's foreground process does, whatever this process's signal
+#: state it inherits (a process started with SIGINT ignored or blocked keeps it so)
+_SIGINT_AS_A_TERMINAL = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                         "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n")
+
+
 def test_ctrl_c_stops_the_exit_wait():
     import os
     import signal
@@ -81,7 +87,7 @@ def test_ctrl_c_stops_the_exit_wait():
     from conftest import ROOT
     env = dict(os.environ, CANNA_EXIT_TIMEOUT="600")
     env.pop("CANNA_SIM_KERNEL_TIMEOUT", None)
-    p = subprocess.Popen([sys.executable, "-c", SPIN_SCRIPT], cwd=ROOT, env=env, text=True,
+    p = subprocess.Popen([sys.executable, "-c", _SIGINT_AS_A_TERMINAL + SPIN_SCRIPT], cwd=ROOT, env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     import threading
     guard = threading.Timer(120, p.kill)       # the wait never announced: do not hang the suite
@@ -101,6 +107,13 @@ def test_ctrl_c_stops_the_exit_wait():
             p.kill()
             p.wait()
     assert "Ctrl-C stopped the wait" in err and "spin_forever" in err, err[-2000:]
+
+
+def test_the_exit_wait_says_when_ctrl_c_cannot_stop_it():
+    """A process whose SIGINT is ignored (inherited) is told so, not "Ctrl-C stops waiting"."""
+    proc = run_python("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" + SPIN_SCRIPT,
+                      env={"CANNA_EXIT_TIMEOUT": "1.5", "CANNA_SIM_KERNEL_TIMEOUT": None}, timeout=120)
+    assert "SIGINT is ignored or blocked" in proc.stderr and "Ctrl-C stops waiting" not in proc.stderr, proc.stderr
 
 
 def test_exit_timeout_setting_is_validated(py):
