@@ -1024,12 +1024,15 @@ def memoizable(op: OpDef) -> bool:
 MEMO_LIST = "*"
 
 
+def memo_list(name):
+    """The list input a memo argument name marks (:data:`MEMO_LIST`), or None for another argument."""
+    return name[len(MEMO_LIST):] if name.startswith(MEMO_LIST) else None
+
+
 def _memo_arg(name):
     """The source of one memo argument (a list input: its length, then its items)."""
-    if name.startswith(MEMO_LIST):
-        n = name[len(MEMO_LIST):]
-        return f"len({n}), *{n}"
-    return name
+    n = memo_list(name)
+    return name if n is None else f"len({n}), *{n}"
 
 
 def has_fast_path(op: OpDef) -> bool:
@@ -1048,7 +1051,7 @@ def _memo_source(op, vals, call, guard, defaults=None):
     own = {t.name for t in op.inputs} | {a.name for a in op.attrs}
     # (what offload(level="aten") calls the memo with directly)
     op.memo = (_memo_ids[0], tuple(vals), {n: d for n, d in (defaults or {}).items() if n in vals and n not in own})
-    lists = [v[len(MEMO_LIST):] for v in vals if v.startswith(MEMO_LIST)]
+    lists = [n for n in map(memo_list, vals) if n is not None]
     if lists:   # (a list input of another type is the Python path's: its error)
         guard += "".join(f" and (type({n}) is list or type({n}) is tuple)" for n in lists)
     args = ", ".join(_memo_arg(v) for v in vals)

@@ -448,9 +448,10 @@ def _direct(op, spec):
         return None   # (the elementwise fast paths' items convert nothing)
     srcs, dflts = [], []
     for nm in order:   # (a parameter of the function no op argument names: its default, as the kernel passes it)
-        if nm is not None and nm.startswith(R.MEMO_LIST):   # a list input: -2 - its schema index
-            i = slot.get(nm[len(R.MEMO_LIST):], (None, None))[0]
-            if i is None or conv.get(nm[len(R.MEMO_LIST):]) is not None:
+        lst = R.memo_list(nm) if nm is not None else None
+        if lst is not None:   # a list input: -2 - its schema index
+            i = slot.get(lst, (None, None))[0]
+            if i is None or conv.get(lst) is not None:
                 return None
             srcs.append(-2 - i)
             dflts.append(None)
