@@ -190,6 +190,11 @@ typedef double vd16 __attribute__((vector_size(128)));
 MK_VEXP(vexp, vf, vi, )
 #if WIDE16
 MK_VEXP(vexp16, vf16, vi16, AVX512)
+/* 8 floats with fused multiply-adds: NN_CLONES' AVX2 clone has no FMA (AVX2 does not imply it), so its
+ * polynomial is a chain of separate multiplies and adds, about twice as long; the entry points take
+ * these forms on a CPU with AVX2 and FMA but not AVX-512 (the AMD and Intel cores of the last decade) */
+#define FMA8 __attribute__((target("avx2,fma")))
+MK_VEXP(vexpf, vf, vi, FMA8)
 #endif
 
 /* sum of exp(x[k] - m) into o (when o != NULL); lanes accumulate in float over chunks of 256
@@ -287,7 +292,9 @@ MK_MAX(max_w8, vf, vi, 8, vexp_sel, NN_CLONES)
 #if WIDE16
 MK_EXP_SUM(exp_sum_w16, vf16, vd16, 16, vexp16, AVX512)
 MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
+MK_EXP_SUM(exp_sum_f8, vf, vd8, 8, vexpf, FMA8)
 #else
+#define exp_sum_f8 exp_sum_w8
 #define exp_sum_w16 exp_sum_w8
 #define max_w16 max_w8
 #endif
@@ -360,29 +367,43 @@ MK_MAX(max_w16, vf16, vi16, 16, vexp16_sel, AVX512)
 MK_SM_BW(sm_bw_w8, vf, vd8, 8, vexp, NN_CLONES)
 #if WIDE16
 MK_SM_BW(sm_bw_w16, vf16, vd16, 16, vexp16, AVX512)
+MK_SM_BW(sm_bw_f8, vf, vd8, 8, vexpf, FMA8)
 #else
 #define sm_bw_w16 sm_bw_w8
+#define sm_bw_f8 sm_bw_w8
 #endif
 
-/* whether the 16-float forms run here (the CPU has AVX-512) */
-static bool wide16(void)
+/* which forms run here: 2 the 16-float ones (the CPU has AVX-512), 1 the 8-float FMA ones (AVX2 and
+ * FMA), 0 NN_CLONES' 8-float ones */
+static int vlevel(void)
 {
     static int on = -1;
     int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
     if (v < 0) {
 #if WIDE16
-        v = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") ? 2
+            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
 #else
         v = 0;
 #endif
         __atomic_store_n(&on, v, __ATOMIC_RELAXED);
     }
-    return v != 0;
+    return v;
+}
+
+static bool wide16(void)
+{
+    return vlevel() == 2;
 }
 
 double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
 {
-    return wide16() ? exp_sum_w16(x, o, n, m) : exp_sum_w8(x, o, n, m);
+    switch (vlevel()) {
+    case 2: return exp_sum_w16(x, o, n, m);
+    case 1: return exp_sum_f8(x, o, n, m);
+    default: return exp_sum_w8(x, o, n, m);
+    }
 }
 
 static float max_f32(const float *restrict x, int64_t n, bool *nan)
@@ -392,10 +413,11 @@ static float max_f32(const float *restrict x, int64_t n, bool *nan)
 
 static void sm_bw_f32(const float *g, const float *y, float *o, int64_t n, int log_form)
 {
-    if (wide16())
-        sm_bw_w16(g, y, o, n, log_form);
-    else
-        sm_bw_w8(g, y, o, n, log_form);
+    switch (vlevel()) {
+    case 2: sm_bw_w16(g, y, o, n, log_form); break;
+    case 1: sm_bw_f8(g, y, o, n, log_form); break;
+    default: sm_bw_w8(g, y, o, n, log_form);
+    }
 }
 
 /* sum of (x[k] - c)^p for p = 1 or 2: four float accumulators of 8 lanes over chunks of 256
