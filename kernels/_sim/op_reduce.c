@@ -104,8 +104,16 @@ static int64_t kept_off(const rd_params_t *p, int64_t k, const int64_t *st)
 #define RD_SUM_DOUBLE(NAME, T)                                                                     \
     NN_CLONES static double NAME(const T *restrict x, int64_t n)                                   \
     {                                                                                              \
-        double a[32] = {0};                                                                        \
-        int64_t i = 0;                                                                             \
+        if (n < 32) {                                                                              \
+            double s = 0;                                                                          \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                s += (double)x[i];                                                                 \
+            return s;                                                                              \
+        }                                                                                          \
+        double a[32]; /* 0 + the first 32 values (a -0.0 becomes +0.0): the sums from zero, no memset */ \
+        for (int j = 0; j < 32; j++)                                                               \
+            a[j] = 0.0 + (double)x[j];                                                             \
+        int64_t i = 32;                                                                            \
         for (; i + 32 <= n; i += 32)                                                               \
             for (int j = 0; j < 32; j++)                                                           \
                 a[j] += (double)x[i + j];                                                          \
