@@ -431,14 +431,20 @@ NN_CLONES static double pow_sum_f32(const float *restrict x, int64_t n, float c,
         vf acc = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};   /* (four: an add's latency is four cycles) */
         int64_t k = 0;
         for (; k + 4 * VW <= len; k += 4 * VW) {
-            vf v[4];
-            memcpy(v, x + s0 + k, sizeof v);
-            for (int q = 0; q < 4; q++)
-                v[q] = v[q] - c;
-            acc += p == 2 ? v[0] * v[0] : v[0];
-            acc1 += p == 2 ? v[1] * v[1] : v[1];
-            acc2 += p == 2 ? v[2] * v[2] : v[2];
-            acc3 += p == 2 ? v[3] * v[3] : v[3];
+            vf v0, v1, v2, v3;   /* (four variables: GCC copied an array of four vectors through
+                                   * the stack in 16-byte halves, which 32-byte loads cannot forward) */
+            memcpy(&v0, x + s0 + k, sizeof v0);
+            memcpy(&v1, x + s0 + k + VW, sizeof v1);
+            memcpy(&v2, x + s0 + k + 2 * VW, sizeof v2);
+            memcpy(&v3, x + s0 + k + 3 * VW, sizeof v3);
+            v0 = v0 - c;
+            v1 = v1 - c;
+            v2 = v2 - c;
+            v3 = v3 - c;
+            acc += p == 2 ? v0 * v0 : v0;
+            acc1 += p == 2 ? v1 * v1 : v1;
+            acc2 += p == 2 ? v2 * v2 : v2;
+            acc3 += p == 2 ? v3 * v3 : v3;
         }
         for (; k + VW <= len; k += VW) {
             vf v;
