@@ -192,7 +192,7 @@ MK_VEXP(vexp, vf, vi, )
 MK_VEXP(vexp16, vf16, vi16, AVX512)
 /* 8 floats with fused multiply-adds: NN_CLONES' AVX2 clone has no FMA (AVX2 does not imply it), so its
  * polynomial is a chain of separate multiplies and adds, about twice as long; the entry points take
- * these forms on a CPU with AVX2 and FMA but not AVX-512 (the AMD and Intel cores of the last decade) */
+ * these forms on a CPU with AVX2 and FMA but not AVX-512 (AMD before Zen 4, most Intel client cores) */
 #define FMA8 __attribute__((target("avx2,fma")))
 MK_VEXP(vexpf, vf, vi, FMA8)
 #endif
@@ -392,11 +392,6 @@ static int vlevel(void)
     return v;
 }
 
-static bool wide16(void)
-{
-    return vlevel() == 2;
-}
-
 double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, float m)
 {
     switch (vlevel()) {
@@ -408,7 +403,7 @@ double nn_exp_sum_f32(const float *restrict x, float *restrict o, int64_t n, flo
 
 static float max_f32(const float *restrict x, int64_t n, bool *nan)
 {
-    return wide16() ? max_w16(x, n, nan) : max_w8(x, n, nan);
+    return vlevel() == 2 ? max_w16(x, n, nan) : max_w8(x, n, nan);   /* (no polynomial: no FMA form) */
 }
 
 static void sm_bw_f32(const float *g, const float *y, float *o, int64_t n, int log_form)
