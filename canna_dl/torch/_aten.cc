@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -131,6 +132,8 @@ struct Verdict {
     std::vector<Expect> outs;      // (0) per schema return
     bool strided = false;          // (0) a result has PyTorch's non-contiguous layout: the handler
                                    // writes it into an output allocated so (its out= argument)
+    std::vector<int> perm;         // (strided, one result) the order of its dims, outermost first,
+                                   // that lays it out contiguously (dense_perm), else empty
     ~Verdict()
     {
         if (reason && Py_IsInitialized()) {   // (the last holder may run without the GIL)
@@ -518,6 +521,56 @@ bool int_tuple(PyObject *t, std::vector<int64_t> *out, const char *what)
     return true;
 }
 
+// The dims of a strided result e in the order, outermost first, that makes it contiguous — PyTorch
+// lays an elementwise result out densely in its inputs' stride order (TensorIterator), so the
+// result is a dense tensor of the permuted shape, and an elementwise op commutes with permuting
+// all its operands alike (the fast path then runs contiguous, canna's one output layout). false
+// (*perm empty) when e is not dense so, or empty.
+constexpr int kPermMax = 8;   // (kernels/_native/fast.c's FAST_MAX_NDIM)
+bool dense_perm(const Expect &e, std::vector<int> *perm)
+{
+    perm->clear();
+    int n = (int)e.sizes.size();
+    if (n < 1 || n > kPermMax)
+        return false;
+    std::vector<int> p(n);
+    for (int i = 0; i < n; i++)
+        p[i] = i;
+    std::stable_sort(p.begin(), p.end(), [&](int a, int b) { return e.strides[a] > e.strides[b]; });
+    int64_t want = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t sz = e.sizes[p[i]];
+        if (sz == 0)
+            return false;
+        if (sz == 1)
+            continue;
+        if (e.strides[p[i]] != want)
+            return false;
+        want *= sz;
+    }
+    *perm = std::move(p);
+    return true;
+}
+
+// An operand of an elementwise call whose result's dims are permuted by perm (n = perm's length):
+// its k <= n dims aligned to the result's last k (broadcasting), a missing one of size 1 and
+// stride 0, then permuted. false when k > n.
+struct PermView {
+    int64_t shape[kPermMax], strides[kPermMax];
+};
+bool permute_view(c10::IntArrayRef sizes, c10::IntArrayRef strides, const std::vector<int> &perm, PermView *o)
+{
+    int n = (int)perm.size(), k = (int)sizes.size();
+    if (k > n)
+        return false;
+    for (int i = 0; i < n; i++) {
+        int r = perm[i] - (n - k);
+        o->shape[i] = r < 0 ? 1 : sizes[r];
+        o->strides[i] = r < 0 ? 0 : strides[r];
+    }
+    return true;
+}
+
 // the check's answer as a Verdict; false (a Python exception set) when it is malformed
 bool parse_verdict(PyObject *o, Verdict *v)
 {
@@ -559,6 +612,8 @@ bool parse_verdict(PyObject *o, Verdict *v)
         }
         v->outs.push_back(std::move(x));
     }
+    if (v->strided && v->outs.size() == 1)
+        dense_perm(v->outs[0], &v->perm);
     return true;
 }
 
@@ -645,6 +700,18 @@ bool to_dl(const at::Tensor &t, DLTensor *d)
     return true;
 }
 
+// d (to_dl's) as the operand permute_view describes (its arrays in *o); false when it has more dims
+bool permute_dl(DLTensor *d, const std::vector<int> &perm, PermView *o)
+{
+    if (!permute_view(c10::IntArrayRef(d->shape, (size_t)d->ndim), c10::IntArrayRef(d->strides, (size_t)d->ndim),
+                      perm, o))
+        return false;
+    d->ndim = (int32_t)perm.size();
+    d->shape = o->shape;
+    d->strides = o->strides;
+    return true;
+}
+
 // a non-tensor fast-path operand (a number, None) as a Python object (new reference), or nullptr
 // (no exception) when it is something else; a wrapped number is the number (PyTorch's weak scalar)
 PyObject *scalar_py(const c10::IValue &v)
@@ -657,20 +724,30 @@ PyObject *scalar_py(const c10::IValue &v)
 struct AllocCtx {
     const Expect *e;
     at::Tensor out;
+    const std::vector<int> *perm = nullptr;   // a strided result: its dims in contiguous order
+    PermView pv;                              // ... and the output so described
 };
 
 int alloc_expected(void *ctx, DLTensor *out)
 {
     auto *c = static_cast<AllocCtx *>(ctx);
     try {
-        KeyOff off;
-        c->out = at::Tensor(at::detail::empty_cpu(c->e->sizes, c->e->dtype));   // (PyTorch's CPU allocation, no dispatch)
+        KeyOff off;   // (PyTorch's CPU allocation, no dispatch)
+        c->out = at::Tensor(c->perm ? at::detail::empty_strided_cpu(c->e->sizes, c->e->strides, c->e->dtype)
+                                    : at::detail::empty_cpu(c->e->sizes, c->e->dtype));
     } catch (const std::exception &e) {
         PyErr_SetString(PyExc_MemoryError, e.what());
         return -1;
     }
-    return to_dl(c->out, out) ? 0 : (PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a fresh output is not a "
-                                                     "CPU tensor"), -1);
+    if (!to_dl(c->out, out))
+        return PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a fresh output is not a CPU tensor"), -1;
+    if (c->perm) {   // (contiguous in the permuted order: what the operands' permuted plan writes)
+        permute_view(c->out.sizes(), c->out.strides(), *c->perm, &c->pv);
+        out->ndim = (int32_t)c->perm->size();
+        out->shape = c->pv.shape;
+        out->strides = c->pv.strides;
+    }
+    return 0;
 }
 
 // whether the call has the values its item runs on canna only at (direct_call's rule, on the stack)
@@ -708,16 +785,23 @@ int direct_c(const Direct &d, const Verdict &vd, const std::vector<int8_t> &kind
     bool inplace = (op & CANNA_FAST_INPLACE) != 0;
     if (!inplace && (vd.outs.size() != 1 || vd.outs[0].what != 2))
         return 0;   // (no expectation to allocate the output from)
+    const std::vector<int> *perm = nullptr;   // a strided result: every operand permuted alike
+    if (vd.strided) {
+        if (inplace || vd.perm.empty())
+            return 0;
+        perm = &vd.perm;
+    }
     const c10::IValue &xv = stack[base + d.src[0]];
     DLTensor x, y;
-    if (!xv.isTensor() || !to_dl(xv.toTensor(), &x))
+    PermView px, py;
+    if (!xv.isTensor() || !to_dl(xv.toTensor(), &x) || (perm && !permute_dl(&x, *perm, &px)))
         return 0;
     bool ny = false;
     PyObject *ys = nullptr, *p = nullptr;
     if (d.src[1] >= 0) {
         const c10::IValue &yv = stack[base + d.src[1]];
         if (yv.isTensor() && !yv.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
-            if (!to_dl(yv.toTensor(), &y))
+            if (!to_dl(yv.toTensor(), &y) || (perm && !permute_dl(&y, *perm, &py)))
                 return 0;
             ny = true;
         } else if (!(ys = scalar_py(yv))) {
@@ -737,7 +821,7 @@ int direct_c(const Direct &d, const Verdict &vd, const std::vector<int8_t> &kind
     }
     int rc = 0;
     if (p) {
-        AllocCtx ctx{inplace ? nullptr : &vd.outs[0], at::Tensor()};
+        AllocCtx ctx{inplace ? nullptr : &vd.outs[0], at::Tensor(), perm, {}};
         PyObject *dtype = inplace ? Py_None : (PyObject *)torch::getTHPDtype(vd.outs[0].dtype);
         rc = g_fast_api->call(op, d.api, &x, ny ? &y : nullptr, ny ? nullptr : ys, p, dtype, alloc_expected, &ctx);
         if (rc == 1)
@@ -773,6 +857,77 @@ PyObject *strided_out(const Verdict &vd)
     }
     PyErr_SetString(PyExc_RuntimeError, "canna_dl.torch: a strided verdict without a strided result");
     return nullptr;
+}
+
+// The arguments tup of an elementwise entry (kind 2) whose verdict is strided with operands
+// permuted as dense_perm says (permute_view: views of the same memory), for the handler's call
+// that computes the result contiguously in that order and registers the fast path's entry of
+// that signature (which direct_c then finds). A new reference; nullptr without an exception when
+// not applicable (a tensor argument that is not an operand), with one on an error.
+PyObject *permuted_args(const Direct &d, const Verdict &vd, PyObject *tup)
+{
+    if (vd.perm.empty() || d.src.size() != 3 || d.src[0] < 0)
+        return nullptr;
+    Py_ssize_t n = PyTuple_GET_SIZE(tup);
+    if (d.src[0] >= n || d.src[1] >= n || !THPVariable_Check(PyTuple_GET_ITEM(tup, d.src[0])))
+        return nullptr;
+    PyObject *out = PyTuple_New(n);
+    if (!out)
+        return nullptr;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(tup, i);
+        if (!THPVariable_Check(a)) {
+            PyTuple_SET_ITEM(out, i, (Py_INCREF(a), a));
+            continue;
+        }
+        const at::Tensor &t = THPVariable_Unpack(a);
+        PermView pv;
+        if ((i != d.src[0] && i != d.src[1]) || !t.defined() || !permute_view(t.sizes(), t.strides(), vd.perm, &pv)) {
+            Py_DECREF(out);
+            return nullptr;
+        }
+        PyObject *w = nullptr;
+        try {
+            KeyOff off;
+            size_t k = vd.perm.size();
+            w = THPVariable_Wrap(t.as_strided(c10::IntArrayRef(pv.shape, k), c10::IntArrayRef(pv.strides, k),
+                                              t.storage_offset()));
+        } catch (const std::exception &e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+        }
+        if (!w) {
+            Py_DECREF(out);
+            return nullptr;
+        }
+        PyTuple_SET_ITEM(out, i, w);
+    }
+    return out;
+}
+
+// the handler's result r of permuted_args' call (a new reference, stolen) as the strided result
+// PyTorch lays out: the same memory (contiguous in the permuted order) with PyTorch's sizes and
+// strides; r itself when it is not that contiguous tensor (the caller's layout check decides)
+PyObject *unpermuted(PyObject *r, const Verdict &vd)
+{
+    const Expect &e = vd.outs[0];
+    if (!THPVariable_Check(r))
+        return r;
+    const at::Tensor &t = THPVariable_Unpack(r);
+    size_t k = vd.perm.size();
+    if (!t.defined() || t.scalar_type() != e.dtype || t.dim() != (int64_t)k || !t.is_contiguous())
+        return r;
+    for (size_t i = 0; i < k; i++)
+        if (t.size((int64_t)i) != e.sizes[vd.perm[i]])
+            return r;
+    PyObject *w = nullptr;
+    try {
+        KeyOff off;
+        w = THPVariable_Wrap(t.as_strided(e.sizes, e.strides, t.storage_offset()));
+    } catch (const std::exception &ex) {
+        PyErr_SetString(PyExc_RuntimeError, ex.what());
+    }
+    Py_DECREF(r);
+    return w;
 }
 
 struct MemoOuts {
@@ -937,7 +1092,8 @@ struct CannaKernel final : public c10::OperatorKernel {
         std::shared_ptr<const Verdict> vd;
         if (ent.d.kind) {   // a known signature canna runs: the C route first (no Python object)
             auto it = ent.verdicts.find(key);
-            if (it != ent.verdicts.end() && it->second->what == 0 && !it->second->strided) {
+            if (it != ent.verdicts.end() && it->second->what == 0 &&
+                (!it->second->strided || (ent.d.kind == 2 && !it->second->perm.empty()))) {
                 KeyOff off;
                 if (direct_ready(ent.d)) {
                     int rc = ent.d.kind == 2 ? direct_c(ent.d, *it->second, kinds, *stack, base, &c_results)
@@ -972,7 +1128,16 @@ struct CannaKernel final : public c10::OperatorKernel {
         if (!c_done) {
             KeyOff off;
             vd = verdict(ent, key, tup);
-            if (vd && vd->what == 0 && vd->strided) {   // the handler writes PyTorch's layout
+            PyObject *tp = vd && vd->what == 0 && vd->strided && ent.d.kind == 2 && direct_ready(ent.d)
+                               ? permuted_args(ent.d, *vd, tup) : nullptr;
+            if (tp) {   // an elementwise call on its operands permuted: the C route's next time (direct_c)
+                r = PyObject_Call(handler, tp, nullptr);
+                Py_DECREF(tp);
+                if (r && r != g_sentinel)
+                    r = unpermuted(r, *vd);
+            } else if (PyErr_Occurred()) {
+                r = nullptr;
+            } else if (vd && vd->what == 0 && vd->strided) {   // the handler writes PyTorch's layout
                 PyObject *kw = strided_out(*vd);
                 r = kw ? PyObject_Call(handler, tup, kw) : nullptr;
                 Py_XDECREF(kw);

@@ -76,29 +76,45 @@ static aclError cat_block(uint32_t bi, uint32_t nb, void *arg)
         return nn_err(ACLNN_ERR_INNER, "%s: out of host memory", j->ex->api);
     int32_t i = 0, last = o->ndim - 1;
     int64_t start = 0;   /* input i's offset along dim in out: the sizes of the inputs before it */
-    for (int64_t g = a; g < b; g++) {
+    const size_t osz = nn_dtype_size(o->dtype);
+    for (int64_t g = a; g < b;) {
         while (pre[i + 1] <= g) {
             if (p->in[i].ndim == o->ndim)   /* (a skipped legacy [0] tensor adds nothing) */
                 start += p->in[i].shape[p->dim];
             i++;
         }
         const nn_view_t *v = &p->in[i];
-        int64_t r = g - pre[i];
-        int64_t len = v->shape[last];
-        const char *src = cp_ptr(v, cp_row_off(v, r, -1, 0));
-        /* the row's coordinates in v, with start added along dim, at out's strides */
-        int64_t ooff = p->dim == last ? start * o->stride[last] : 0;
+        int64_t r = g - pre[i], end = (b < pre[i + 1] ? b : pre[i + 1]) - pre[i];   /* rows [r, end) of v */
+        /* row r's coordinates in v (c), its offset in v and, with start added along dim, in out;
+         * then an odometer: no division per row */
+        int64_t c[NN_MAX_DIMS], soff = 0, ooff = p->dim == last ? start * o->stride[last] : 0, q = r;
         for (int32_t d = last - 1; d >= 0; d--) {
-            int64_t c = r % v->shape[d];
-            r /= v->shape[d];
-            ooff += (c + (d == p->dim ? start : 0)) * o->stride[d];
+            c[d] = q % v->shape[d];
+            q /= v->shape[d];
+            soff += c[d] * v->stride[d];
+            ooff += (c[d] + (d == p->dim ? start : 0)) * o->stride[d];
         }
-        if (v->dtype == o->dtype && (len == 1 || (v->stride[last] == 1 && o->stride[last] == 1))) {
-            memcpy(cp_ptr(o, ooff), src, (size_t)len * nn_dtype_size(o->dtype));   /* same dtype, dense rows */
-            continue;
+        const int64_t len = v->shape[last];
+        const bool dense = v->dtype == o->dtype && (len == 1 || (v->stride[last] == 1 && o->stride[last] == 1));
+        const int64_t vsz = (int64_t)nn_dtype_size(v->dtype);
+        for (; r < end; r++) {
+            if (dense)   /* same dtype, dense rows */
+                memcpy(o->data + ooff * (int64_t)osz, v->data + soff * vsz, (size_t)len * osz);
+            else {
+                nn_load(ct, buf, v->data + soff * vsz, v->stride[last], v->dtype, len);
+                nn_store(ct, o->data + ooff * (int64_t)osz, o->stride[last], o->dtype, buf, len);
+            }
+            for (int32_t d = last - 1; d >= 0; d--) {
+                soff += v->stride[d];
+                ooff += o->stride[d];
+                if (++c[d] < v->shape[d])
+                    break;
+                soff -= c[d] * v->stride[d];
+                ooff -= c[d] * o->stride[d];
+                c[d] = 0;
+            }
         }
-        nn_load(ct, buf, src, v->stride[last], v->dtype, len);
-        nn_store(ct, cp_ptr(o, ooff), o->stride[last], o->dtype, buf, len);
+        g = pre[i] + end;
     }
     free(buf);
     return ACL_SUCCESS;

@@ -483,6 +483,26 @@ static void ew_stream_out(char *restrict dst, const char *restrict src, size_t n
     memcpy(dst, src, n);
 }
 
+/* buf[1..n) = buf[0], an element of csz bytes (typed stores: a memcpy call per element was most of
+ * a broadcast row's time) */
+static void ew_splat(unsigned char *buf, int64_t n, size_t csz)
+{
+    if (csz == 4) {
+        uint32_t v, *d = (uint32_t *)(void *)buf;
+        memcpy(&v, buf, 4);
+        for (int64_t i = 1; i < n; i++)
+            d[i] = v;
+    } else if (csz == 8) {
+        uint64_t v, *d = (uint64_t *)(void *)buf;
+        memcpy(&v, buf, 8);
+        for (int64_t i = 1; i < n; i++)
+            d[i] = v;
+    } else {
+        for (int64_t i = 1; i < n; i++)
+            memcpy(buf + i * csz, buf, csz);
+    }
+}
+
 static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, int64_t lo, int64_t hi, bool stream)
 {
     const int32_t nd = p->ndim, in = nd - 1, nops = 1 + p->nin;
@@ -525,8 +545,7 @@ static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, in
             } else if (s == 0) {
                 if (filled[j] != ptr[k] || filled_n[j] < n) {
                     nn_load(ct, buf[j], ptr[k], 0, p->dt[k], 1);
-                    for (int64_t i = 1; i < n; i++)
-                        memcpy(buf[j] + i * csz, buf[j], csz);
+                    ew_splat(buf[j], n, csz);
                     filled[j] = ptr[k];
                     filled_n[j] = n;
                 }

@@ -101,7 +101,13 @@ static int64_t kept_off(const rd_params_t *p, int64_t k, const int64_t *st)
 /* the sum of n values (float32 read as they are, doubles from a load buffer) in double: 32 lanes
  * (four AVX-512 registers: an add's latency is four cycles), summed pairwise, then the tail (the
  * order of a blocked sum, no less exact than one running sum) */
+/* 32 lanes of double in eight named vectors (an array of them lives on the stack, stored in
+ * 16-byte halves that the 32-byte reloads of its horizontal sum cannot forward from: a stall per
+ * line); the same sums in the same order as NN_HSUM over double[32] */
+typedef double rd_v4d __attribute__((vector_size(32)));
+#define RD_LD4(VT, p) ({ VT t_; memcpy(&t_, (p), sizeof t_); __builtin_convertvector(t_, rd_v4d); })
 #define RD_SUM_DOUBLE(NAME, T)                                                                     \
+    typedef T NAME##_vt __attribute__((vector_size(4 * sizeof(T))));                              \
     NN_CLONES static double NAME(const T *restrict x, int64_t n)                                   \
     {                                                                                              \
         if (n < 32) {                                                                              \
@@ -110,14 +116,26 @@ static int64_t kept_off(const rd_params_t *p, int64_t k, const int64_t *st)
                 s += (double)x[i];                                                                 \
             return s;                                                                              \
         }                                                                                          \
-        double a[32]; /* 0 + the first 32 values (a -0.0 becomes +0.0): the sums from zero, no memset */ \
-        for (int j = 0; j < 32; j++)                                                               \
-            a[j] = 0.0 + (double)x[j];                                                             \
+        const rd_v4d z = {0.0, 0.0, 0.0, 0.0}; /* 0 + the first 32 values (a -0.0 becomes +0.0) */ \
+        rd_v4d a0 = z + RD_LD4(NAME##_vt, x), a1 = z + RD_LD4(NAME##_vt, x + 4);                  \
+        rd_v4d a2 = z + RD_LD4(NAME##_vt, x + 8), a3 = z + RD_LD4(NAME##_vt, x + 12);             \
+        rd_v4d a4 = z + RD_LD4(NAME##_vt, x + 16), a5 = z + RD_LD4(NAME##_vt, x + 20);            \
+        rd_v4d a6 = z + RD_LD4(NAME##_vt, x + 24), a7 = z + RD_LD4(NAME##_vt, x + 28);            \
         int64_t i = 32;                                                                            \
-        for (; i + 32 <= n; i += 32)                                                               \
-            for (int j = 0; j < 32; j++)                                                           \
-                a[j] += (double)x[i + j];                                                          \
-        double s = NN_HSUM(a, 32);                                                                 \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            a0 += RD_LD4(NAME##_vt, x + i);                                                        \
+            a1 += RD_LD4(NAME##_vt, x + i + 4);                                                    \
+            a2 += RD_LD4(NAME##_vt, x + i + 8);                                                    \
+            a3 += RD_LD4(NAME##_vt, x + i + 12);                                                   \
+            a4 += RD_LD4(NAME##_vt, x + i + 16);                                                   \
+            a5 += RD_LD4(NAME##_vt, x + i + 20);                                                   \
+            a6 += RD_LD4(NAME##_vt, x + i + 24);                                                   \
+            a7 += RD_LD4(NAME##_vt, x + i + 28);                                                   \
+        }                                                                                          \
+        a0 += a4, a1 += a5, a2 += a6, a3 += a7; /* NN_HSUM's halving order */                      \
+        a0 += a2, a1 += a3;                                                                        \
+        a0 += a1;                                                                                  \
+        double s = (a0[0] + a0[2]) + (a0[1] + a0[3]);                                              \
         for (; i < n; i++)                                                                         \
             s += (double)x[i];                                                                     \
         return s;                                                                                  \
@@ -186,15 +204,46 @@ static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *ba
     }
 }
 
-static void finish_store(const rd_params_t *p, const nn_view_t *out, int64_t k, void *acc, int64_t n, int64_t ostride)
+/* store n results (acc) at element offset ooff of out */
+static void finish_store(const rd_params_t *p, const nn_view_t *out, int64_t ooff, void *acc, int64_t n,
+                         int64_t ostride)
 {
     if (p->kind == RD_MEAN) {
         double *a = acc;
         for (int64_t i = 0; i < n; i++)
             a[i] /= (double)p->nred;
     }
-    char *o = out->data + kept_off(p, k, p->kst_out) * (int64_t)nn_dtype_size(out->dtype);
-    nn_store(p->ct, o, ostride, out->dtype, acc, n);
+    nn_store(p->ct, out->data + ooff * (int64_t)nn_dtype_size(out->dtype), ostride, out->dtype, acc, n);
+}
+
+/* the kept index k's input and output offsets (kept_off), then the next k's by an odometer: no
+ * division per output (a 64-bit division costs tens of cycles: most of a short line's time) */
+typedef struct rd_odo {
+    int64_t c[NN_MAX_DIMS], in, out;
+} rd_odo_t;
+
+static void odo_start(const rd_params_t *p, rd_odo_t *o, int64_t k)
+{
+    o->in = o->out = 0;
+    for (int32_t d = p->nk - 1; d >= 0; d--) {
+        o->c[d] = k % p->kshape[d];
+        k /= p->kshape[d];
+        o->in += o->c[d] * p->kst_in[d];
+        o->out += o->c[d] * p->kst_out[d];
+    }
+}
+
+static void odo_next(const rd_params_t *p, rd_odo_t *o)
+{
+    for (int32_t d = p->nk - 1; d >= 0; d--) {
+        o->in += p->kst_in[d];
+        o->out += p->kst_out[d];
+        if (++o->c[d] < p->kshape[d])
+            return;
+        o->in -= o->c[d] * p->kst_in[d];
+        o->out -= o->c[d] * p->kst_out[d];
+        o->c[d] = 0;
+    }
 }
 
 /* a += x (float32 values summed in double): a tile's row of a float32 sum or mean */
@@ -241,11 +290,23 @@ static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
                 nn_load(p->ct, buf, base + off * (int64_t)isz, kin, in->dtype, n);
                 acc_combine(p->kind, p->ct, &acc, buf, n);
             }
-            finish_store(p, j->out, k, &acc, n, kout);
+            finish_store(p, j->out, kept_off(p, k, p->kst_out), &acc, n, kout);
         }
         return ACL_SUCCESS;
     }
     int64_t rows = p->nred / p->rshape[p->nr - 1];
+    if (p->splits == 1 && t0 < t1) {   /* an item per output, in order */
+        rd_odo_t o;
+        odo_start(p, &o, t0);
+        for (int64_t t = t0; t < t1; t++, odo_next(p, &o)) {
+            union { double d; int64_t i; } acc;
+            acc_init(p->kind, p->ct, &acc, 1);
+            if (rows > 0)
+                reduce_one(p, in, in->data + o.in * (int64_t)isz, 0, rows, &acc);
+            finish_store(p, j->out, o.out, &acc, 1, 1);
+        }
+        return ACL_SUCCESS;
+    }
     for (int64_t t = t0; t < t1; t++) {
         int64_t k = t / p->splits, s = t % p->splits;
         int64_t per = (rows + p->splits - 1) / p->splits, r0 = s * per, r1 = r0 + per;
@@ -259,7 +320,7 @@ static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
         if (p->splits > 1)
             memcpy(j->partial + (size_t)t * 8, &acc, 8);
         else
-            finish_store(p, j->out, k, &acc, 1, 1);
+            finish_store(p, j->out, kept_off(p, k, p->kst_out), &acc, 1, 1);
     }
     return ACL_SUCCESS;
 }
@@ -305,7 +366,7 @@ static aclError rd_run(nn_exec_t *ex)
             acc_init(p->kind, p->ct, &acc, 1);
             for (int64_t s = 0; s < p->splits; s++)
                 acc_combine(p->kind, p->ct, &acc, j.partial + (size_t)(k * p->splits + s) * 8, 1);
-            finish_store(p, out, k, &acc, 1, 1);
+            finish_store(p, out, kept_off(p, k, p->kst_out), &acc, 1, 1);
         }
     }
     free(j.partial);
