@@ -895,6 +895,44 @@ def test_results_keep_pytorchs_layout(name):
     assert rep.ops[row].canna == 3, rep
 
 
+#: elementwise calls whose result PyTorch lays out non-contiguously (its inputs' stride order):
+#: (row, call on float64 random data); operands of fewer dims, sizes of 1, a 0-dim tensor, slices
+STRIDED_ELEMENTWISE = {
+    "a sliced negation": ("neg", lambda q: -q[..., 3:]),
+    "a transposed sum, broadcast from fewer dims": ("add", lambda q: q + torch.randn(5, dtype=torch.float64)),
+    "a transposed product with a size-1 dim": ("mul", lambda q: q * torch.randn(2, 1, 3, 5, dtype=torch.float64)),
+    "a transposed product with a 0-dim tensor": ("mul", lambda q: q * torch.tensor(1.5, dtype=torch.float64)),
+    "two slices' difference": ("sub", lambda q: q[..., :2] - q[..., 3:]),
+    "a channels-last sum with a per-channel tensor": ("add", lambda q: _cl(2, 3, 4, 4) + torch.randn(
+        3, 1, 1, dtype=torch.float64)),
+    "a permuted exp": ("exp", lambda q: q.permute(3, 0, 2, 1).exp()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRIDED_ELEMENTWISE))
+def test_strided_elementwise_results_take_the_c_route(name):
+    """An elementwise call whose PyTorch result keeps its inputs' layout runs in C after its first
+    call (on its operands permuted alike, so the result is contiguous in that order): the same
+    strides and values as PyTorch's, for the call that records it and the ones the C route serves."""
+    row, call = STRIDED_ELEMENTWISE[name]
+    q = torch.randn(2, 3, 4, 5, dtype=torch.float64).transpose(1, 2)   # [2, 4, 3, 5], not contiguous
+    torch.manual_seed(0)
+    want = call(q)
+    assert not want.is_contiguous()   # (the case is what it claims to be)
+    c0 = _aten.stats()["direct_c"]
+    with ct.offload(level="aten", strict=True) as rep:
+        got = []
+        for _ in range(6):   # (the first calls record the signature, on the Python route)
+            torch.manual_seed(0)
+            got.append(call(q))
+    for g in got:
+        assert g.stride() == want.stride() and g.dtype == want.dtype, (g.stride(), want.stride())
+        torch.testing.assert_close(g, want, rtol=1e-15, atol=0)
+        assert g.data_ptr() != q.data_ptr()
+    assert rep.ops[row].canna == 6, rep
+    assert _aten.stats()["direct_c"] - c0 >= 2, "the repeated calls did not take the C route"
+
+
 def test_in_place_ops_write_a_channels_last_tensor_on_canna():
     x = _cl(2, 3, 4, 4)
     want = x + 1.5
