@@ -72,6 +72,35 @@ def test_add_sub_mul_broadcast(dtype, strided, rng):
             check(out.numpy(), ref(t64(a), t64(b)), dtype)
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_binary_broadcast_patterns_of_short_rows(seed):
+    """Random broadcasts of short innermost rows (a row repeated, a value per row, size-1 and
+    missing dims), with strided operands and outputs, in several dtypes: the engine's several-rows
+    chunks give NumPy's float64 results."""
+    rng = np.random.default_rng(seed)
+    nd = int(rng.integers(2, 5))
+    shape = [int(rng.choice([2, 3, 5, 17])) for _ in range(nd - 1)] + [int(rng.choice([1, 3, 8, 32, 100]))]
+    dtype = [np.float32, np.float64, np.float16, np.int32][seed % 4]
+
+    def operand():
+        sh = [1 if rng.random() < 0.4 else n for n in shape][int(rng.integers(0, 2)):]
+        return rnd(tuple(sh), dtype, rng)
+    a, b = operand(), operand()
+    shape = list(np.broadcast_shapes(a.shape, b.shape))
+    ta, tb = tensor(a, rng.random() < 0.5), tensor(b, rng.random() < 0.5)
+    out_strided = rng.random() < 0.5
+    out = DevTensor.strided(np.zeros(shape, dtype)) if out_strided else DevTensor(tuple(shape), dtype)
+    is_int = np.dtype(dtype).kind == "i"
+    for name, ref in (("Mul", lambda x, y: x * y), ("Add", lambda x, y: x + 3 * y)):
+        args = [ta.handle, tb.handle] + ([] if name == "Mul" else
+                                         [scalar(3, np.int64) if is_int else scalar(3.0, np.float64)])
+        run(name, *args, out.handle)
+        if is_int:
+            np.testing.assert_array_equal(out.numpy(), ref(a.astype(np.int64), b.astype(np.int64)).astype(dtype))
+        else:
+            check(out.numpy(), ref(t64(a), t64(b)), dtype)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_div_and_scalar_variants(dtype, rng):
     a, b = rnd((7, 9), dtype, rng), rnd((9,), dtype, rng, 0.5, 2)

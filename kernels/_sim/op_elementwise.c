@@ -503,6 +503,72 @@ static void ew_splat(unsigned char *buf, int64_t n, size_t csz)
     }
 }
 
+/* R rows (R >= 2) of the innermost dim from idx (idx[in] = 0, the rows within one run of dim
+ * in - 1) as one chunk of R * inner elements: an operand whose rows follow each other (stride 1,
+ * rows dense) is used in place, any other one is filled into its buffer -- a row repeated (stride
+ * 0 across rows: kept while the same row comes again), a value per row (stride 0 along it), else
+ * row by row; the output is written in place or stored row by row */
+static void ew_rows(const ew_params_t *p, char *const base[3], ew_kern kern, const int64_t *idx, int64_t R,
+                    unsigned char (*buf)[EW_CHUNK * 8], aclDataType cdt, size_t csz, const size_t *isz,
+                    const char **filled, int64_t *filled_n)
+{
+    const int32_t nd = p->ndim, in = nd - 1;
+    const int64_t inner = p->shape[in], n = R * inner;
+    char *ptr[3];
+    for (int k = 0; k < 1 + p->nin; k++) {
+        int64_t off = 0;
+        for (int32_t d = 0; d < nd; d++)
+            off += idx[d] * p->st[k][d];
+        ptr[k] = base[k] + off * (int64_t)isz[k];
+    }
+    const void *src[2] = {NULL, NULL};
+    for (int j = 0; j < p->nin; j++) {
+        int k = j + 1;
+        int64_t s = p->st[k][in], rs = p->st[k][in - 1];
+        unsigned char *b = buf[j];
+        if (p->dt[k] == cdt && s == 1 && rs == inner) {
+            src[j] = ptr[k];
+            continue;
+        }
+        src[j] = b;
+        if (rs == 0) {   /* the same row R times */
+            if (filled[j] == ptr[k] && filled_n[j] >= n)
+                continue;
+            if (s == 0) {
+                nn_load(p->ct, b, ptr[k], 0, p->dt[k], 1);
+                ew_splat(b, n, csz);
+            } else {
+                nn_load(p->ct, b, ptr[k], s, p->dt[k], inner);
+                for (int64_t have = inner; have < n;) {   /* doubling copies */
+                    int64_t c = have <= n - have ? have : n - have;
+                    memcpy(b + have * csz, b, (size_t)(c * (int64_t)csz));
+                    have += c;
+                }
+            }
+            filled[j] = ptr[k];
+            filled_n[j] = n;
+            continue;
+        }
+        filled[j] = NULL;
+        for (int64_t r = 0; r < R; r++) {
+            const char *row = ptr[k] + r * rs * (int64_t)isz[k];
+            unsigned char *dst = b + r * inner * (int64_t)csz;
+            if (s == 0) {   /* a value per row */
+                nn_load(p->ct, dst, row, 0, p->dt[k], 1);
+                ew_splat(dst, inner, csz);
+            } else {
+                nn_load(p->ct, dst, row, s, p->dt[k], inner);
+            }
+        }
+    }
+    int64_t os = p->st[0][in], ors = p->st[0][in - 1];
+    bool direct = p->dt[0] == cdt && os == 1 && ors == inner;
+    kern(n, direct ? (void *)ptr[0] : (void *)buf[2], src[0], src[1], p);
+    if (!direct)
+        for (int64_t r = 0; r < R; r++)
+            nn_store(p->ct, ptr[0] + r * ors * (int64_t)isz[0], os, p->dt[0], buf[2] + r * inner * (int64_t)csz, inner);
+}
+
 static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, int64_t lo, int64_t hi, bool stream)
 {
     const int32_t nd = p->ndim, in = nd - 1, nops = 1 + p->nin;
@@ -524,6 +590,23 @@ static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, in
     const int64_t inner = p->shape[in];
     int64_t pos = lo;
     while (pos < hi) {
+        /* short rows from a row start on: several rows per chunk (a broadcast operand -- a row
+         * repeated, or a value per row -- filled into its buffer), one kernel call for them */
+        int64_t R = in > 0 && idx[in] == 0 && inner <= EW_CHUNK / 4 ? EW_CHUNK / inner : 1;
+        if (R > p->shape[in - (in > 0)] - idx[in - (in > 0)])
+            R = p->shape[in - (in > 0)] - idx[in - (in > 0)];
+        if (R > (hi - pos) / inner)
+            R = (hi - pos) / inner;
+        if (R >= 2) {
+            ew_rows(p, base, kern, idx, R, buf, cdt, csz, isz, filled, filled_n);
+            pos += R * inner;
+            idx[in - 1] += R;
+            for (int32_t d = in - 1; d > 0 && idx[d] >= p->shape[d]; d--) {
+                idx[d] = 0;
+                idx[d - 1]++;
+            }
+            continue;
+        }
         int64_t n = inner - idx[in];
         if (n > hi - pos)
             n = hi - pos;
