@@ -906,6 +906,10 @@ STRIDED_ELEMENTWISE = {
     "a channels-last sum with a per-channel tensor": ("add", lambda q: _cl(2, 3, 4, 4) + torch.randn(
         3, 1, 1, dtype=torch.float64)),
     "a permuted exp": ("exp", lambda q: q.permute(3, 0, 2, 1).exp()),
+    # a 0-dim tensor of a wider dtype does not widen the result (PyTorch's promotion ranks it lower)
+    "a float32 product with a float64 0-dim tensor": ("mul", lambda q: q.float() * torch.tensor(1.5,
+                                                                                             dtype=torch.float64)),
+    "a float64 0-dim tensor minus a float32 one": ("sub", lambda q: torch.tensor(2.0, dtype=torch.float64) - q.float()),
 }
 
 

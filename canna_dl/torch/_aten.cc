@@ -700,7 +700,9 @@ bool to_dl(const at::Tensor &t, DLTensor *d)
     return true;
 }
 
-// d (to_dl's) as the operand permute_view describes (its arrays in *o); false when it has more dims
+// d (to_dl's) as the operand permute_view describes (its arrays in *o); false when it has more dims.
+// (A 0-dim operand is left as it is: it broadcasts in any order, and PyTorch's type promotion
+// ranks it below dimensioned tensors)
 bool permute_dl(DLTensor *d, const std::vector<int> &perm, PermView *o)
 {
     if (!permute_view(c10::IntArrayRef(d->shape, (size_t)d->ndim), c10::IntArrayRef(d->strides, (size_t)d->ndim),
@@ -794,14 +796,14 @@ int direct_c(const Direct &d, const Verdict &vd, const std::vector<int8_t> &kind
     const c10::IValue &xv = stack[base + d.src[0]];
     DLTensor x, y;
     PermView px, py;
-    if (!xv.isTensor() || !to_dl(xv.toTensor(), &x) || (perm && !permute_dl(&x, *perm, &px)))
+    if (!xv.isTensor() || !to_dl(xv.toTensor(), &x) || (perm && x.ndim && !permute_dl(&x, *perm, &px)))
         return 0;
     bool ny = false;
     PyObject *ys = nullptr, *p = nullptr;
     if (d.src[1] >= 0) {
         const c10::IValue &yv = stack[base + d.src[1]];
         if (yv.isTensor() && !yv.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
-            if (!to_dl(yv.toTensor(), &y) || (perm && !permute_dl(&y, *perm, &py)))
+            if (!to_dl(yv.toTensor(), &y) || (perm && y.ndim && !permute_dl(&y, *perm, &py)))
                 return 0;
             ny = true;
         } else if (!(ys = scalar_py(yv))) {
@@ -881,6 +883,10 @@ PyObject *permuted_args(const Direct &d, const Verdict &vd, PyObject *tup)
             continue;
         }
         const at::Tensor &t = THPVariable_Unpack(a);
+        if (t.defined() && t.dim() == 0 && (i == d.src[0] || i == d.src[1])) {   // (as permute_dl: as it is)
+            PyTuple_SET_ITEM(out, i, (Py_INCREF(a), a));
+            continue;
+        }
         PermView pv;
         if ((i != d.src[0] && i != d.src[1]) || !t.defined() || !permute_view(t.sizes(), t.strides(), vd.perm, &pv)) {
             Py_DECREF(out);

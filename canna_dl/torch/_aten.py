@@ -293,7 +293,9 @@ def _checker(ov, refusal=None, unchecked=(), strided=False, elementwise=False, i
     difference; not the ``unchecked`` ones, where the meta kernel's shapes are not the CPU
     kernel's). ``strided`` (an item whose one result the handler can write through ``out=``): a
     result PyTorch lays out non-contiguously is expected as ``(sizes, dtype, strides)`` instead, and
-    the C++ kernel hands the handler an output laid out so (aclnn kernels write strided outputs);
+    the C++ kernel hands the handler an output laid out so (aclnn kernels write strided outputs) —
+    or, for an elementwise fast-path item, runs it on its operands permuted into the result's dense
+    stride order (docs/DESIGN.md, the aten level);
     with a channels-last input, the layout of an operator that is not ``elementwise`` (whose meta
     kernel may not give the CPU kernel's: ``aten::convolution``'s is contiguous) is that of
     PyTorch's own kernel run once on the signature's first call, where that changes nothing (no
