@@ -503,6 +503,17 @@ static void ew_splat(unsigned char *buf, int64_t n, size_t csz)
     }
 }
 
+/* each operand's address at the index idx */
+static void ew_ptrs(const ew_params_t *p, char *const base[3], const int64_t *idx, const size_t *isz, char *ptr[3])
+{
+    for (int k = 0; k < 1 + p->nin; k++) {
+        int64_t off = 0;
+        for (int32_t d = 0; d < p->ndim; d++)
+            off += idx[d] * p->st[k][d];
+        ptr[k] = base[k] + off * (int64_t)isz[k];
+    }
+}
+
 /* R rows (R >= 2) of the innermost dim from idx (idx[in] = 0, the rows within one run of dim
  * in - 1) as one chunk of R * inner elements: an operand whose rows follow each other (stride 1,
  * rows dense) is used in place, any other one is filled into its buffer -- a row repeated (stride
@@ -515,12 +526,7 @@ static void ew_rows(const ew_params_t *p, char *const base[3], ew_kern kern, con
     const int32_t nd = p->ndim, in = nd - 1;
     const int64_t inner = p->shape[in], n = R * inner;
     char *ptr[3];
-    for (int k = 0; k < 1 + p->nin; k++) {
-        int64_t off = 0;
-        for (int32_t d = 0; d < nd; d++)
-            off += idx[d] * p->st[k][d];
-        ptr[k] = base[k] + off * (int64_t)isz[k];
-    }
+    ew_ptrs(p, base, idx, isz, ptr);
     const void *src[2] = {NULL, NULL};
     for (int j = 0; j < p->nin; j++) {
         int k = j + 1;
@@ -613,12 +619,7 @@ static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, in
         if (n > EW_CHUNK)
             n = EW_CHUNK;
         char *ptr[3];
-        for (int k = 0; k < nops; k++) {
-            int64_t off = 0;
-            for (int32_t d = 0; d < nd; d++)
-                off += idx[d] * p->st[k][d];
-            ptr[k] = base[k] + off * (int64_t)isz[k];
-        }
+        ew_ptrs(p, base, idx, isz, ptr);
         const void *src[2] = {NULL, NULL};
         for (int j = 0; j < p->nin; j++) {
             int k = j + 1;
