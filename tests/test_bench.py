@@ -192,3 +192,25 @@ def test_models_table_and_wide_flag():
     lines = text.splitlines()
     assert max(len(ln) for ln in lines) <= 100
     assert not lines[1].endswith("WIDE") and lines[2].endswith("WIDE")
+
+
+def test_models_measures_a_further_model_on_request(tmp_path):
+    """--only names a model of MORE_MODELS (Llama at the small config): its rows come out with
+    finite times, ratios the times give, and the loss error of canna against plain PyTorch; the
+    names fit the table's column."""
+    assert all(len(n) <= 10 for n in [*bench_models.MODELS, *bench_models.MORE_MODELS])
+    js = tmp_path / "m.json"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_models.py"), "--quick", "--threads", "1",
+                        "--only", "llama", "--json", str(js)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads(js.read_text())[0]["rows"]
+    assert {(r["model"], r["step"], r["level"]) for r in rows} == \
+        {("llama", s, lv) for s in bench_models.STEPS for lv in bench_models.LEVELS}
+    for r in rows:
+        assert math.isfinite(r["canna_s"]) and r["canna_s"] > 0 and r["torch_s"] > 0
+        assert r["ratio"] == pytest.approx(r["torch_s"] / r["canna_s"])
+        assert r.get("loss_rel_error", r.get("out_rel_error")) < 1e-4, r
+    assert "llama" in p.stdout
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_models.py"), "--only", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "llama" in bad.stderr

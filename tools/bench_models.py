@@ -12,6 +12,11 @@ The models (random weights, no download; built by ``tools/coverage.py``'s ``reso
 - ``gpt2-tiny``: ``GPT2LMHeadModel`` at the same size (2 layers, ``n_embd`` 128, 2 heads,
   vocabulary 1024), token ids 4x32 with ``labels=input_ids``.
 
+More real models are measured on request (``--only``, :data:`MORE_MODELS`): Hugging Face
+architectures at ``tools/coverage.py``'s small config (``HF_SMALL``: 2 layers, hidden 32; the image
+models 32x32 images) — Llama, Mistral and T5 (token ids 4x32), ViT and ConvNeXt (a batch of 2
+images), DistilBERT (4x32) — and the CNNs of ``tools/_models.py`` shaped like MobileNetV3 and VGG.
+
 Dropout is off (canna cannot reproduce PyTorch's random stream). A **training step** is
 ``zero_grad; loss = model(...); loss.backward(); AdamW.step()``; an **eval step** is a forward
 under ``torch.no_grad()`` in eval mode. The columns run the same code on copies of the model —
@@ -53,6 +58,17 @@ MODELS = {
     "bert-tiny": ("BertForSequenceClassification", "4,32", TINY),
     "gpt2-tiny": ("GPT2LMHeadModel", "4,32", TINY),
 }
+#: measured only when named (--only): further architectures, as MODELS
+MORE_MODELS = {
+    "llama": ("LlamaForCausalLM", "4,32", ()),
+    "mistral": ("MistralForCausalLM", "4,32", ()),
+    "t5": ("T5ForConditionalGeneration", "4,32", ()),
+    "vit": ("ViTForImageClassification", "", ()),
+    "convnext": ("ConvNextForImageClassification", "", ()),
+    "distilbert": ("DistilBertForSequenceClassification", "4,32", ()),
+    "mbv3-like": ("_models:mobilenet_v3_like", "4,3,64,64", ()),
+    "vgg-like": ("_models:vgg_like", "4,3,32,32", ()),
+}
 STEPS = ("train", "eval")
 #: offload()'s levels measured (each its own row)
 LEVELS = ("function", "aten")
@@ -62,7 +78,7 @@ TARGET = 1.0
 
 def _target(name):
     import coverage
-    spec, shape, over = MODELS[name]
+    spec, shape, over = {**MODELS, **MORE_MODELS}[name]
     return coverage.resolve(spec, shape, hf_overrides=over)
 
 
@@ -139,7 +155,7 @@ def measure_model(name, *, budget: float, rounds: int) -> list:
 
 def measure_here(*, quick: bool, only=None) -> list:
     """Every model (``only``: names to keep) in this process."""
-    names = [n for n in MODELS if only is None or n in only]
+    names = list(MODELS) if only is None else [n for n in {**MODELS, **MORE_MODELS} if n in only]
     budget, rounds = (0.4, 3) if quick else (6.0, 5)
     out = []
     for n in names:
@@ -177,7 +193,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short measurements")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    ap.add_argument("--only", default="", help=f"comma-separated models ({', '.join(MODELS)})")
+    ap.add_argument("--only", default="", help=f"comma-separated models ({', '.join(MODELS)}; default: these), "
+                    f"also: {', '.join(MORE_MODELS)}")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -189,9 +206,9 @@ def main(argv=None):
         ap.error(f"--threads must be >= 1, got {args.threads!r}")
     only = [s.strip() for s in args.only.split(",") if s.strip()] or None
     if only:
-        bad = [s for s in only if s not in MODELS]
+        bad = [s for s in only if s not in MODELS and s not in MORE_MODELS]
         if bad:
-            ap.error(f"unknown model(s): {', '.join(bad)}; choose from {', '.join(MODELS)}")
+            ap.error(f"unknown model(s): {', '.join(bad)}; choose from {', '.join([*MODELS, *MORE_MODELS])}")
     if args.child:
         import torch
         torch.set_num_threads(threads[0])
@@ -212,4 +229,4 @@ def main(argv=None):
 if __name__ == "__main__":
     sys.exit(main())
 
-__all__ = ["LEVELS", "MODELS", "TARGET", "measure", "measure_here", "measure_model", "table", "wide"]
+__all__ = ["LEVELS", "MODELS", "MORE_MODELS", "TARGET", "measure", "measure_here", "measure_model", "table", "wide"]
