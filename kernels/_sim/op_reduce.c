@@ -171,9 +171,21 @@ static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *ba
         for (int64_t c = 0; c < inner; c += RD_TILE) {
             int64_t n = inner - c < RD_TILE ? inner - c : RD_TILE;
             nn_load(p->ct, buf, row + c * ist * (int64_t)isz, ist, in->dtype, n);
-            if (p->kind == RD_ALL || p->kind == RD_ANY) {
-                for (int64_t i = 0; i < n; i++)
-                    acc_combine(p->kind, p->ct, acc, buf + i * 8, 1);
+            if (p->kind == RD_ALL || p->kind == RD_ANY) {   /* (the accumulator in a local, 0 / 1) */
+                bool all = p->kind == RD_ALL, v;
+                if (p->ct == CT_F64) {
+                    const double *b = (const double *)(void *)buf;
+                    v = *(double *)acc != 0;
+                    for (int64_t i = 0; i < n; i++)
+                        v = all ? (v && b[i] != 0) : (v || b[i] != 0);
+                    *(double *)acc = v;
+                } else {
+                    const int64_t *b = (const int64_t *)(void *)buf;
+                    v = *(int64_t *)acc != 0;
+                    for (int64_t i = 0; i < n; i++)
+                        v = all ? (v && b[i] != 0) : (v || b[i] != 0);
+                    *(int64_t *)acc = v;
+                }
             } else if (p->ct == CT_F64) {
                 const double *b = (const double *)buf;
                 double *a = acc;
