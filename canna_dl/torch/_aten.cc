@@ -705,6 +705,8 @@ bool to_dl(const at::Tensor &t, DLTensor *d)
 // ranks it below dimensioned tensors)
 bool permute_dl(DLTensor *d, const std::vector<int> &perm, PermView *o)
 {
+    if (!d->ndim)
+        return true;
     if (!permute_view(c10::IntArrayRef(d->shape, (size_t)d->ndim), c10::IntArrayRef(d->strides, (size_t)d->ndim),
                       perm, o))
         return false;
@@ -796,14 +798,14 @@ int direct_c(const Direct &d, const Verdict &vd, const std::vector<int8_t> &kind
     const c10::IValue &xv = stack[base + d.src[0]];
     DLTensor x, y;
     PermView px, py;
-    if (!xv.isTensor() || !to_dl(xv.toTensor(), &x) || (perm && x.ndim && !permute_dl(&x, *perm, &px)))
+    if (!xv.isTensor() || !to_dl(xv.toTensor(), &x) || (perm && !permute_dl(&x, *perm, &px)))
         return 0;
     bool ny = false;
     PyObject *ys = nullptr, *p = nullptr;
     if (d.src[1] >= 0) {
         const c10::IValue &yv = stack[base + d.src[1]];
         if (yv.isTensor() && !yv.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
-            if (!to_dl(yv.toTensor(), &y) || (perm && y.ndim && !permute_dl(&y, *perm, &py)))
+            if (!to_dl(yv.toTensor(), &y) || (perm && !permute_dl(&y, *perm, &py)))
                 return 0;
             ny = true;
         } else if (!(ys = scalar_py(yv))) {

@@ -85,33 +85,19 @@ static aclError cat_block(uint32_t bi, uint32_t nb, void *arg)
         }
         const nn_view_t *v = &p->in[i];
         int64_t r = g - pre[i], end = (b < pre[i + 1] ? b : pre[i + 1]) - pre[i];   /* rows [r, end) of v */
-        /* row r's coordinates in v (c), its offset in v and, with start added along dim, in out;
-         * then an odometer: no division per row */
-        int64_t c[NN_MAX_DIMS], soff = 0, ooff = p->dim == last ? start * o->stride[last] : 0, q = r;
-        for (int32_t d = last - 1; d >= 0; d--) {
-            c[d] = q % v->shape[d];
-            q /= v->shape[d];
-            soff += c[d] * v->stride[d];
-            ooff += (c[d] + (d == p->dim ? start : 0)) * o->stride[d];
-        }
-        const int64_t len = v->shape[last];
+        /* row r's offset in v (a) and in out (b, start added along dim), stepped per row */
+        nn_odo_t od;
+        nn_odo_start(&od, last, v->shape, v->stride, o->stride, r);
+        const int64_t len = v->shape[last], ostart = start * o->stride[p->dim];
         const bool dense = v->dtype == o->dtype && (len == 1 || (v->stride[last] == 1 && o->stride[last] == 1));
         const int64_t vsz = (int64_t)nn_dtype_size(v->dtype);
-        for (; r < end; r++) {
+        for (; r < end; r++, nn_odo_next(&od, last, v->shape, v->stride, o->stride)) {
+            char *dst = o->data + (ostart + od.b) * (int64_t)osz;
             if (dense)   /* same dtype, dense rows */
-                memcpy(o->data + ooff * (int64_t)osz, v->data + soff * vsz, (size_t)len * osz);
+                memcpy(dst, v->data + od.a * vsz, (size_t)len * osz);
             else {
-                nn_load(ct, buf, v->data + soff * vsz, v->stride[last], v->dtype, len);
-                nn_store(ct, o->data + ooff * (int64_t)osz, o->stride[last], o->dtype, buf, len);
-            }
-            for (int32_t d = last - 1; d >= 0; d--) {
-                soff += v->stride[d];
-                ooff += o->stride[d];
-                if (++c[d] < v->shape[d])
-                    break;
-                soff -= c[d] * v->stride[d];
-                ooff -= c[d] * o->stride[d];
-                c[d] = 0;
+                nn_load(ct, buf, v->data + od.a * vsz, v->stride[last], v->dtype, len);
+                nn_store(ct, dst, o->stride[last], o->dtype, buf, len);
             }
         }
         g = pre[i] + end;

@@ -598,11 +598,14 @@ static void ew_range(const ew_params_t *p, char *const base[3], ew_kern kern, in
     while (pos < hi) {
         /* short rows from a row start on: several rows per chunk (a broadcast operand -- a row
          * repeated, or a value per row -- filled into its buffer), one kernel call for them */
-        int64_t R = in > 0 && idx[in] == 0 && inner <= EW_CHUNK / 4 ? EW_CHUNK / inner : 1;
-        if (R > p->shape[in - (in > 0)] - idx[in - (in > 0)])
-            R = p->shape[in - (in > 0)] - idx[in - (in > 0)];
-        if (R > (hi - pos) / inner)
-            R = (hi - pos) / inner;
+        int64_t R = 1;
+        if (in > 0 && idx[in] == 0 && inner <= EW_CHUNK / 4) {
+            R = EW_CHUNK / inner;
+            if (R > p->shape[in - 1] - idx[in - 1])
+                R = p->shape[in - 1] - idx[in - 1];
+            if (R > (hi - pos) / inner)
+                R = (hi - pos) / inner;
+        }
         if (R >= 2) {
             ew_rows(p, base, kern, idx, R, buf, cdt, csz, isz, filled, filled_n);
             pos += R * inner;

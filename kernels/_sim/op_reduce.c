@@ -99,11 +99,10 @@ static int64_t kept_off(const rd_params_t *p, int64_t k, const int64_t *st)
 }
 
 /* the sum of n values (float32 read as they are, doubles from a load buffer) in double: 32 lanes
- * (four AVX-512 registers: an add's latency is four cycles), summed pairwise, then the tail (the
- * order of a blocked sum, no less exact than one running sum) */
-/* 32 lanes of double in eight named vectors (an array of them lives on the stack, stored in
- * 16-byte halves that the 32-byte reloads of its horizontal sum cannot forward from: a stall per
- * line); the same sums in the same order as NN_HSUM over double[32] */
+ * (four AVX-512 registers: an add's latency is four cycles), summed pairwise in NN_HSUM's halving
+ * order, then the tail (the order of a blocked sum, no less exact than one running sum). The lanes
+ * are eight named vectors: an array of them lived on the stack, stored in 16-byte halves that the
+ * 32-byte reloads of its horizontal sum could not forward from (a stall per line) */
 typedef double rd_v4d __attribute__((vector_size(32)));
 #define RD_LD4(VT, p) ({ VT t_; memcpy(&t_, (p), sizeof t_); __builtin_convertvector(t_, rd_v4d); })
 #define RD_SUM_DOUBLE(NAME, T)                                                                     \
@@ -149,6 +148,21 @@ static bool rd_f32_sum(const rd_params_t *p, const nn_view_t *in, int64_t stride
     return in->dtype == ACL_FLOAT && p->ct == CT_F64 && (p->kind == RD_SUM || p->kind == RD_MEAN) && stride == 1;
 }
 
+/* the logical accumulator *acc (0 / 1) folded with n values: all stays 1 until a zero, any stays 0
+ * until a nonzero (the loop stops at the deciding value). (A per-value acc_combine through the
+ * load buffer gave the last value's answer for float rows once GCC specialized reduce_one) */
+static void logical_fold(int kind, int ct, void *acc, const unsigned char *buf, int64_t n)
+{
+    const bool all = kind == RD_ALL;
+    bool v = ct == CT_F64 ? *(double *)acc != 0 : *(int64_t *)acc != 0;
+    for (int64_t i = 0; i < n && v == all; i++)
+        v = ct == CT_F64 ? ((const double *)(const void *)buf)[i] != 0 : ((const int64_t *)(const void *)buf)[i] != 0;
+    if (ct == CT_F64)
+        *(double *)acc = v;
+    else
+        *(int64_t *)acc = v;
+}
+
 /* accumulate reduction rows [r0, r1) (rows = every reduced dim but the innermost) for one output
  * (scalar path) into *acc */
 static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *base, int64_t r0, int64_t r1, void *acc)
@@ -171,21 +185,8 @@ static void reduce_one(const rd_params_t *p, const nn_view_t *in, const char *ba
         for (int64_t c = 0; c < inner; c += RD_TILE) {
             int64_t n = inner - c < RD_TILE ? inner - c : RD_TILE;
             nn_load(p->ct, buf, row + c * ist * (int64_t)isz, ist, in->dtype, n);
-            if (p->kind == RD_ALL || p->kind == RD_ANY) {   /* (the accumulator in a local, 0 / 1) */
-                bool all = p->kind == RD_ALL, v;
-                if (p->ct == CT_F64) {
-                    const double *b = (const double *)(void *)buf;
-                    v = *(double *)acc != 0;
-                    for (int64_t i = 0; i < n; i++)
-                        v = all ? (v && b[i] != 0) : (v || b[i] != 0);
-                    *(double *)acc = v;
-                } else {
-                    const int64_t *b = (const int64_t *)(void *)buf;
-                    v = *(int64_t *)acc != 0;
-                    for (int64_t i = 0; i < n; i++)
-                        v = all ? (v && b[i] != 0) : (v || b[i] != 0);
-                    *(int64_t *)acc = v;
-                }
+            if (p->kind == RD_ALL || p->kind == RD_ANY) {
+                logical_fold(p->kind, p->ct, acc, buf, n);
             } else if (p->ct == CT_F64) {
                 const double *b = (const double *)buf;
                 double *a = acc;
@@ -226,36 +227,6 @@ static void finish_store(const rd_params_t *p, const nn_view_t *out, int64_t oof
             a[i] /= (double)p->nred;
     }
     nn_store(p->ct, out->data + ooff * (int64_t)nn_dtype_size(out->dtype), ostride, out->dtype, acc, n);
-}
-
-/* the kept index k's input and output offsets (kept_off), then the next k's by an odometer: no
- * division per output (a 64-bit division costs tens of cycles: most of a short line's time) */
-typedef struct rd_odo {
-    int64_t c[NN_MAX_DIMS], in, out;
-} rd_odo_t;
-
-static void odo_start(const rd_params_t *p, rd_odo_t *o, int64_t k)
-{
-    o->in = o->out = 0;
-    for (int32_t d = p->nk - 1; d >= 0; d--) {
-        o->c[d] = k % p->kshape[d];
-        k /= p->kshape[d];
-        o->in += o->c[d] * p->kst_in[d];
-        o->out += o->c[d] * p->kst_out[d];
-    }
-}
-
-static void odo_next(const rd_params_t *p, rd_odo_t *o)
-{
-    for (int32_t d = p->nk - 1; d >= 0; d--) {
-        o->in += p->kst_in[d];
-        o->out += p->kst_out[d];
-        if (++o->c[d] < p->kshape[d])
-            return;
-        o->in -= o->c[d] * p->kst_in[d];
-        o->out -= o->c[d] * p->kst_out[d];
-        o->c[d] = 0;
-    }
 }
 
 /* a += x (float32 values summed in double): a tile's row of a float32 sum or mean */
@@ -307,19 +278,19 @@ static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
         return ACL_SUCCESS;
     }
     int64_t rows = p->nred / p->rshape[p->nr - 1];
-    if (p->splits == 1 && t0 < t1) {   /* an item per output, in order */
-        rd_odo_t o;
-        odo_start(p, &o, t0);
-        for (int64_t t = t0; t < t1; t++, odo_next(p, &o)) {
+    if (p->splits == 1) {   /* an item per output, in order: the input's and output's offsets (a, b) */
+        nn_odo_t o;
+        nn_odo_start(&o, p->nk, p->kshape, p->kst_in, p->kst_out, t0);
+        for (int64_t t = t0; t < t1; t++, nn_odo_next(&o, p->nk, p->kshape, p->kst_in, p->kst_out)) {
             union { double d; int64_t i; } acc;
             acc_init(p->kind, p->ct, &acc, 1);
             if (rows > 0)
-                reduce_one(p, in, in->data + o.in * (int64_t)isz, 0, rows, &acc);
-            finish_store(p, j->out, o.out, &acc, 1, 1);
+                reduce_one(p, in, in->data + o.a * (int64_t)isz, 0, rows, &acc);
+            finish_store(p, j->out, o.b, &acc, 1, 1);
         }
         return ACL_SUCCESS;
     }
-    for (int64_t t = t0; t < t1; t++) {
+    for (int64_t t = t0; t < t1; t++) {   /* splits > 1: partial results, combined in rd_run */
         int64_t k = t / p->splits, s = t % p->splits;
         int64_t per = (rows + p->splits - 1) / p->splits, r0 = s * per, r1 = r0 + per;
         if (r1 > rows)
@@ -329,10 +300,7 @@ static aclError rd_block(uint32_t bi, uint32_t nb, void *arg)
         const char *base = in->data + kept_off(p, k, p->kst_in) * (int64_t)isz;
         if (r0 < r1)
             reduce_one(p, in, base, r0, r1, &acc);
-        if (p->splits > 1)
-            memcpy(j->partial + (size_t)t * 8, &acc, 8);
-        else
-            finish_store(p, j->out, kept_off(p, k, p->kst_out), &acc, 1, 1);
+        memcpy(j->partial + (size_t)t * 8, &acc, 8);
     }
     return ACL_SUCCESS;
 }

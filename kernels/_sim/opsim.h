@@ -374,6 +374,38 @@ static inline char *nn_at(const nn_view_t *v, const int64_t *idx)
     return v->data + off * (int64_t)nn_dtype_size(v->dtype);
 }
 
+/* An odometer over the dims [0, nd) of shape in row-major order: the index c and two element
+ * offsets a and b (strides sa, sb), started at the linear index k and then stepped without a
+ * division (a 64-bit division costs tens of cycles: most of a short row's time) */
+typedef struct nn_odo {
+    int64_t c[NN_MAX_DIMS], a, b;
+} nn_odo_t;
+
+static inline void nn_odo_start(nn_odo_t *o, int32_t nd, const int64_t *shape, const int64_t *sa, const int64_t *sb,
+                                int64_t k)
+{
+    o->a = o->b = 0;
+    for (int32_t d = nd - 1; d >= 0; d--) {
+        o->c[d] = k % shape[d];
+        k /= shape[d];
+        o->a += o->c[d] * sa[d];
+        o->b += o->c[d] * sb[d];
+    }
+}
+
+static inline void nn_odo_next(nn_odo_t *o, int32_t nd, const int64_t *shape, const int64_t *sa, const int64_t *sb)
+{
+    for (int32_t d = nd - 1; d >= 0; d--) {
+        o->a += sa[d];
+        o->b += sb[d];
+        if (++o->c[d] < shape[d])
+            return;
+        o->a -= o->c[d] * sa[d];
+        o->b -= o->c[d] * sb[d];
+        o->c[d] = 0;
+    }
+}
+
 /* ------------------------------------------------------------------ BLAS (op_blas.c) */
 
 enum { NN_BLAS_ROW = 101, NN_BLAS_COL = 102, NN_BLAS_NOTRANS = 111, NN_BLAS_TRANS = 112 };
